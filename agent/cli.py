@@ -1,0 +1,151 @@
+"""pathprof's command line. Each subcommand is a small function; rendering lives in analysis.render."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from . import cli_args
+from .errors import UserError
+
+
+def _print_json(doc) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+
+
+def cmd_run(a) -> int:
+    from . import run as runmod
+    from .console import make_reporter
+    from pathprof.analysis.summary import summarize
+    opts = cli_args.run_options(a, a.topology)
+    with make_reporter(a, opts.workload.duration_s) as ui:
+        rd = runmod.execute(opts, ui)
+    summary = summarize(rd)
+    if a.json:
+        _print_json(summary)
+    else:
+        from .console import print_report
+        print_report(summary)
+    return 0
+
+
+def cmd_report(a) -> int:
+    from pathprof.analysis.rundir import RunDir
+    from pathprof.analysis.summary import summarize
+    summaries = [summarize(RunDir.open(p)) for p in a.runs]
+    if a.html:
+        from pathprof.analysis.html import write_html
+        path = write_html(summaries, Path(a.html))
+        print(f"wrote {path}", file=sys.stderr)
+    if a.json:
+        _print_json(summaries[0] if len(summaries) == 1 else {"runs": summaries})
+    elif not a.html:
+        from .console import print_report
+        for s in summaries:
+            print_report(s)
+    return 0
+
+
+def cmd_doctor(a) -> int:
+    from . import doctor
+    caps = doctor.check_capabilities()
+    if a.json:
+        _print_json({"capabilities": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in caps]})
+    else:
+        print(doctor.render_capabilities(caps))
+    missing = [c for c in caps if c.required and not c.ok]
+    return 1 if missing else 0
+
+
+def cmd_topology(a) -> int:
+    from pathprof.topologies import spec
+    if a.action == "list":
+        rows = []
+        for name in spec.builtin_names():
+            t = spec.load(name)
+            rows.append({"name": name, "description": t.description, "options": t.options})
+        if a.json:
+            _print_json({"topologies": rows})
+        else:
+            width = max(len(r["name"]) for r in rows)
+            for r in rows:
+                opts = "  [" + ", ".join(f"{k}={v}" for k, v in r["options"].items()) + "]" if r["options"] else ""
+                print(f"{r['name']:<{width}}  {r['description']}{opts}")
+        return 0
+    if not a.name:
+        raise UserError(f"pathprof topology {a.action} needs a topology NAME (see `pathprof topology list`)")
+    if a.action == "show":
+        if a.name in spec.builtin_names():
+            sys.stdout.write(spec.builtin_text(a.name))
+        else:
+            t = spec.load(a.name)
+            if a.json:
+                _print_json(t.to_dict())
+            else:
+                sys.stdout.write(t.text)
+        return 0
+    from . import topology_cmd
+    return topology_cmd.up(a) if a.action == "up" else topology_cmd.down(a)
+
+
+def cmd_cleanup(a) -> int:
+    from . import cleanup
+    report = cleanup.cleanup_all(dry_run=a.dry_run)
+    if a.json:
+        _print_json(report)
+    else:
+        for line in report["actions"] or ["nothing to clean up"]:
+            print(line)
+        for line in report["problems"]:
+            print(f"could not remove: {line}", file=sys.stderr)
+    return 1 if report["problems"] else 0
+
+
+def cmd_compare(a) -> int:
+    from . import multi
+    return multi.compare(a)
+
+
+def cmd_sweep(a) -> int:
+    from . import multi
+    return multi.sweep(a)
+
+
+def cmd_diff(a) -> int:
+    from . import multi
+    return multi.diff(a)
+
+
+def cmd_export(a) -> int:
+    from . import multi
+    return multi.export(a)
+
+
+COMMANDS = {"run": cmd_run, "report": cmd_report, "doctor": cmd_doctor, "topology": cmd_topology,
+            "cleanup": cmd_cleanup, "compare": cmd_compare, "sweep": cmd_sweep, "diff": cmd_diff,
+            "export": cmd_export}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = cli_args.build_parser()
+    a = parser.parse_args(argv)
+    if not a.command:
+        parser.print_help()
+        return 2
+    try:
+        return COMMANDS[a.command](a)
+    except UserError as e:
+        print(f"pathprof: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("pathprof: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

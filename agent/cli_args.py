@@ -1,0 +1,203 @@
+"""Argument parsing for the pathprof CLI: help that reads like a man page, options shared by run/compare/sweep."""
+from __future__ import annotations
+
+import argparse
+import os
+import textwrap
+from pathlib import Path
+
+from .errors import UserError
+
+DESCRIPTION = """\
+pathprof builds a PostgreSQL connection path for real (unix socket, loopback, a veth wire, a docker bridge with
+DNAT and docker-proxy, a pooler, a qemu guest), drives pgbench through it, and uses eBPF to split every
+transaction's latency and CPU cost across the pieces of the path: netfilter, the scheduler, each hop process and
+the backend. The latency view and the CPU view each close against what pgbench and the CPUs measured.
+"""
+
+EPILOG = """\
+examples:
+  pathprof doctor                                   what this kernel lets pathprof measure
+  pathprof run --topology docker-dnat --clients 16  profile a path, with a live view
+  pathprof report runs/20261121-120000-loopback     the same report again, offline
+  pathprof compare unix loopback docker-dnat --clients 16
+  pathprof diff runs/A runs/B                       explain the gap between two recorded runs
+  pathprof topology list                            the built-in paths
+  pathprof cleanup                                  remove what a killed run left behind
+
+Every reporting command takes --json and then prints one JSON document on stdout and nothing else there.
+Runs need root. Objects pathprof creates are named pp-* and journaled in /var/lib/pathprof/journal.
+"""
+
+RUN_EPILOG = """\
+stages and components (see README for the full list):
+  latency view   per transaction, by leg: request (client -> server), server, response
+  CPU view       per transaction, by component: pgbench, backend, each hop, kernel, softirq, netfilter
+
+examples:
+  pathprof run --topology loopback --clients 16 --duration 10
+  pathprof run --topology unix --clients 1 --connect --mode extended
+  pathprof run --topology docker-dnat --userland-proxy off --target published-host
+  pathprof run --topology ./my-path.toml --pg-set shared_buffers=256MB --script tpcb-like --scale 10
+  pathprof run --dsn 'host=127.0.0.1 port=5432 user=postgres' --probes off
+"""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+
+
+def add_workload_options(p: argparse.ArgumentParser, clients_default: int | None = 16) -> None:
+    g = p.add_argument_group("workload (pgbench)")
+    if clients_default is not None:
+        g.add_argument("-c", "--clients", type=_positive_int, default=clients_default, metavar="N",
+                       help="concurrent connections (default: %(default)s)")
+    g.add_argument("-j", "--threads", type=_positive_int, metavar="N",
+                   help="pgbench worker threads (default: min(clients, CPUs))")
+    g.add_argument("-T", "--duration", type=_positive_int, default=10, metavar="SECONDS",
+                   help="measured duration per run (default: %(default)s)")
+    g.add_argument("-M", "--mode", choices=["simple", "extended", "prepared"], default="prepared",
+                   help="query protocol (default: %(default)s, as the reference measurements)")
+    g.add_argument("-C", "--connect", action="store_true",
+                   help="open a new connection for every transaction (pgbench -C); adds the connection-setup split")
+    g.add_argument("--script", default="select1", metavar="NAME|@FILE",
+                   help="select1 (default), tpcb-like, simple-update, select-only, or @FILE for your own script")
+    g.add_argument("-s", "--scale", type=_positive_int, default=1, metavar="N",
+                   help="pgbench scale factor for scripts that use its tables (default: %(default)s)")
+    g.add_argument("-R", "--rate", type=_number, metavar="TPS", help="throttle to this many transactions per second")
+    s = p.add_argument_group("server and path")
+    s.add_argument("--pg-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a postgresql.conf setting for the owned server (repeatable), e.g. fsync=off")
+    s.add_argument("--userland-proxy", choices=["on", "off"],
+                   help="docker topologies: carry published ports with docker-proxy (on, dockerd's default) or "
+                        "hairpin NAT only (off)")
+    s.add_argument("--target", metavar="NAME",
+                   help="what pgbench connects to, when the topology offers several (e.g. docker-dnat: "
+                        "published-localhost, published-host, container)")
+    s.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="set any option a topology spec declares in its [options] table")
+    pr = p.add_argument_group("probes and output")
+    pr.add_argument("--probes", choices=["off", "basic", "deep"], default="basic",
+                    help="off: pgbench only; basic: scheduler, syscalls, netfilter, devices (default); "
+                         "deep: + PostgreSQL USDT (parse/plan/execute, locks, WAL)")
+    pr.add_argument("--trace-sample", type=_positive_int, default=0, metavar="N",
+                    help="record 1 in N transactions as spans (traces.parquet) for `pathprof export`")
+    pr.add_argument("--runs-dir", default=os.environ.get("PATHPROF_RUNS", "runs"), metavar="DIR",
+                    help="where run directories are written (default: ./runs or $PATHPROF_RUNS)")
+    pr.add_argument("--json", action="store_true", help="print one JSON document on stdout, progress on stderr")
+    pr.add_argument("--no-live", action="store_true", help="plain progress lines instead of the live view")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(prog="pathprof", description=DESCRIPTION, epilog=EPILOG, formatter_class=fmt)
+    import pathprof
+    p.add_argument("--version", action="version", version=f"pathprof {pathprof.__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    r = sub.add_parser("run", help="profile one path", formatter_class=fmt, epilog=RUN_EPILOG,
+                       description="Build a path, start pathprof's own PostgreSQL in it, attach the probes, drive "
+                                   "pgbench through it, record a run directory, tear everything down, and "
+                                   "print the latency and CPU views.")
+    r.add_argument("-t", "--topology", default="loopback", metavar="NAME|FILE",
+                   help="a built-in path (pathprof topology list) or a .toml spec file (default: %(default)s)")
+    r.add_argument("--dsn", metavar="CONNINFO", help="profile an existing server instead: no path is built, "
+                                                     "no server started")
+    add_workload_options(r)
+
+    rep = sub.add_parser("report", help="report on recorded runs", formatter_class=fmt,
+                         description="Print the latency and CPU views of one or more run directories, or write "
+                                     "a self-contained HTML report with figures.")
+    rep.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    rep.add_argument("--html", metavar="FILE", help="write an HTML report (PNG figures are written next to it)")
+    rep.add_argument("--json", action="store_true")
+
+    c = sub.add_parser("compare", help="run several topologies and explain their gaps", formatter_class=fmt,
+                       description="Run the same workload on each topology (interleaved when --repeat > 1) and "
+                                   "explain each one's TPS gap against the first.")
+    c.add_argument("topologies", nargs="+", metavar="TOPOLOGY")
+    c.add_argument("--repeat", type=_positive_int, default=1, metavar="K",
+                   help="run each topology K times, interleaved, and report the spread")
+    c.add_argument("--html", metavar="FILE", help="also write an HTML report")
+    add_workload_options(c)
+
+    sw = sub.add_parser("sweep", help="TPS and stages across client counts", formatter_class=fmt,
+                        description="Run one topology at several client counts; find where throughput stops "
+                                    "growing and which stage grows with it.")
+    sw.add_argument("-t", "--topology", default="loopback", metavar="NAME|FILE")
+    sw.add_argument("--clients", default="1,4,16", metavar="N,N,...", help="client counts (default: %(default)s)")
+    sw.add_argument("--html", metavar="FILE")
+    add_workload_options(sw, clients_default=None)
+
+    d = sub.add_parser("diff", help="explain the gap between two recorded runs", formatter_class=fmt,
+                       description="Explain run B against run A, offline; machine and kernel differences first.")
+    d.add_argument("run_a", metavar="RUN_A")
+    d.add_argument("run_b", metavar="RUN_B")
+    d.add_argument("--json", action="store_true")
+
+    e = sub.add_parser("export", help="export traces or stage tables", formatter_class=fmt,
+                       description="perfetto: Chrome trace-event JSON for ui.perfetto.dev (needs a run made with "
+                                   "--trace-sample); csv/parquet: the stage and CPU tables.")
+    e.add_argument("run", metavar="RUN_DIR")
+    e.add_argument("--format", choices=["perfetto", "csv", "parquet"], default="perfetto")
+    e.add_argument("-o", "--output", metavar="PATH", help="output file or directory (default: inside the run dir)")
+
+    doc = sub.add_parser("doctor", help="check what this machine lets pathprof measure", formatter_class=fmt,
+                         description="Probe each kernel capability pathprof uses (BTF, tracepoints, uprobes/USDT, "
+                                     "netfilter links, ...) and print a table. Exits 1 if a required one is missing.")
+    doc.add_argument("--json", action="store_true")
+
+    t = sub.add_parser("topology", help="list, show, build or remove topologies", formatter_class=fmt,
+                       description="list: built-in paths; show NAME: print a spec to copy and edit; up NAME: "
+                                   "build it and leave it up (no server); down NAME: remove what up built.")
+    t.add_argument("action", choices=["list", "show", "up", "down"])
+    t.add_argument("name", nargs="?", metavar="NAME|FILE")
+    t.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
+    t.add_argument("--json", action="store_true")
+
+    cl = sub.add_parser("cleanup", help="remove what a killed run left behind", formatter_class=fmt,
+                        description="Replay every journal left in /var/lib/pathprof/journal, then remove any "
+                                    "remaining pp- namespaces, links and PP- iptables chains.")
+    cl.add_argument("--dry-run", action="store_true", help="say what would be removed")
+    cl.add_argument("--json", action="store_true")
+    return p
+
+
+def parse_kv(items: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise UserError(f"{flag} '{item}' is not KEY=VALUE")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def topo_options(a) -> dict[str, str]:
+    opts = parse_kv(getattr(a, "option", []), "--option")
+    if getattr(a, "userland_proxy", None):
+        opts["userland_proxy"] = a.userland_proxy
+    if getattr(a, "target", None):
+        opts["target"] = a.target
+    return opts
+
+
+def run_options(a, topology: str, clients: int | None = None):
+    from .pgbench import Workload
+    from .postgres import parse_pg_set
+    from .run import RunOptions
+    w = Workload(clients=clients if clients is not None else a.clients, threads=a.threads, duration_s=a.duration,
+                 mode=a.mode, script=a.script, connect=a.connect, scale=a.scale, rate=a.rate)
+    return RunOptions(topology=topology, workload=w, pg_settings=parse_pg_set(a.pg_set),
+                      dsn=getattr(a, "dsn", None), probes=a.probes, runs_dir=Path(a.runs_dir),
+                      topo_options=topo_options(a), trace_sample=a.trace_sample)

@@ -1,0 +1,170 @@
+"""The journal: every object pathprof creates on the host is written here *before* it is created.
+
+Teardown replays the journal backwards. A run killed with SIGKILL leaves its journal behind, and
+`pathprof cleanup` replays it later, so the machine gets back exactly what it had.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from .proc import pid_alive, pid_start_time
+
+JOURNAL_DIR = Path(os.environ.get("PATHPROF_STATE", "/var/lib/pathprof")) / "journal"
+PREFIX = "pp-"
+# Only directories under these roots may be removed by a journal replay.
+REMOVABLE_ROOTS = (Path(os.environ.get("PATHPROF_STATE", "/var/lib/pathprof")), Path("/tmp"), Path("/run/pathprof"))
+
+
+def _quiet(argv: list[str]) -> bool:
+    return subprocess.run(argv, capture_output=True, timeout=30, stdin=subprocess.DEVNULL).returncode == 0
+
+
+def _in_ns(netns: str | None, argv: list[str]) -> list[str]:
+    return argv if not netns else ["ip", "netns", "exec", netns, *argv]
+
+
+class Journal:
+    def __init__(self, run_id: str, directory: Path | None = None):
+        self.run_id = run_id
+        self.dir = directory or JOURNAL_DIR
+        self.path = self.dir / f"{run_id}.jsonl"
+        self._entries: list[dict] = []
+
+    @classmethod
+    def load(cls, path: Path) -> "Journal":
+        j = cls(path.stem, path.parent)
+        for line in path.read_text().splitlines():
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                j._entries.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a torn last line from a killed writer: everything before it is still good
+        return j
+
+    @property
+    def entries(self) -> list[dict]:
+        return list(self._entries)
+
+    def record(self, kind: str, **fields) -> dict:
+        """Append and fsync one entry; call this before creating the object it describes."""
+        entry = {"kind": kind, **fields}
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self._entries.append(entry)
+        return entry
+
+    def record_process(self, pid: int, argv: list[str] | None = None, netns: str | None = None) -> dict:
+        return self.record("process", pid=pid, start_time=pid_start_time(pid), argv=argv or [], netns=netns)
+
+    def teardown(self) -> list[str]:
+        """Undo every entry, newest first; returns what could not be undone (empty when clean)."""
+        problems = []
+        for entry in reversed(self._entries):
+            try:
+                if not undo(entry):
+                    problems.append(describe(entry))
+            except Exception as e:  # keep going: one stuck object must not strand the rest
+                problems.append(f"{describe(entry)}: {e}")
+        self._entries.clear()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        return problems
+
+
+def describe(entry: dict) -> str:
+    k = entry["kind"]
+    if k == "iptables":
+        return f"iptables -t {entry['table']} {entry['chain']} {' '.join(entry['args'])}"
+    return f"{k} {entry.get('name') or entry.get('pid') or entry.get('path') or ''}".strip()
+
+
+def undo(entry: dict) -> bool:
+    """Remove one journaled object. True when it is gone (including 'was never created')."""
+    k, ns = entry["kind"], entry.get("netns")
+    if ns and k != "netns" and not Path(f"/run/netns/{ns}").exists():
+        return True  # its namespace is gone, and everything inside went with it
+    if k == "process":
+        return _kill(entry["pid"], entry.get("start_time"))
+    if k == "netns":
+        name = entry["name"]
+        if not Path(f"/run/netns/{name}").exists():
+            return True
+        _kill_netns_processes(name)
+        return _quiet(["ip", "netns", "del", name])
+    if k == "link":
+        name = entry["name"]
+        if not _quiet(_in_ns(ns, ["ip", "link", "show", "dev", name])):
+            return True
+        return _quiet(_in_ns(ns, ["ip", "link", "del", "dev", name]))
+    if k == "iptables":
+        cmd = entry.get("tool", "iptables")
+        check = _in_ns(ns, [cmd, "-w", "-t", entry["table"], "-C", entry["chain"], *entry["args"]])
+        if not _quiet(check):
+            return True
+        return _quiet(_in_ns(ns, [cmd, "-w", "-t", entry["table"], "-D", entry["chain"], *entry["args"]]))
+    if k == "iptables_chain":
+        cmd = entry.get("tool", "iptables")
+        base = _in_ns(ns, [cmd, "-w", "-t", entry["table"]])
+        if not _quiet(base + ["-n", "-L", entry["chain"]]):
+            return True
+        _quiet(base + ["-F", entry["chain"]])
+        return _quiet(base + ["-X", entry["chain"]])
+    if k == "sysctl":
+        if entry.get("old") is None:
+            return True
+        return _quiet(_in_ns(ns, ["sysctl", "-q", "-w", f"{entry['name']}={entry['old']}"]))
+    if k == "dir":
+        p = Path(entry["path"]).resolve()
+        if not any(p.is_relative_to(r) and p != r for r in REMOVABLE_ROOTS):
+            return False
+        shutil.rmtree(p, ignore_errors=True)
+        return not p.exists()
+    if k == "note":
+        return True
+    return False
+
+
+def _kill(pid: int, start_time: int | None) -> bool:
+    if not pid_alive(pid) or (start_time is not None and pid_start_time(pid) != start_time):
+        return True  # gone, or the pid now belongs to someone else: never touch it
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 2.0)):
+        for target in (lambda s: os.killpg(pid, s), lambda s: os.kill(pid, s)):
+            try:
+                target(sig)
+                break
+            except (ProcessLookupError, PermissionError):
+                continue
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            if not pid_alive(pid) or pid_start_time(pid) is None:
+                return True
+            time.sleep(0.05)
+    return not pid_alive(pid)
+
+
+def _kill_netns_processes(name: str) -> None:
+    cp = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True)
+    for tok in cp.stdout.split():
+        if tok.isdigit():
+            _kill(int(tok), pid_start_time(int(tok)))
+
+
+def pending_journals() -> list[Path]:
+    return sorted(JOURNAL_DIR.glob("*.jsonl")) if JOURNAL_DIR.exists() else []

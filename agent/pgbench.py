@@ -1,0 +1,253 @@
+"""The pgbench driver: builds the command, runs it inside the client host, reads its summary and -l logs."""
+from __future__ import annotations
+
+import glob
+import gzip
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import proc
+from .errors import UserError
+
+MODES = ("simple", "extended", "prepared")
+BUILTIN_SCRIPTS = {"tpcb-like": True, "simple-update": True, "select-only": True, "select1": False}
+PROGRESS_RE = re.compile(r"progress: ([\d.]+) s, ([\d.]+) tps, lat ([\d.]+) ms stddev ([\d.]+|NaN)"
+                         r"(?:, (\d+) failed)?")
+
+
+@dataclass
+class Workload:
+    clients: int = 16
+    threads: int | None = None
+    duration_s: int = 10
+    mode: str = "prepared"
+    script: str = "select1"
+    connect: bool = False
+    scale: int = 1
+    rate: float | None = None
+
+    def validate(self, ncpu: int) -> "Workload":
+        if self.clients <= 0:
+            raise UserError(f"--clients must be at least 1 (got {self.clients})")
+        if self.clients > 1000:
+            raise UserError(f"--clients {self.clients} is more than pathprof drives from one host (at most 1000)")
+        if self.threads is None:
+            self.threads = min(self.clients, ncpu)
+        if self.threads <= 0 or self.threads > self.clients:
+            raise UserError(f"--threads must be between 1 and --clients ({self.clients}); got {self.threads}")
+        if self.duration_s <= 0:
+            raise UserError(f"--duration must be a positive number of seconds (got {self.duration_s})")
+        if self.duration_s > 3600:
+            raise UserError("--duration is limited to 3600 s (load loops are bounded)")
+        if self.mode not in MODES:
+            raise UserError(f"--mode must be one of {', '.join(MODES)} (got {self.mode})")
+        if self.scale <= 0:
+            raise UserError(f"--scale must be at least 1 (got {self.scale})")
+        if self.rate is not None and self.rate <= 0:
+            raise UserError(f"--rate must be positive transactions per second (got {self.rate})")
+        if self.script.startswith("@"):
+            p = Path(self.script[1:])
+            if not p.is_file():
+                raise UserError(f"script file {p} does not exist")
+        elif self.script not in BUILTIN_SCRIPTS:
+            raise UserError(f"--script must be one of {', '.join(BUILTIN_SCRIPTS)} or @FILE (got {self.script})")
+        return self
+
+    @property
+    def needs_tables(self) -> bool:
+        return BUILTIN_SCRIPTS.get(self.script, True) if not self.script.startswith("@") else False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Target:
+    host: str        # an address, or a unix socket directory
+    port: int
+    user: str = "postgres"
+    dbname: str = "postgres"
+
+
+def build_argv(w: Workload, target: Target, log_dir: Path, script_dir: Path) -> list[str]:
+    argv = [proc.which("pgbench"), "-n", "-M", w.mode, "-c", str(w.clients), "-j", str(w.threads),
+            "-T", str(w.duration_s), "-P", "1", "-l", f"--log-prefix={log_dir / 'pgbench_log'}"]
+    if w.connect:
+        argv.append("-C")
+    if w.rate:
+        argv += ["-R", f"{w.rate:g}"]
+    if w.script == "select1":
+        path = script_dir / "select1.sql"
+        path.write_text("select 1;\n")
+        argv += ["-f", str(path)]
+    elif w.script.startswith("@"):
+        src = Path(w.script[1:])
+        dst = script_dir / src.name
+        shutil.copyfile(src, dst)  # keep the exact script with the run
+        argv += ["-f", str(dst)]
+    else:
+        argv += ["-b", w.script]
+    argv += ["-h", target.host, "-p", str(target.port), "-U", target.user, target.dbname]
+    return argv
+
+
+@dataclass
+class Progress:
+    elapsed_s: float
+    tps: float
+    latency_ms: float
+    failed: int = 0
+
+
+@dataclass
+class PgbenchResult:
+    tps: float = 0.0
+    tps_excluding_connect: float | None = None
+    transactions: int = 0
+    failed: int = 0
+    latency_ms: dict = field(default_factory=dict)
+    connection_time_ms: float | None = None
+    version: str = ""
+    progress: list = field(default_factory=list)
+    exit_code: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def parse_summary(stdout: str) -> PgbenchResult:
+    r = PgbenchResult()
+    for line in stdout.splitlines():
+        line = line.strip()
+        if m := re.match(r"pgbench \((.+)\)$", line):
+            r.version = m.group(1)
+        elif m := re.match(r"number of transactions actually processed: (\d+)", line):
+            r.transactions = int(m.group(1))
+        elif m := re.match(r"number of failed transactions: (\d+)", line):
+            r.failed = int(m.group(1))
+        elif m := re.match(r"latency average = ([\d.]+) ms", line):
+            r.latency_ms["mean"] = float(m.group(1))
+        elif m := re.match(r"(?:initial|average) connection time = ([\d.]+) ms", line):
+            r.connection_time_ms = float(m.group(1))
+        elif m := re.match(r"tps = ([\d.]+) \((.+)\)", line):
+            if "excluding" in m.group(2):
+                r.tps_excluding_connect = float(m.group(1))
+            else:
+                r.tps = float(m.group(1))
+    return r
+
+
+def parse_progress(line: str) -> Progress | None:
+    m = PROGRESS_RE.search(line)
+    if not m:
+        return None
+    return Progress(float(m.group(1)), float(m.group(2)), float(m.group(3)), int(m.group(5) or 0))
+
+
+def read_logs(log_dir: Path):
+    """Per-transaction latencies (µs) from pgbench's -l files: `client txn latency_us script epoch_s epoch_us`."""
+    import numpy as np
+    import pandas as pd
+    frames = []
+    for path in sorted(glob.glob(str(log_dir / "pgbench_log.*"))):
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt") as f:
+            # A 7th column (schedule lag) appears with --rate; only the first six matter here.
+            df = pd.read_csv(f, sep=" ", header=None, usecols=range(6), engine="c",
+                             names=["client", "txn", "latency_us", "script", "epoch_s", "epoch_us"])
+        frames.append(df)
+    if not frames:
+        return pd.DataFrame({"client": np.array([], dtype=int), "latency_us": np.array([], dtype=float)})
+    return pd.concat(frames, ignore_index=True)
+
+
+def latency_percentiles(logs) -> dict:
+    lat = logs["latency_us"]
+    lat = lat[lat >= 0]  # pgbench logs -1 style markers for skipped/failed transactions
+    if lat.empty:
+        return {}
+    q = lat.quantile([0.5, 0.95, 0.99])
+    return {"mean": lat.mean() / 1000, "p50": q[0.5] / 1000, "p95": q[0.95] / 1000, "p99": q[0.99] / 1000}
+
+
+def compress_logs(log_dir: Path) -> None:
+    for path in glob.glob(str(log_dir / "pgbench_log.*")):
+        if path.endswith(".gz"):
+            continue
+        with open(path, "rb") as src, gzip.open(path + ".gz", "wb", compresslevel=3) as dst:
+            shutil.copyfileobj(src, dst)
+        os.unlink(path)
+
+
+def run(netns: str | None, argv: list[str], out_dir: Path, on_progress: Callable[[Progress], None] | None = None,
+        on_start: Callable[[int], None] | None = None, timeout_s: float = 60) -> PgbenchResult:
+    """Run pgbench to completion (bounded by -T plus timeout_s), streaming -P progress to on_progress."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "argv.txt").write_text(" ".join(argv) + "\n")
+    stdout_f = open(out_dir / "stdout.txt", "w")
+    p = proc.spawn(netns, argv, stdout=stdout_f, stderr=subprocess.PIPE, text=True, bufsize=1, cwd=out_dir)
+    if on_start:
+        on_start(p.pid)
+    progress: list[Progress] = []
+    err_lines: list[str] = []
+
+    def pump():
+        with open(out_dir / "stderr.txt", "w") as err_f:
+            for line in p.stderr:
+                err_f.write(line)
+                pr = parse_progress(line)
+                if pr:
+                    progress.append(pr)
+                    if on_progress:
+                        on_progress(pr)
+                else:
+                    err_lines.append(line.rstrip())
+
+    t = threading.Thread(target=pump, daemon=True)
+    t.start()
+    duration = _duration_of(argv)
+    try:
+        p.wait(timeout=duration + timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.stop_process(p)
+        raise UserError(f"pgbench did not finish within {duration + timeout_s:.0f} s; stopped it")
+    finally:
+        t.join(timeout=5)
+        stdout_f.close()
+    result = parse_summary((out_dir / "stdout.txt").read_text())
+    result.exit_code = p.returncode
+    result.progress = [asdict(x) for x in progress]
+    if p.returncode != 0 and result.transactions == 0:
+        tail = " | ".join(x for x in err_lines[-3:] if x)
+        raise UserError(f"pgbench failed (exit {p.returncode}): {tail or 'no output'}")
+    return result
+
+
+def _duration_of(argv: list[str]) -> float:
+    return float(argv[argv.index("-T") + 1]) if "-T" in argv else 0.0
+
+
+def finish(result: PgbenchResult, log_dir: Path) -> PgbenchResult:
+    """Fill latency percentiles from the per-transaction logs, then compress them."""
+    logs = read_logs(log_dir)
+    if len(logs):
+        pct = latency_percentiles(logs)
+        result.latency_ms = {**pct, **({"mean": result.latency_ms["mean"]} if "mean" in result.latency_ms and
+                                       not pct else {})}
+    compress_logs(log_dir)
+    return result
+
+
+def pgbench_version() -> str:
+    try:
+        out = subprocess.run([proc.which("pgbench"), "--version"], capture_output=True, text=True).stdout
+    except UserError:
+        return ""
+    return out.strip()

@@ -1,0 +1,147 @@
+"""The owned PostgreSQL: initdb'ed under the run's state directory, started inside the topology's server host."""
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import proc
+from .errors import RequirementError, UserError
+from .journal import Journal
+
+PG_USER = "postgres"
+SETTING_RE = re.compile(r"^[a-z_][a-z0-9_.]*$")
+
+
+def parse_pg_set(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not SETTING_RE.match(key) or value == "":
+            raise UserError(f"--pg-set '{item}' is not KEY=VALUE (e.g. --pg-set shared_buffers=256MB)")
+        out[key] = value.strip()
+    return out
+
+
+@dataclass
+class ManagedPostgres:
+    state_dir: Path
+    netns: str | None
+    listen: str                 # an address, or "unix"
+    port: int
+    settings: dict[str, str] = field(default_factory=dict)
+    max_connections: int = 100
+    journal: Journal | None = None
+
+    def __post_init__(self):
+        self.data_dir = self.state_dir / "pgdata"
+        self.socket_dir = self.state_dir / "sock"
+        self.log_path = self.state_dir / "postgres.log"
+        self.process = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def _uid(self) -> tuple[int, int]:
+        try:
+            pw = pwd.getpwnam(PG_USER)
+        except KeyError:
+            raise RequirementError("no 'postgres' system user; install the Debian package postgresql-15") from None
+        return pw.pw_uid, pw.pw_gid
+
+    def initdb(self) -> None:
+        initdb = proc.which("initdb")
+        uid, gid = self._uid()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.state_dir, 0o755)
+        for d in (self.data_dir, self.socket_dir):
+            d.mkdir(mode=0o700, exist_ok=True)
+            os.chown(d, uid, gid)
+        self.log_path.touch()
+        os.chown(self.log_path, uid, gid)
+        # --no-sync: the cluster is thrown away after the run, so durability of initdb's files does not matter.
+        proc.run(None, [initdb, "-D", str(self.data_dir), "-U", PG_USER, "--auth=trust", "--no-sync",
+                        "-E", "UTF8", "--locale=C"], user=PG_USER, timeout=120)
+        with open(self.data_dir / "pg_hba.conf", "a") as f:
+            f.write("host all all 198.18.0.0/15 trust\n")
+
+    def argv(self) -> list[str]:
+        listen = "" if self.listen == "unix" else self.listen
+        conf = {"listen_addresses": listen, "port": str(self.port), "unix_socket_directories": str(self.socket_dir),
+                "max_connections": str(self.max_connections), "logging_collector": "off"}
+        conf.update(self.settings)
+        argv = [proc.which("postgres"), "-D", str(self.data_dir)]
+        for k, v in conf.items():
+            argv += ["-c", f"{k}={v}"]
+        return argv
+
+    def start(self, timeout: float = 30.0) -> None:
+        argv = self.argv()
+        self.process = proc.spawn(self.netns, argv, user=PG_USER, log_path=self.log_path)
+        if self.journal:
+            self.journal.record_process(self.process.pid, argv, self.netns)
+        self.wait_ready(timeout)
+
+    def log_tail(self, n: int = 4) -> str:
+        try:
+            lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            return ""
+        return " | ".join(lines[-n:])
+
+    def conninfo(self, dbname: str = "postgres") -> str:
+        return f"host={self.socket_dir} port={self.port} user={PG_USER} dbname={dbname} connect_timeout=5"
+
+    def wait_ready(self, timeout: float) -> None:
+        import psycopg
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise UserError(f"postgres exited during start-up (exit {self.process.returncode}): {self.log_tail()}")
+            try:
+                with psycopg.connect(self.conninfo(), autocommit=True) as conn:
+                    conn.execute("select 1")
+                    return
+            except psycopg.OperationalError as e:
+                last = e
+                time.sleep(0.1)
+        raise UserError(f"postgres did not accept connections within {timeout:.0f} s: {last}; {self.log_tail()}")
+
+    def query(self, sql: str, params=None) -> list[tuple]:
+        import psycopg
+        with psycopg.connect(self.conninfo(), autocommit=True) as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def describe(self) -> dict:
+        version = self.query("show server_version")[0][0]
+        changed = self.query("select name, current_setting(name) from pg_settings where source not in "
+                             "('default', 'override') order by name")
+        return {"owned": True, "version": version, "pid": self.pid, "port": self.port, "listen": self.listen,
+                "settings": {n: s for n, s in changed}}
+
+    def postmaster_children(self) -> list[int]:
+        """Auxiliary processes (checkpointer, walwriter, ...) present now; backends come later."""
+        if not self.pid:
+            return []
+        try:
+            pgid_children = Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text().split()
+        except OSError:
+            return []
+        return [int(p) for p in pgid_children]
+
+    def init_pgbench(self, scale: int, timeout: float = 600) -> None:
+        pgbench = proc.which("pgbench")
+        proc.run(self.netns, [pgbench, "-i", "-q", "-s", str(scale), "-h", str(self.socket_dir), "-p",
+                              str(self.port), "-U", PG_USER, "postgres"], timeout=timeout)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            # SIGINT = fast shutdown: backends are told to exit, no checkpoint wait beyond what is needed.
+            import signal
+            proc.stop_process(self.process, timeout=15, sig=signal.SIGINT)

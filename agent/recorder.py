@@ -1,0 +1,55 @@
+"""Glue between a live run and its run directory: which processes the probes follow, what they recorded,
+and the process/socket chain the path turned out to be."""
+from __future__ import annotations
+
+import subprocess
+
+from pathprof.analysis.rundir import RunDir
+
+
+def track_path(probes, pg, services) -> None:
+    """Seed the probes with the run's own processes; their children are followed in the kernel."""
+    if pg is not None and pg.pid:
+        probes.track(pg.pid, "postmaster")
+        for child in pg.postmaster_children():
+            probes.track(child, "pg_aux")
+    for svc in services:
+        role = getattr(svc, "role", "proxy")
+        for pid in svc.pids():
+            probes.track(pid, role, hop=svc.hop)
+
+
+def save_probe_result(rd: RunDir, result) -> dict:
+    rd.write_frame("stages.parquet", result.stages)
+    rd.write_frame("cpu.parquet", result.cpu)
+    if getattr(result, "traces", None) is not None and len(result.traces):
+        rd.write_frame("traces.parquet", result.traces)
+    return {"cost": result.cost, "lost": result.lost, "capabilities": getattr(result, "capabilities", None),
+            "notes": getattr(result, "notes", [])}
+
+
+def _listeners(netns: str | None) -> list[dict]:
+    argv = ["ss", "-Htnp", "state", "established"]
+    if netns:
+        argv = ["ip", "netns", "exec", netns, *argv]
+    out = subprocess.run(argv, capture_output=True, text=True).stdout
+    rows = []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 4:
+            rows.append({"local": parts[2], "peer": parts[3], "process": " ".join(parts[4:])})
+    return rows
+
+
+def discovered_path(topo, ctx, pg, services) -> dict:
+    """The chain as configured and as seen (processes and sockets), for topology.json."""
+    target = topo.client.targets[topo.client.target]
+    chain = [{"process": "pgbench", "host": topo.client.host, "netns": topo.netns_of(topo.client.host)},
+             {"connects_to": "unix:" + str(pg.socket_dir) if target.unix and pg else f"{target.host}:{target.port}"}]
+    for svc in services:
+        chain.append({"hop": svc.hop, **svc.describe()})
+    chain.append({"process": "postgres", "host": topo.postgres.host, "netns": topo.netns_of(topo.postgres.host),
+                  "listen": f"{topo.postgres.listen}:{topo.postgres.port}", "pid": pg.pid if pg else None})
+    return {"topology": topo.name, "target": topo.client.target, "chain": chain,
+            "hosts": {h.name: {"netns": h.netns, "addresses": ctx.hosts[h.name].addresses}
+                      for h in topo.hosts.values()}}

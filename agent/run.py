@@ -1,0 +1,308 @@
+"""One profiled run: build the path, start the owned server and hops, attach probes, drive pgbench, record, tear down."""
+from __future__ import annotations
+
+import os
+import platform
+import signal
+import socket
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pathprof
+from pathprof.analysis.rundir import RunDir
+from pathprof.topologies import spec as specmod
+
+from . import pgbench, proc
+from .errors import Interrupted, RequirementError, UserError
+from .journal import Journal
+from .postgres import ManagedPostgres
+
+STATE_ROOT = Path(os.environ.get("PATHPROF_STATE", "/var/lib/pathprof")) / "state"
+
+
+@dataclass
+class RunOptions:
+    topology: str
+    workload: pgbench.Workload
+    pg_settings: dict[str, str] = field(default_factory=dict)
+    dsn: str | None = None
+    probes: str = "basic"
+    runs_dir: Path = Path("runs")
+    topo_options: dict[str, str] = field(default_factory=dict)
+    trace_sample: int = 0
+
+
+class Reporter:
+    """What a run tells the user while it works; the CLI supplies a live view or plain lines."""
+
+    def phase(self, text: str) -> None: ...
+    def progress(self, pr: pgbench.Progress, probe_snapshot: dict | None) -> None: ...
+    def note(self, text: str) -> None: ...
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise RequirementError("pathprof must run as root (it creates namespaces and loads BPF programs); "
+                               "try: sudo pathprof ...")
+
+
+def host_info() -> dict:
+    u = platform.uname()
+    osname = ""
+    try:
+        osname = next(l.split("=", 1)[1].strip('"\n') for l in open("/etc/os-release") if l.startswith("PRETTY_NAME"))
+    except (OSError, StopIteration):
+        pass
+    return {"kernel": u.release, "cpus": os.cpu_count(), "hostname": socket.gethostname(), "os": osname,
+            "machine": u.machine}
+
+
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies from /proc/stat's first line: busy = total - idle - iowait."""
+    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    total = sum(fields[:8])  # guest time is already inside user/nice
+    return total - fields[3] - fields[4], total
+
+
+@contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM takes the same teardown path as Ctrl-C."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextmanager
+def uninterruptible():
+    """Teardown must finish even if the user presses Ctrl-C again."""
+    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+
+
+def execute(opts: RunOptions, ui: Reporter) -> RunDir:
+    require_root()
+    proc.which("pgbench")
+    if opts.dsn:
+        return _execute_dsn(opts, ui)
+    proc.which("initdb")
+    topo = specmod.load(opts.topology, opts.topo_options)
+    services_mod = None
+    if topo.services:
+        from pathprof.topologies import services as services_mod
+        for s in topo.services:
+            check = getattr(services_mod.create(s), "check_workload", None)
+            if check:
+                check(opts.workload.mode, opts.workload.connect)
+    ncpu = os.cpu_count() or 1
+    opts.workload.validate(ncpu)
+    _check_pg_limits(opts)
+    probes = _probe_session(opts, topo)
+    rd = RunDir.create(opts.runs_dir, topo.name)
+    journal = Journal(rd.meta["run_id"])
+    state_dir = STATE_ROOT / rd.meta["run_id"]
+    journal.record("dir", path=str(state_dir))
+    state_dir.mkdir(parents=True, exist_ok=True)
+    rd.update(pathprof_version=pathprof.__version__, host=host_info(),
+              topology={"name": topo.name, "source": topo.source, "options": topo.options, "spec": topo.to_dict()},
+              workload=opts.workload.to_dict(), status="running")
+    services: list = []
+    pg = None
+    try:
+        with sigterm_as_interrupt():
+            from pathprof.topologies import builder
+            ui.phase(f"building topology {topo.name}")
+            ctx = builder.build(topo, journal, state_dir, progress=lambda s: ui.phase(f"creating {s}"))
+            ctx.clients = opts.workload.clients
+            pg = _start_postgres(opts, topo, ctx, journal, state_dir, ui)
+            for s in topo.services:
+                ui.phase(f"starting {s.kind} ({s.name}) in {s.host}")
+                svc = services_mod.create(s)
+                services.append(svc)
+                svc.start(ctx)
+            _measure(opts, topo, ctx, pg, services, probes, rd, ui)
+    except KeyboardInterrupt:
+        rd.update(status="interrupted")
+        raise Interrupted("interrupted; the topology was torn down") from None
+    except BaseException:
+        rd.update(status="failed")
+        raise
+    finally:
+        with uninterruptible():
+            ui.phase("tearing down")
+            if probes is not None:
+                probes.close() if hasattr(probes, "close") else None
+            for svc in reversed(services):
+                try:
+                    svc.stop()
+                except Exception as e:  # keep tearing down
+                    ui.note(f"stopping {svc.kind}: {e}")
+            if pg:
+                pg.stop()
+            problems = journal.teardown()
+            if problems:
+                ui.note("could not remove: " + "; ".join(problems) + " (run `pathprof cleanup`)")
+    rd.update(status="complete")
+    return rd
+
+
+def _check_pg_limits(opts: RunOptions) -> None:
+    mc = opts.pg_settings.get("max_connections")
+    if mc is not None:
+        try:
+            mc_i = int(mc)
+        except ValueError:
+            raise UserError(f"--pg-set max_connections={mc} is not a number") from None
+        if opts.workload.clients > mc_i - 3:
+            raise UserError(f"--clients {opts.workload.clients} exceeds what the server allows "
+                            f"(max_connections={mc_i}, 3 reserved for superusers)")
+
+
+def _probe_session(opts: RunOptions, topo):
+    if opts.probes == "off":
+        return None
+    try:
+        from . import doctor, probes as probes_mod
+    except ImportError:
+        raise RequirementError("the probes are not built into this pathprof; use --probes off") from None
+    doctor.require(opts.probes)
+    ports = sorted({topo.postgres.port, *[t.port for t in topo.client.targets.values() if t.port]} |
+                   {int(s.options["port"]) for s in topo.services if "port" in s.options})
+    cfg = probes_mod.ProbeConfig(level=opts.probes, netns=topo.namespaces(), service_ports=ports,
+                                 postgres_bin=proc.which("postgres"), trace_sample=opts.trace_sample)
+    return probes_mod.ProbeSession(cfg)
+
+
+def _start_postgres(opts, topo, ctx, journal, state_dir, ui):
+    from pathprof.topologies.builder import PostgresEndpoint, port_in_use
+    netns = topo.netns_of(topo.postgres.host)
+    if topo.postgres.kind == "guest":
+        return None  # the qemu-guest service brings its own server
+    if topo.postgres.listen != "unix" and port_in_use(netns, topo.postgres.listen, topo.postgres.port):
+        raise UserError(f"port {topo.postgres.port} is already in use in host '{topo.postgres.host}'")
+    max_conn = max(100, opts.workload.clients + 20)
+    settings = dict(opts.pg_settings)
+    if "max_connections" in settings:
+        max_conn = int(settings.pop("max_connections"))
+    pg = ManagedPostgres(state_dir / "pg", netns, topo.postgres.listen, topo.postgres.port, settings, max_conn,
+                         journal)
+    ui.phase("initdb (owned PostgreSQL)")
+    pg.initdb()
+    ui.phase(f"starting postgres in {topo.postgres.host}")
+    pg.start()
+    if opts.workload.needs_tables:
+        ui.phase(f"pgbench -i -s {opts.workload.scale}")
+        pg.init_pgbench(opts.workload.scale)
+    ctx.postgres = PostgresEndpoint(topo.postgres.host, None if topo.postgres.listen == "unix" else
+                                    topo.postgres.listen, topo.postgres.port, str(pg.socket_dir))
+    return pg
+
+
+def _target(topo, pg) -> pgbench.Target:
+    t = topo.client.targets[topo.client.target]
+    if t.unix:
+        return pgbench.Target(str(pg.socket_dir), t.port)
+    return pgbench.Target(t.host, t.port)
+
+
+def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
+    from . import recorder
+    w = opts.workload
+    client_ns = topo.netns_of(topo.client.host)
+    log_dir = rd.file("pgbench") / "log"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    argv = pgbench.build_argv(w, _target(topo, pg), log_dir, rd.file("pgbench"))
+    if probes is not None:
+        ui.phase(f"loading probes ({opts.probes})")
+        probes.start()
+        recorder.track_path(probes, pg, services)
+    rd.update(pgbench={"argv": argv, "version": pgbench.pgbench_version()},
+              postgres=pg.describe() if pg else {"owned": True, "kind": "guest"},
+              services=[s.describe() for s in services])
+    clock = {}
+
+    def started(pid: int) -> None:
+        if probes is not None:
+            probes.track(pid, "pgbench")
+            probes.reset()
+        clock["cpu0"], clock["t0"] = cpu_times(), time.monotonic_ns()
+
+    ui.phase(f"pgbench: {w.clients} clients, {w.duration_s} s")
+    result = pgbench.run(client_ns, argv, rd.file("pgbench"),
+                         on_progress=lambda pr: ui.progress(pr, probes.snapshot() if probes is not None else None),
+                         on_start=started)
+    (busy1, total1), t1 = cpu_times(), time.monotonic_ns()
+    (busy0, total0) = clock["cpu0"]
+    hz = os.sysconf("SC_CLK_TCK")
+    cpu = {"busy_ns": int((busy1 - busy0) * 1e9 / hz), "elapsed_ns": t1 - clock["t0"], "ncpu": os.cpu_count(),
+           "total_ns": int((total1 - total0) * 1e9 / hz)}
+    ui.phase("reading results")
+    pgbench.finish(result, log_dir)
+    meta_probes = {"level": opts.probes}
+    if probes is not None:
+        presult = probes.stop()
+        meta_probes.update(recorder.save_probe_result(rd, presult))
+    rd.update(pgbench={**rd.meta["pgbench"], "result": result.to_dict()}, cpu=cpu, probes=meta_probes)
+    rd.write_json("topology.json", recorder.discovered_path(topo, ctx, pg, services))
+
+
+def _execute_dsn(opts: RunOptions, ui: Reporter) -> RunDir:
+    import psycopg
+    opts.workload.validate(os.cpu_count() or 1)
+    ui.phase("connecting to --dsn")
+    try:
+        with psycopg.connect(opts.dsn, connect_timeout=5, autocommit=True) as conn:
+            version = conn.execute("show server_version").fetchone()[0]
+            max_conn = int(conn.execute("show max_connections").fetchone()[0])
+            reserved = int(conn.execute("show superuser_reserved_connections").fetchone()[0])
+            in_use = conn.execute("select count(*) from pg_stat_activity where backend_type = 'client backend'"
+                                  ).fetchone()[0]
+    except psycopg.Error as e:
+        msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        raise UserError(f"cannot use --dsn: {msg}") from None
+    free = max_conn - reserved - in_use
+    if opts.workload.clients > free:
+        raise UserError(f"--clients {opts.workload.clients} exceeds what the server allows now "
+                        f"({free} free of max_connections={max_conn})")
+    if opts.probes != "off":
+        ui.note("--dsn: the server is not pathprof's own; probes follow pgbench only")
+    rd = RunDir.create(opts.runs_dir, "dsn")
+    rd.update(pathprof_version=pathprof.__version__, host=host_info(),
+              topology={"name": "dsn", "source": "--dsn", "options": {}, "spec": None},
+              workload=opts.workload.to_dict(), status="running")
+    log_dir = rd.file("pgbench") / "log"
+    log_dir.mkdir(parents=True)
+    conninfo = psycopg.conninfo.conninfo_to_dict(opts.dsn)
+    target = pgbench.Target(str(conninfo.get("host", "")), int(conninfo.get("port", 5432) or 5432),
+                            str(conninfo.get("user", "postgres")), opts.dsn)
+    argv = pgbench.build_argv(opts.workload, target, log_dir, rd.file("pgbench"))
+    # The DSN carries host/port/user itself: pass it as the dbname (pgbench expands conninfo strings).
+    argv = [a for a in argv[:argv.index("-h")]] + [opts.dsn]
+    rd.update(pgbench={"argv": argv, "version": pgbench.pgbench_version()},
+              postgres={"owned": False, "version": version, "settings": {"max_connections": str(max_conn)}})
+    clock = {}
+    with sigterm_as_interrupt():
+        try:
+            result = pgbench.run(None, argv, rd.file("pgbench"),
+                                 on_progress=lambda pr: ui.progress(pr, None),
+                                 on_start=lambda pid: clock.update(cpu0=cpu_times(), t0=time.monotonic_ns()))
+        except KeyboardInterrupt:
+            rd.update(status="interrupted")
+            raise Interrupted("interrupted") from None
+    (busy1, _), t1 = cpu_times(), time.monotonic_ns()
+    hz = os.sysconf("SC_CLK_TCK")
+    pgbench.finish(result, log_dir)
+    rd.update(pgbench={**rd.meta["pgbench"], "result": result.to_dict()},
+              cpu={"busy_ns": int((busy1 - clock["cpu0"][0]) * 1e9 / hz), "elapsed_ns": t1 - clock["t0"],
+                   "ncpu": os.cpu_count()}, probes={"level": "off"}, status="complete")
+    return rd

@@ -1,0 +1,99 @@
+"""The run directory: the only thing analysis reads, so a report made a month later says what the run said."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from pathprof.agent.errors import UserError
+
+SCHEMA = "pathprof-run/1.0"
+SCHEMA_MAJOR = 1
+
+
+class RunDir:
+    def __init__(self, path: Path, meta: dict | None = None):
+        self.path = Path(path)
+        self.meta = meta if meta is not None else {}
+
+    @classmethod
+    def create(cls, root: Path, topology: str, run_id: str | None = None) -> "RunDir":
+        run_id = run_id or time.strftime("%Y%m%d-%H%M%S") + "-" + topology.replace("/", "_")
+        root = Path(root).resolve()
+        path = root / run_id
+        n = 1
+        while path.exists():
+            n += 1
+            path = root / f"{run_id}-{n}"
+        (path / "pgbench").mkdir(parents=True)
+        rd = cls(path, {"schema": SCHEMA, "run_id": path.name, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        rd.save()
+        return rd
+
+    @classmethod
+    def open(cls, path: Path | str) -> "RunDir":
+        path = Path(path)
+        meta_path = path / "run.json"
+        if not path.is_dir():
+            raise UserError(f"{path} is not a run directory (no such directory)")
+        if not meta_path.is_file():
+            raise UserError(f"{path} is not a run directory (no run.json)")
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise UserError(f"{meta_path} is corrupt: {e}") from None
+        if not isinstance(meta, dict) or not isinstance(meta.get("schema"), str):
+            raise UserError(f"{meta_path} is corrupt: no schema field")
+        name, _, version = meta["schema"].partition("/")
+        try:
+            major = int(version.split(".")[0])
+        except ValueError:
+            raise UserError(f"{meta_path}: unreadable schema '{meta['schema']}'") from None
+        if name != "pathprof-run" or major != SCHEMA_MAJOR:
+            raise UserError(f"{meta_path}: schema '{meta['schema']}' is not supported by this pathprof "
+                            f"(it reads {SCHEMA}); use a matching pathprof version")
+        return cls(path, meta)
+
+    def save(self) -> None:
+        tmp = self.path / "run.json.tmp"
+        tmp.write_text(json.dumps(self.meta, indent=2, default=str) + "\n")
+        os.replace(tmp, self.path / "run.json")
+
+    def update(self, **fields) -> None:
+        self.meta.update(fields)
+        self.save()
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def write_json(self, name: str, obj) -> Path:
+        p = self.path / name
+        p.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+        return p
+
+    def read_json(self, name: str):
+        p = self.path / name
+        if not p.exists():
+            return None
+        try:
+            return json.loads(p.read_text())
+        except json.JSONDecodeError as e:
+            raise UserError(f"{p} is corrupt: {e}") from None
+
+    def write_frame(self, name: str, frame) -> Path | None:
+        if frame is None:
+            return None
+        p = self.path / name
+        frame.to_parquet(p, index=False)
+        return p
+
+    def read_frame(self, name: str):
+        import pandas as pd
+        p = self.path / name
+        if not p.exists():
+            return None
+        try:
+            return pd.read_parquet(p)
+        except Exception as e:  # pyarrow raises several types for a truncated or foreign file
+            raise UserError(f"{p} is corrupt: {e}") from None

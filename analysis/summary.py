@@ -1,0 +1,72 @@
+"""The run/report document of DESIGN.md, built from a run directory alone."""
+from __future__ import annotations
+
+from .rundir import RunDir
+
+
+def summarize(rd: RunDir) -> dict:
+    m = rd.meta
+    res = (m.get("pgbench") or {}).get("result") or {}
+    w = m.get("workload") or {}
+    cpu_meta = m.get("cpu") or {}
+    probes = m.get("probes") or {}
+    lat = res.get("latency_ms") or {}
+    out = {
+        "topology": (m.get("topology") or {}).get("name"),
+        "clients": w.get("clients"),
+        "threads": w.get("threads"),
+        "duration_s": w.get("duration_s"),
+        "workload": {k: w.get(k) for k in ("mode", "script", "connect", "scale", "rate")},
+        "tps": res.get("tps"),
+        "transactions": res.get("transactions"),
+        "failed": res.get("failed"),
+        "latency_ms": {k: lat.get(k) for k in ("mean", "p50", "p95", "p99")},
+        "connection_time_ms": res.get("connection_time_ms"),
+        "regime": None,
+        "predicted_tps": None,
+        "stages": [],
+        "cpu": [],
+        "closure": {"latency_error_pct": None, "cpu_error_pct": None},
+        "probe_cost_ns_per_txn": None,
+        "probes": probes.get("level", "off"),
+        "lost_events": probes.get("lost") or {},
+        "host": m.get("host") or {},
+        "topology_options": (m.get("topology") or {}).get("options") or {},
+        "postgres_version": (m.get("postgres") or {}).get("version"),
+        "pathprof_version": m.get("pathprof_version"),
+        "status": m.get("status"),
+        "notes": list(probes.get("notes") or []),
+        "run_dir": str(rd.path),
+    }
+    for svc in m.get("services") or []:
+        if svc.get("accelerator"):
+            out["accelerator"] = svc["accelerator"]
+            out["vhost"] = svc.get("vhost")
+    txns = res.get("transactions") or 0
+    busy = cpu_meta.get("busy_ns")
+    ncpu = cpu_meta.get("ncpu") or (m.get("host") or {}).get("cpus") or 1
+    elapsed = cpu_meta.get("elapsed_ns")
+    if busy and elapsed:
+        out["busy_cpus"] = busy / elapsed
+    stages, cpu = rd.read_frame("stages.parquet"), rd.read_frame("cpu.parquet")
+    if txns and (stages is not None or cpu is not None):
+        from . import views
+        if stages is not None and lat.get("mean"):
+            lv = views.latency_view(stages, txns, lat["mean"] * 1000.0)
+            out["stages"] = lv["stages"]
+            out["closure"]["latency_error_pct"] = lv.get("closure_error_pct")
+            if lv.get("connection_setup"):
+                out["connection_setup"] = lv["connection_setup"]
+        if cpu is not None and busy:
+            cv = views.cpu_view(cpu, txns, busy, elapsed, ncpu)
+            out["cpu"] = cv["components"]
+            out["closure"]["cpu_error_pct"] = cv.get("closure_error_pct")
+            out["regime"] = cv.get("regime")
+            out["predicted_tps"] = cv.get("predicted_tps")
+        cost = probes.get("cost") or {}
+        if cost.get("run_time_ns") is not None:
+            out["probe_cost_ns_per_txn"] = cost["run_time_ns"] / txns
+    if out["regime"] is None and busy and elapsed:
+        # Without probes the regime still follows from busy time: near all CPUs busy means CPU-bound.
+        out["regime"] = "cpu-bound" if busy / elapsed >= 0.9 * ncpu else "latency-bound"
+    return out

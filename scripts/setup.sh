@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Sets up a Debian 12 machine for pathprof, as root: system packages, a virtualenv with pathprof installed,
+# the BPF probes built. Idempotent and quick on a second call (it only does what is missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "setup.sh: run as root (it installs packages and pathprof needs root to run)" >&2
+    exit 2
+fi
+
+PKGS=(postgresql-15 postgresql-contrib pgbouncer pgpool2 docker.io iptables nftables conntrack iproute2
+      clang llvm libbpf-dev libbpf1 bpftool bpftrace make debootstrap qemu-system-x86 qemu-utils e2fsprogs
+      python3 python3-venv procps util-linux kmod)
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup.sh: installing ${missing[*]}" >&2
+    # Packages such as pgbouncer and pgpool2 start their services on install; pathprof runs its own copies
+    # inside namespaces, so keep the packaged ones stopped.
+    created_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && created_policy=1
+    fi
+    trap '[ $created_policy = 1 ] && rm -f /usr/sbin/policy-rc.d' EXIT
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >&2
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+fi
+
+# tracefs is where tracepoints live; some machines do not mount it.
+if ! mountpoint -q /sys/kernel/tracing 2>/dev/null; then
+    mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    /usr/bin/python3 -m venv .venv
+fi
+stamp=.venv/.pathprof-installed
+want=$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "setup.sh: installing pathprof into .venv" >&2
+    .venv/bin/pip install -q --disable-pip-version-check -e '.[test]' >&2
+    echo "$want" > "$stamp"
+fi
+
+if [ -f probes/Makefile ]; then
+    make -s -C probes >&2
+fi

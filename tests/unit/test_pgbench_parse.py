@@ -1,0 +1,68 @@
+from pathlib import Path
+
+import pytest
+
+from pathprof.agent import pgbench
+from pathprof.agent.errors import UserError
+
+DATA = Path(__file__).parent / "data" / "pgbench"
+
+
+def test_summary_long_connections():
+    r = pgbench.parse_summary((DATA / "prepared_c4.stdout").read_text())
+    assert r.transactions == 124758
+    assert r.failed == 0
+    assert r.tps == pytest.approx(41748.177755)
+    assert r.latency_ms["mean"] == pytest.approx(0.078)
+    assert r.connection_time_ms == pytest.approx(11.883)
+    assert r.version.startswith("15.18")
+
+
+def test_summary_new_connection_per_transaction():
+    r = pgbench.parse_summary((DATA / "connect_c1.stdout").read_text())
+    assert r.transactions == 283
+    assert r.tps == pytest.approx(140.882652)
+    assert r.connection_time_ms == pytest.approx(5.953)
+
+
+def test_progress_lines():
+    lines = (DATA / "prepared_c4.stderr").read_text().splitlines()
+    p = [pgbench.parse_progress(l) for l in lines]
+    assert p[0].elapsed_s == 1.0 and p[0].tps == pytest.approx(52851.0) and p[0].latency_ms == pytest.approx(0.055)
+    assert p[1].failed == 0
+    assert pgbench.parse_progress("pgbench: error: connection refused") is None
+
+
+def test_logs_give_percentiles(tmp_path):
+    for f in DATA.glob("prepared_c4.log.*"):
+        (tmp_path / f"pgbench_log.123{f.suffix if f.suffix != '.0' else ''}").write_text(f.read_text())
+    logs = pgbench.read_logs(tmp_path)
+    assert len(logs) == 350
+    raw = sorted(int(l.split()[2]) for f in DATA.glob("prepared_c4.log.*") for l in f.read_text().splitlines())
+    pct = pgbench.latency_percentiles(logs)
+    assert pct["mean"] == pytest.approx(sum(raw) / len(raw) / 1000)
+    assert pct["p50"] <= pct["p95"] <= pct["p99"]
+    pgbench.compress_logs(tmp_path)
+    assert all(p.suffix == ".gz" for p in tmp_path.iterdir())
+    assert len(pgbench.read_logs(tmp_path)) == 350
+
+
+def test_workload_defaults_and_limits(tmp_path):
+    w = pgbench.Workload(clients=16).validate(ncpu=2)
+    assert w.threads == 2
+    assert pgbench.Workload(clients=1).validate(ncpu=2).threads == 1
+    for bad in (dict(clients=0), dict(clients=-3), dict(clients=5000), dict(duration_s=0), dict(mode="fast"),
+                dict(script="nope"), dict(script=f"@{tmp_path}/missing.sql"), dict(clients=2, threads=3)):
+        with pytest.raises(UserError):
+            pgbench.Workload(**bad).validate(ncpu=2)
+
+
+def test_argv(tmp_path):
+    w = pgbench.Workload(clients=4, duration_s=5, connect=True, rate=100).validate(2)
+    argv = pgbench.build_argv(w, pgbench.Target("198.18.1.2", 5432), tmp_path / "log", tmp_path)
+    assert argv[argv.index("-c") + 1] == "4" and argv[argv.index("-j") + 1] == "2"
+    assert "-C" in argv and argv[argv.index("-R") + 1] == "100" and argv[argv.index("-M") + 1] == "prepared"
+    assert (tmp_path / "select1.sql").read_text().strip() == "select 1;"
+    w2 = pgbench.Workload(script="tpcb-like").validate(2)
+    assert w2.needs_tables
+    assert "-b" in pgbench.build_argv(w2, pgbench.Target("/tmp/s", 5432), tmp_path, tmp_path)
