@@ -34,10 +34,11 @@ def cmd_run(a) -> int:
 def cmd_report(a) -> int:
     from pathprof.analysis.rundir import RunDir
     from pathprof.analysis.summary import summarize
-    summaries = [summarize(RunDir.open(p)) for p in a.runs]
+    rundirs = [RunDir.open(p) for p in a.runs]
+    summaries = [summarize(rd) for rd in rundirs]
     if a.html:
         from pathprof.analysis.html import write_html
-        path = write_html(summaries, Path(a.html))
+        path = write_html(summaries, Path(a.html), latency_samples=latency_samples(rundirs, summaries))
         print(f"wrote {path}", file=sys.stderr)
     if a.json:
         _print_json(summaries[0] if len(summaries) == 1 else {"runs": summaries})
@@ -46,6 +47,20 @@ def cmd_report(a) -> int:
         for s in summaries:
             print_report(s)
     return 0
+
+
+def latency_samples(rundirs, summaries, limit: int = 20000) -> dict[str, list[float]]:
+    """Per-run pgbench latencies (ms), subsampled, for the HTML report's CDF."""
+    from pathprof.agent.pgbench import read_logs
+    from pathprof.analysis.explain import run_label
+    out = {}
+    for rd, s in zip(rundirs, summaries):
+        logs = read_logs(rd.path / "pgbench" / "log")
+        if len(logs):
+            lat = logs["latency_us"]
+            lat = lat.sample(limit, random_state=0) if len(lat) > limit else lat
+            out[run_label(s)] = (lat / 1000.0).tolist()
+    return out
 
 
 def cmd_doctor(a) -> int:

@@ -1,0 +1,310 @@
+"""Explaining the gap between two runs, from their summary documents alone.
+
+Everything here is a pure function of DESIGN.md `--json` summaries, so `pathprof diff` a month later prints
+what `pathprof compare` printed live. Optional keys may be missing; nothing here raises on a sparse summary.
+
+Sign conventions (shared with analysis.summary):
+- `tps_delta_pct` = (other − baseline) / baseline × 100, so a slower run has a negative value.
+- a gap is "other − baseline" in µs per transaction; an item's share is its delta over the gap, so items that
+  moved the same way as the gap have positive shares whichever run is faster.
+- `closure.cpu_error_pct` = (sum of CPU components − measured CPU per txn) / measured × 100, which lets us
+  recover the *measured* CPU per transaction when the summary does not carry it directly.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Iterable
+
+# Below this many µs per transaction two runs are "the same" and shares would only amplify noise.
+_MIN_GAP_US = 1e-6
+# Items smaller than this share are folded into "other stages" in the sentence (the table still lists them).
+_SENTENCE_MIN_SHARE = 2.0
+_SENTENCE_MAX_ITEMS = 4
+
+
+def run_label(summary: dict) -> str:
+    """The short name a run goes by in tables and sentences: an explicit label, else its topology."""
+    return str(summary.get("label") or summary.get("topology") or Path(str(summary.get("run_dir", "run"))).name)
+
+
+def _distinct_label(base: dict, other: dict) -> str:
+    """Label of `other`, disambiguated when both runs share a topology (diff of two runs, sweeps, repeats)."""
+    label = run_label(other)
+    if label != run_label(base):
+        return label
+    if opens_connections(other) != opens_connections(base):
+        return f"{label} ({'new connection per transaction' if opens_connections(other) else 'long connections'})"
+    if other.get("clients") != base.get("clients") and other.get("clients") is not None:
+        return f"{label} ({other['clients']} clients)"
+    if other.get("run_dir"):
+        return f"{label} ({Path(str(other['run_dir'])).name})"
+    return f"{label} (other)"
+
+
+def is_cpu_bound(summary: dict) -> bool:
+    return summary.get("regime") == "cpu-bound"
+
+
+def _num(value, default: float = 0.0) -> float:
+    """A finite float from a JSON value; None/NaN/strings become `default` so sparse summaries still explain."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return default
+    return x if math.isfinite(x) else default
+
+
+def stage_totals(summary: dict) -> dict[str, float]:
+    """µs per transaction per stage name, summed over legs (a hop appears on the request and response leg, and a
+    DBA asks about "the docker-proxy hop", not about one of its legs)."""
+    out: dict[str, float] = {}
+    for st in summary.get("stages") or []:
+        name = str(st.get("name", "?"))
+        out[name] = out.get(name, 0.0) + _num(st.get("us_per_txn"))
+    return out
+
+
+def cpu_totals(summary: dict) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for c in summary.get("cpu") or []:
+        name = str(c.get("component", "?"))
+        out[name] = out.get(name, 0.0) + _num(c.get("us_per_txn"))
+    return out
+
+
+def measured_latency_us(summary: dict) -> float:
+    return _num((summary.get("latency_ms") or {}).get("mean")) * 1000.0
+
+
+def opens_connections(summary: dict) -> bool:
+    return bool(summary.get("connection_setup")) or bool((summary.get("workload") or {}).get("connect"))
+
+
+def connection_totals(summary: dict) -> dict[str, float]:
+    """Connection-setup steps as per-transaction items: with a new connection per transaction, µs per connection
+    is µs per transaction. Prefixed `connect.` so a step never merges with a same-named latency stage."""
+    out: dict[str, float] = {}
+    for step in summary.get("connection_setup") or []:
+        name = str(step.get("name", "?"))
+        name = name if name.startswith("connect.") else f"connect.{name}"
+        out[name] = out.get(name, 0.0) + _num(step.get("us_per_conn"))
+    return out
+
+
+def cycle_us(summary: dict) -> float:
+    """Time one client spends per transaction, connection setup and teardown included: clients / TPS. pgbench's
+    per-transaction latency starts *after* connecting under -C, so only this measure contains what -C costs."""
+    tps, clients = _num(summary.get("tps")), _num(summary.get("clients"), default=1.0) or 1.0
+    return clients * 1e6 / tps if tps > 0 else 0.0
+
+
+def measured_cpu_us(summary: dict) -> float:
+    """Measured CPU µs per transaction (busy CPU time / transactions), independent of the component sum where the
+    summary allows it, so the unexplained remainder means something."""
+    if summary.get("cpu_us_per_txn") is not None:
+        return _num(summary["cpu_us_per_txn"])
+    busy, tps = _num(summary.get("busy_cpus")), _num(summary.get("tps"))
+    if busy > 0 and tps > 0:
+        return busy * 1e6 / tps       # busy CPU-seconds per second / transactions per second
+    total = sum(cpu_totals(summary).values())
+    err = (summary.get("closure") or {}).get("cpu_error_pct")
+    if err is not None and total and _num(err, default=math.nan) > -100:
+        return total / (1.0 + _num(err) / 100.0)
+    return total
+
+
+def explain(baseline: dict, other: dict) -> dict:
+    """Why `other`'s TPS differs from `baseline`'s: ranked per-stage or per-component deltas with their shares.
+
+    Basis: CPU view when either run is CPU-bound (then TPS = busy CPUs / CPU per txn, so CPU per txn is what
+    moves throughput), latency view otherwise (then TPS ≈ clients / latency).
+    """
+    basis = "cpu" if (is_cpu_bound(baseline) or is_cpu_bound(other)) else "latency"
+    if basis == "cpu":
+        a, b = cpu_totals(baseline), cpu_totals(other)
+        gap = measured_cpu_us(other) - measured_cpu_us(baseline)
+        measure = "cpu_us_per_txn"
+    elif opens_connections(baseline) or opens_connections(other):
+        a = {**stage_totals(baseline), **connection_totals(baseline)}
+        b = {**stage_totals(other), **connection_totals(other)}
+        gap = cycle_us(other) - cycle_us(baseline)
+        measure = "client_cycle_us"
+    else:
+        a, b = stage_totals(baseline), stage_totals(other)
+        gap = measured_latency_us(other) - measured_latency_us(baseline)
+        measure = "mean_latency_us"
+
+    # A stage present in only one run counts fully (missing = 0 µs), e.g. a hop that only one path has.
+    names = list(dict.fromkeys([*a, *b]))
+    items = []
+    for name in names:
+        delta = b.get(name, 0.0) - a.get(name, 0.0)
+        share = delta / gap * 100.0 if abs(gap) > _MIN_GAP_US else 0.0
+        items.append({"name": name, "delta_us_per_txn": round(delta, 3), "share_pct": round(share, 1)})
+    # Ranked by share; ties (e.g. zero gap) fall back to the size of the move so the table still reads sensibly.
+    items.sort(key=lambda it: (-it["share_pct"], -abs(it["delta_us_per_txn"])))
+    if abs(gap) > _MIN_GAP_US:
+        unexplained = (gap - sum(b.get(n, 0.0) - a.get(n, 0.0) for n in names)) / gap * 100.0
+    else:
+        unexplained = 0.0
+
+    base_tps, other_tps = _num(baseline.get("tps")), _num(other.get("tps"))
+    tps_delta = (other_tps - base_tps) / base_tps * 100.0 if base_tps else 0.0
+    return {
+        "run": _distinct_label(baseline, other),
+        "baseline": run_label(baseline),
+        "tps_delta_pct": round(tps_delta, 1),
+        "basis": basis,
+        "gap_us_per_txn": round(gap, 3),
+        "measure": measure,     # what the gap is a difference of; client_cycle_us = clients / TPS, under -C
+        "items": items,
+        "unexplained_pct": round(unexplained, 1),
+    }
+
+
+def _item_phrase(name: str) -> str:
+    """`hop.docker-proxy` reads as "the docker-proxy hop"; other names are already what the README documents."""
+    if name.startswith("hop."):
+        return f"the {name[4:]} hop"
+    if name.startswith("connect."):
+        return f"{name[8:]} (connection setup)"
+    return name
+
+
+def _fmt_pct(x: float) -> str:
+    x = x + 0.0  # turns -0.0 into 0.0 so a sentence never says "-0 %"
+    if abs(x) < 0.05:
+        return "0 %"
+    return f"{x:.0f} %" if abs(x) >= 1 or x == 0 else f"{x:.1f} %"
+
+
+def explain_text(expl: dict) -> str:
+    """One sentence a DBA reads, e.g. "docker-dnat is 60 % slower than docker-bridge; 91 % of that is the
+    docker-proxy hop (+14 µs CPU per transaction), 6 % netfilter, 3 % unexplained". With `real_gap` set (by
+    compare --repeat, from is_real_gap) the sentence also says whether the gap stands out of the noise."""
+    text = _explain_sentence(expl)
+    if expl.get("real_gap") is True:
+        return text + " (the gap exceeds the run-to-run spread)"
+    if expl.get("real_gap") is False:
+        return text + " (but the gap is within the run-to-run spread: treat it as noise)"
+    return text
+
+
+def _explain_sentence(expl: dict) -> str:
+    run, base = expl.get("run", "run"), expl.get("baseline", "the baseline")
+    tps_delta = _num(expl.get("tps_delta_pct"))
+    gap = _num(expl.get("gap_us_per_txn"), default=math.nan)
+    unit = "µs CPU per transaction" if expl.get("basis") == "cpu" else "µs per transaction"
+    if abs(tps_delta) < 0.5 and (math.isnan(gap) or abs(gap) <= _MIN_GAP_US):
+        return f"{run} is as fast as {base} ({tps_delta:+.1f} % TPS); there is no gap to explain"
+    if abs(tps_delta) < 0.5:
+        # Same throughput but a different cost (e.g. latency-bound at equal client counts): name the cost instead.
+        head = f"{run} runs at the same TPS as {base} but costs {gap:+.1f} {unit}"
+    else:
+        head = f"{run} is {abs(tps_delta):.0f} % {'slower' if tps_delta < 0 else 'faster'} than {base}"
+    if not math.isnan(gap) and abs(gap) <= _MIN_GAP_US:
+        what = "CPU" if expl.get("basis") == "cpu" else "mean latency"
+        return f"{head}, but its {what} per transaction is unchanged, so there is nothing to split"
+
+    items = expl.get("items") or []
+    if not items:
+        what = "component" if expl.get("basis") == "cpu" else "stage"
+        return f"{head}; these runs have no per-{what} figures to split it (were probes off?)"
+    shown = [it for it in items if _num(it.get("share_pct")) >= _SENTENCE_MIN_SHARE][:_SENTENCE_MAX_ITEMS]
+    parts = []
+    for i, it in enumerate(shown):
+        name = _item_phrase(str(it["name"]))
+        if i == 0:
+            parts.append(f"{_fmt_pct(_num(it['share_pct']))} of that is {name}"
+                         f" ({_num(it['delta_us_per_txn']):+,.1f} {unit})")
+        else:
+            parts.append(f"{_fmt_pct(_num(it['share_pct']))} {name}")
+    rest = [it for it in items if it not in shown and abs(_num(it.get("share_pct"))) >= 0.5]
+    if rest:
+        rest_share = sum(_num(it.get("share_pct")) for it in rest)
+        parts.append(f"{_fmt_pct(rest_share)} {len(rest)} other {'item' if len(rest) == 1 else 'items'}")
+    parts.append(f"{_fmt_pct(_num(expl.get('unexplained_pct')))} unexplained")
+    if not shown:
+        # Nothing dominates: say so rather than inventing a culprit.
+        return f"{head}; no single stage accounts for it: " + ", ".join(parts)
+    return f"{head}; " + ", ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Host differences (listed first by `pathprof diff`): a gap between machines is not a gap between paths.
+
+def _dig(summary: dict, *paths: str):
+    """First non-empty value among dotted key paths, so both the summary layout and the run.json layout work."""
+    for path in paths:
+        cur = summary
+        for key in path.split("."):
+            cur = cur.get(key) if isinstance(cur, dict) else None
+            if cur is None:
+                break
+        if cur not in (None, ""):
+            return cur
+    return None
+
+
+_HOST_FIELDS = [
+    ("kernel", ("host.kernel", "kernel")),
+    ("CPUs", ("host.cpus", "cpu_count", "cpus")),
+    ("OS", ("host.os",)),
+    ("machine", ("host.machine",)),
+    ("pathprof version", ("pathprof_version", "versions.pathprof")),
+    ("PostgreSQL version", ("postgres_version", "postgres.version", "versions.postgres")),
+    ("pgbench version", ("pgbench_version", "pgbench.version", "versions.pgbench")),
+    ("accelerator", ("accelerator", "host.accelerator")),
+    ("probe level", ("probe_level", "probes.level", "probes")),
+    ("hostname", ("host.hostname", "hostname")),
+    # Workload differences are not host differences, but they invalidate a path comparison just the same.
+    ("clients", ("clients", "workload.clients")),
+    ("threads", ("threads", "workload.threads")),
+    ("mode", ("workload.mode",)),
+    ("script", ("workload.script",)),
+    ("new connection per transaction", ("workload.connect",)),
+]
+
+
+def host_differences(a: dict, b: dict) -> list[str]:
+    """Human lines such as "kernel: 6.1.0-18-amd64 → 6.18.0" for every machine/version/workload fact that differs.
+    A fact missing on one side is reported ("unknown"), since it may hide a difference."""
+    out = []
+    for label, paths in _HOST_FIELDS:
+        va, vb = _dig(a, *paths), _dig(b, *paths)
+        if va is None and vb is None:
+            continue
+        if str(va) != str(vb):
+            out.append(f"{label}: {va if va is not None else 'unknown'} → {vb if vb is not None else 'unknown'}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Repeats: is a gap real or noise?
+
+def spread(summaries: Iterable[dict]) -> dict:
+    """TPS spread of repeated runs of one configuration: n, mean, min, max, stdev (sample; 0 for one run)."""
+    tps = [_num(s.get("tps")) for s in summaries]
+    if not tps:
+        return {"n": 0, "mean": 0.0, "min": 0.0, "max": 0.0, "stdev": 0.0}
+    return {
+        "n": len(tps),
+        "mean": statistics.fmean(tps),
+        "min": min(tps),
+        "max": max(tps),
+        "stdev": statistics.stdev(tps) if len(tps) > 1 else 0.0,
+    }
+
+
+def is_real_gap(base_runs: list[dict], other_runs: list[dict]) -> bool:
+    """True when the TPS gap exceeds the run-to-run spread: the two sets' [min, max] ranges do not overlap.
+
+    With fewer than two runs on a side there is no measure of noise, so the gap is *not shown* to be real
+    (False); the caller should say "run with --repeat" rather than "noise".
+    """
+    if len(base_runs) < 2 or len(other_runs) < 2:
+        return False
+    a, b = spread(base_runs), spread(other_runs)
+    return a["max"] < b["min"] or b["max"] < a["min"]

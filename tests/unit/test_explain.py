@@ -1,0 +1,147 @@
+"""Explanations on synthetic summaries whose right answer is known by construction."""
+import copy
+
+import pytest
+
+from fixtures_summaries import BASE_CPU, bridge, connect_run, dnat, long_conn_run, plus_stage, summary
+from pathprof.analysis.explain import (explain, explain_text, host_differences, is_real_gap, measured_cpu_us,
+                                       spread)
+
+
+def test_one_stage_slower_ranks_first_with_full_share():
+    a = summary("loopback")
+    b = plus_stage(a, "recv.backend", 5.0, topology="nic", tps=60000.0)
+    e = explain(a, b)
+    assert e["basis"] == "latency"
+    assert e["run"] == "nic"
+    assert e["items"][0]["name"] == "recv.backend"
+    assert e["items"][0]["delta_us_per_txn"] == pytest.approx(5.0)
+    assert e["items"][0]["share_pct"] == pytest.approx(100.0, abs=0.1)
+    assert e["unexplained_pct"] == pytest.approx(0.0, abs=0.1)
+    assert e["tps_delta_pct"] == pytest.approx((60000 - 64765) / 64765 * 100, abs=0.05)
+
+
+def test_gap_split_three_to_one():
+    a = summary("loopback")
+    b = plus_stage(plus_stage(a, "runqueue.backend", 6.0), "netfilter.output", 2.0, topology="nic", tps=60000.0)
+    items = {it["name"]: it["share_pct"] for it in explain(a, b)["items"]}
+    assert items["runqueue.backend"] == pytest.approx(75.0, abs=0.1)
+    assert items["netfilter.output"] == pytest.approx(25.0, abs=0.1)
+    assert [it["name"] for it in explain(a, b)["items"][:2]] == ["runqueue.backend", "netfilter.output"]
+
+
+def test_stage_present_in_one_run_counts_fully():
+    a = summary("docker-bridge")
+    b = plus_stage(a, "hop.docker-proxy", 20.0, topology="docker-dnat", tps=40000.0)
+    e = explain(a, b)
+    assert e["items"][0] == {"name": "hop.docker-proxy", "delta_us_per_txn": 20.0, "share_pct": 100.0}
+    # and the reverse direction: the stage vanished, the gap is negative, the share is still 100 %
+    r = explain(b, a)
+    assert r["items"][0]["name"] == "hop.docker-proxy"
+    assert r["items"][0]["delta_us_per_txn"] == -20.0
+    assert r["items"][0]["share_pct"] == 100.0
+
+
+def test_unexplained_is_the_part_items_do_not_cover():
+    a = summary("loopback")
+    b = plus_stage(a, "recv.backend", 8.0, topology="nic", tps=60000.0)
+    b["latency_ms"]["mean"] += 0.002            # 2 µs of measured latency that no stage saw
+    e = explain(a, b)
+    assert e["items"][0]["share_pct"] == pytest.approx(80.0, abs=0.1)
+    assert e["unexplained_pct"] == pytest.approx(20.0, abs=0.1)
+
+
+def test_cpu_bound_uses_cpu_components():
+    e = explain(bridge(), dnat())
+    assert e["basis"] == "cpu"
+    names = [it["name"] for it in e["items"]]
+    assert names[:3] == ["hop.docker-proxy", "softirq.net", "netfilter"]
+    assert "runqueue.backend" not in names          # a latency stage, not a CPU component
+    assert e["gap_us_per_txn"] == pytest.approx(45.4, abs=0.01)
+    assert e["items"][0]["share_pct"] == pytest.approx(40.0 / 45.4 * 100, abs=0.1)
+    assert e["unexplained_pct"] == pytest.approx(0.4 / 45.4 * 100, abs=0.1)
+
+
+def test_basis_is_cpu_when_either_run_is_cpu_bound():
+    a, b = summary("a"), summary("b", regime="cpu-bound")
+    assert explain(a, b)["basis"] == "cpu"
+    assert explain(b, a)["basis"] == "cpu"
+    assert explain(a, summary("c"))["basis"] == "latency"
+
+
+def test_measured_cpu_prefers_busy_time():
+    s = summary(cpu=dict(BASE_CPU), tps=50000.0)
+    s["busy_cpus"] = 2.0
+    assert measured_cpu_us(s) == pytest.approx(40.0)
+    s.pop("busy_cpus")
+    s["closure"]["cpu_error_pct"] = 3.0
+    assert measured_cpu_us(s) == pytest.approx(30.9 / 1.03)
+
+
+def test_sparse_summaries_do_not_raise():
+    e = explain({"topology": "a", "tps": 100}, {"topology": "b", "tps": 50, "latency_ms": {"mean": 1.0}})
+    assert e["items"] == [] and e["unexplained_pct"] == 100.0
+    assert "50 % slower" in explain_text(e)
+    assert explain({}, {})["tps_delta_pct"] == 0.0
+
+
+def test_sentence_reads_like_the_issue():
+    text = explain_text(explain(bridge(), dnat()))
+    assert text.startswith("docker-dnat is 60 % slower than docker-bridge; 88 % of that is the docker-proxy hop "
+                           "(+40.0 µs CPU per transaction)")
+    assert "8 % softirq.net" in text and "3 % netfilter" in text and text.endswith("0.9 % unexplained")
+    assert text.index("docker-proxy") < text.index("softirq.net") < text.index("netfilter")
+
+
+def test_sentence_for_equal_runs_and_faster_runs():
+    a = summary("loopback")
+    assert "no gap to explain" in explain_text(explain(a, copy.deepcopy(a)))
+    faster = plus_stage(a, "recv.backend", -2.0, topology="unix", tps=70000.0)
+    text = explain_text(explain(a, faster))
+    assert text.startswith("unix is 8 % faster than loopback; 100 % of that is recv.backend (-2.0 µs")
+    assert "-0 %" not in text
+
+
+def test_host_differences_lists_machine_facts():
+    a = summary("x")
+    b = summary("x", host={"kernel": "6.1.0", "cpus": 8, "hostname": "vm1"}, pathprof_version="0.2.0",
+                postgres_version="16.4", accelerator="tcg")
+    diffs = host_differences(a, b)
+    assert diffs[0] == "kernel: 6.18.0 → 6.1.0"
+    assert "CPUs: 2 → 8" in diffs
+    assert "pathprof version: unknown → 0.2.0" in diffs
+    assert "PostgreSQL version: unknown → 16.4" in diffs
+    assert "accelerator: unknown → tcg" in diffs
+    assert host_differences(a, copy.deepcopy(a)) == []
+
+
+def test_spread_and_real_gap():
+    runs = [summary(tps=t) for t in (100.0, 110.0, 105.0)]
+    sp = spread(runs)
+    assert sp == {"n": 3, "mean": 105.0, "min": 100.0, "max": 110.0, "stdev": pytest.approx(5.0)}
+    assert spread([summary(tps=7.0)])["stdev"] == 0.0
+    assert is_real_gap(runs, [summary(tps=t) for t in (150.0, 155.0)])
+    assert not is_real_gap(runs, [summary(tps=t) for t in (108.0, 115.0)])       # ranges overlap: noise
+    assert not is_real_gap(runs[:1], [summary(tps=200.0)])                       # one run each: not shown
+
+
+def test_sentence_mentions_noise_when_repeats_say_so():
+    e = explain(bridge(), dnat())
+    assert "spread" not in explain_text(e)
+    assert explain_text(dict(e, real_gap=True)).endswith("(the gap exceeds the run-to-run spread)")
+    assert "treat it as noise" in explain_text(dict(e, real_gap=False))
+
+
+def test_new_connection_per_transaction_is_explained_by_connection_setup():
+    e = explain(long_conn_run(), connect_run())
+    assert e["basis"] == "latency" and e["measure"] == "client_cycle_us"
+    assert e["tps_delta_pct"] == pytest.approx(-99.0, abs=0.1)
+    assert e["gap_us_per_txn"] == pytest.approx(3030.0 - 30.1, abs=0.01)
+    assert [it["name"] for it in e["items"][:3]] == ["connect.backend.start", "connect.postmaster.fork",
+                                                      "connect.auth"]
+    assert e["items"][0]["share_pct"] == pytest.approx(1400 / 2999.9 * 100, abs=0.1)
+    assert e["unexplained_pct"] == pytest.approx(229.9 / 2999.9 * 100, abs=0.1)
+    text = explain_text(e)
+    assert text.startswith("unix (new connection per transaction) is 99 % slower than unix; 47 % of that is "
+                           "backend.start (connection setup) (+1,400.0 µs per transaction), "
+                           "32 % postmaster.fork (connection setup)")

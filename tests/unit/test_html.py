@@ -1,0 +1,54 @@
+import base64
+import random
+import re
+
+from fixtures_summaries import bridge, dnat, sweep_runs
+from pathprof.analysis.explain import explain, explain_text
+from pathprof.analysis.html import write_html
+from pathprof.analysis.sweep import sweep_analysis, sweep_text
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_compare_report(tmp_path):
+    b, d = bridge(), dnat()
+    d["closure"]["latency_error_pct"] = 9.0
+    expl = explain(b, d)
+    rng = random.Random(1)
+    samples = {"docker-bridge": [rng.lognormvariate(-1.4, 0.4) for _ in range(500)],
+               "docker-dnat": [rng.lognormvariate(-0.8, 0.4) for _ in range(500)]}
+    path = write_html([b, d], tmp_path / "report.html", explanations=[expl], latency_samples=samples)
+    doc = path.read_text()
+    assert doc.startswith("<!DOCTYPE html>") and "<style>" in doc and "<script" not in doc
+    assert "http://" not in doc and "https://" not in doc            # self-contained
+    sentence = explain_text(expl)
+    assert sentence in doc
+    assert doc.index(sentence) < doc.index("<img")                   # explanation at the top
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', doc)
+    assert len(images) == 4                                          # stages, cpu, cdf, tps
+    assert all(base64.b64decode(i).startswith(PNG_MAGIC) for i in images)
+    for name in ("stages", "cpu", "latency-cdf", "tps"):
+        assert (tmp_path / f"report-{name}.png").read_bytes().startswith(PNG_MAGIC)
+    # caveats visible: closure that fails, probe cost
+    assert "does not close (+9.0 %)" in doc and "850 ns" in doc
+    assert "hop.docker-proxy" in doc and "88.1 %" in doc
+    assert "userland-proxy on" in doc
+
+
+def test_single_run_and_sweep(tmp_path):
+    path = write_html([bridge()], tmp_path / "one.html")
+    doc = path.read_text()
+    assert "docker-bridge: 64,765 TPS" in doc and "runqueue.pgbench" in doc
+    assert not (tmp_path / "one-latency-cdf.png").exists()           # no samples, no CDF
+    runs = sweep_runs()
+    sw = sweep_analysis(runs)
+    doc = write_html(runs, tmp_path / "sweep.html", sweep=sw).read_text()
+    assert sweep_text(sw) in doc
+    assert (tmp_path / "sweep-sweep.png").exists()
+    assert "loopback (4 cl.)" in doc
+
+
+def test_same_input_same_png(tmp_path):
+    write_html([bridge(), dnat()], tmp_path / "a.html")
+    write_html([bridge(), dnat()], tmp_path / "b.html")
+    assert (tmp_path / "a-stages.png").read_bytes() == (tmp_path / "b-stages.png").read_bytes()
