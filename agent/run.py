@@ -69,7 +69,11 @@ def cpu_times() -> tuple[int, int]:
 @contextmanager
 def sigterm_as_interrupt():
     """SIGTERM takes the same teardown path as Ctrl-C."""
+    me = os.getpid()
+
     def handler(signum, frame):
+        if os.getpid() != me:  # a forked helper (pyroute2's) must not run the parent's teardown
+            os._exit(1)
         raise KeyboardInterrupt
     old = signal.signal(signal.SIGTERM, handler)
     try:

@@ -1,0 +1,279 @@
+"""Each of the docker and pooler paths, built for real with `pathprof run`, checked for what defines it.
+
+While pgbench runs, the test looks inside the namespaces: the docker-proxy process listening on the published
+port and connected to the container; without the proxy, a DNAT'ed conntrack entry and a moving DNAT counter;
+pooler processes holding connections to postgres. After the run, the machine's own (non-pp-) namespaces, links
+and the root namespace's iptables must be exactly as before, and nothing of the topology may remain. Other
+engineers' runs may create their own pp- objects meanwhile, so those are not compared.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pathprof.topologies import spec
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces: needs root")]
+
+PATHPROF = [str(Path(sys.executable).parent / "pathprof")]     # the venv's console script
+DURATION_S = 4
+
+
+def sh(argv: list[str], netns: str | None = None, check: bool = False) -> str:
+    full = (["ip", "netns", "exec", netns] if netns else []) + argv
+    cp = subprocess.run(full, capture_output=True, text=True, timeout=30)
+    if check and cp.returncode:
+        raise AssertionError(f"{full}: {cp.stderr}")
+    return cp.stdout
+
+
+def machine_state() -> dict:
+    """What must be untouched: everything that is not a pp- object, and the whole root iptables ruleset."""
+    netns = {l.split()[0] for l in sh(["ip", "netns", "list"]).splitlines() if l.strip()}
+    links = {l.split(":")[1].strip().split("@")[0] for l in sh(["ip", "-o", "link"]).splitlines()}
+    rules = [l for l in sh(["iptables-save"]).splitlines() if not l.startswith("#")]
+    return {"netns": {n for n in netns if not n.startswith("pp-")},
+            "links": {n for n in links if not n.startswith("pp-")}, "iptables": rules,
+            "all_netns": netns, "all_links": links}
+
+
+def topology_names(t) -> set[str]:
+    return {h.netns for h in t.hosts.values() if h.netns} | {b.name for b in t.bridges} | \
+        {e.ifname for l in t.links for e in (l.a, l.b) if e}
+
+
+def established(netns: str) -> list[dict]:
+    """ss -tnp established sockets in a namespace: local, peer, process names and pids."""
+    out = []
+    for line in sh(["ss", "-Htnp", "state", "established"], netns).splitlines():
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        procs = re.findall(r'\("([^"]+)",pid=(\d+)', line)
+        out.append({"local": parts[2], "peer": parts[3], "procs": {p for p, _ in procs}})
+    return out
+
+
+def listening(netns: str) -> list[dict]:
+    out = []
+    for line in sh(["ss", "-Htlnp"], netns).splitlines():
+        parts = line.split()
+        out.append({"local": parts[3], "procs": {p for p, _ in re.findall(r'\("([^"]+)",pid=(\d+)', line)}})
+    return out
+
+
+def dnat_packets(netns: str) -> int:
+    out = sh(["iptables", "-w", "-t", "nat", "-L", "PP-DOCKER", "-n", "-v", "-x"], netns)
+    return sum(int(l.split()[0]) for l in out.splitlines() if "DNAT" in l)
+
+
+def pgbench_running(netns: str) -> bool:
+    for pid in sh(["ip", "netns", "pids", netns]).split():
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "pgbench":
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def run_path(topology: str, *args: str, clients: int = 4, observe=None) -> tuple[dict, dict]:
+    """`pathprof run` in the background; `observe(topo)` runs once pgbench has been going for a second.
+    Returns (run json, observations)."""
+    opts = {}
+    for i, a in enumerate(args):
+        if a == "--userland-proxy":
+            opts["userland_proxy"] = args[i + 1]
+        elif a == "--target":
+            opts["target"] = args[i + 1]
+        elif a == "--option":
+            k, v = args[i + 1].split("=", 1)
+            opts[k] = v
+    t = spec.load(topology, opts)
+    before = machine_state()
+    taken = topology_names(t) & (before["all_netns"] | before["all_links"])
+    if taken:
+        pytest.skip(f"{', '.join(sorted(taken))} in use (another run?)")
+    argv = [*PATHPROF, "run", "--topology", topology, "--clients", str(clients), "--duration", str(DURATION_S),
+            "--probes", "off", "--json", "--no-live", "--runs-dir", "/tmp/pp-tc-test-runs", *args]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: dict = {}
+    client_ns = t.hosts[t.client.host].netns
+
+    def watch():
+        deadline = time.monotonic() + 120
+        while p.poll() is None and time.monotonic() < deadline:
+            if pgbench_running(client_ns):
+                time.sleep(1.0)
+                seen.update(observe(t) if observe else {})
+                seen["observed"] = True
+                return
+            time.sleep(0.1)
+
+    w = threading.Thread(target=watch)
+    w.start()
+    out, err = p.communicate(timeout=300)
+    w.join()
+    assert p.returncode == 0, f"pathprof run failed ({p.returncode}): {err[-2000:]}"
+    result = json.loads(out)
+    after = machine_state()
+    assert after["netns"] == before["netns"] and after["links"] == before["links"], "non-pp objects changed"
+    assert after["iptables"] == before["iptables"], "root namespace iptables changed"
+    left = topology_names(t) & (after["all_netns"] | after["all_links"])
+    assert not left, f"left behind: {left}"
+    assert seen.get("observed"), f"pgbench never seen running in {client_ns}: {err[-1000:]}"
+    return result, seen
+
+
+# ---- docker ----
+
+def test_docker_bridge():
+    def observe(t):
+        return {"est": established("pp-dk-host")}
+    r, seen = run_path("docker-bridge", observe=observe)
+    assert r["tps"] > 0
+    assert any(s["peer"] == "198.18.0.2:5432" and "pgbench" in s["procs"] for s in seen["est"])
+
+
+def docker_observe(t):
+    return {"est": established("pp-dk-host"), "listen": listening("pp-dk-host"), "dnat": dnat_packets("pp-dk-host"),
+            "conntrack": sh(["conntrack", "-L", "-p", "tcp"], "pp-dk-host")}
+
+
+def test_docker_dnat_userland_proxy_on():
+    r, seen = run_path("docker-dnat", observe=docker_observe)
+    assert r["tps"] > 0
+    assert any(l["local"].endswith(":49155") and "docker-proxy" in l["procs"] for l in seen["listen"]), seen["listen"]
+    assert any(s["peer"] == "127.0.0.1:49155" and "pgbench" in s["procs"] for s in seen["est"])
+    proxy_up = [s for s in seen["est"] if s["peer"] == "198.18.0.2:5432" and "docker-proxy" in s["procs"]]
+    assert len(proxy_up) >= 4, seen["est"]                   # one upstream connection per client
+    # DESIGN.md's point: with the proxy on, 127.0.0.1 traffic never meets the DNAT rule.
+    assert seen["dnat"] == 0
+
+
+def test_docker_dnat_userland_proxy_off():
+    r, seen = run_path("docker-dnat", "--userland-proxy", "off", observe=docker_observe)
+    assert r["tps"] > 0
+    assert not any("docker-proxy" in l["procs"] for l in seen["listen"])
+    assert seen["dnat"] > 0
+    # original direction 127.0.0.1 -> 127.0.0.1:49155, reply from the container's 5432: a DNAT'ed entry
+    dnat = [l for l in seen["conntrack"].splitlines()
+            if "dst=127.0.0.1" in l and "dport=49155" in l and "src=198.18.0.2" in l and "sport=5432" in l]
+    assert dnat, seen["conntrack"]
+
+
+def test_docker_dnat_target_container():
+    r, seen = run_path("docker-dnat", "--target", "container", observe=docker_observe)
+    assert r["tps"] > 0
+    assert any(s["peer"] == "198.18.0.2:5432" and "pgbench" in s["procs"] for s in seen["est"])
+    assert seen["dnat"] == 0
+
+
+# ---- poolers ----
+
+def pooler_check(seen, pooler: str, server: str, n: int):
+    ups = [s for s in seen["est"] if s["peer"] == server and pooler in s["procs"]]
+    assert len(ups) >= n, f"{pooler} holds {len(ups)} connections to {server}: {seen['est']}"
+
+
+def test_pgbouncer_session():
+    r, seen = run_path("pgbouncer", observe=lambda t: {"est": established("pp-pgbouncer")})
+    assert r["tps"] > 0
+    pooler_check(seen, "pgbouncer", "127.0.0.1:5432", 4)       # session mode: one server connection per client
+
+
+def test_pgbouncer_transaction_simple():
+    r, seen = run_path("pgbouncer", "--option", "pool_mode=transaction", "--mode", "simple",
+                       observe=lambda t: {"est": established("pp-pgbouncer")})
+    assert r["tps"] > 0
+    pooler_check(seen, "pgbouncer", "127.0.0.1:5432", 1)
+
+
+def test_pgbouncer_transaction_refuses_prepared():
+    cp = subprocess.run([*PATHPROF, "run", "--topology", "pgbouncer", "--option", "pool_mode=transaction",
+                         "--mode", "prepared", "--probes", "off", "--json"], capture_output=True, text=True)
+    assert cp.returncode == 2 and "prepared statements" in cp.stderr and "Traceback" not in cp.stderr
+
+
+def test_pgpool():
+    r, seen = run_path("pgpool", observe=lambda t: {"est": established("pp-pgpool")})
+    assert r["tps"] > 0
+    pooler_check(seen, "pgpool", "127.0.0.1:5432", 4)
+
+
+def test_pgpool_3host():
+    r, seen = run_path("pgpool-3host", observe=lambda t: {"est": established("pp-pg3-pool"),
+                                                          "cli": established("pp-pg3-cli")})
+    assert r["tps"] > 0
+    pooler_check(seen, "pgpool", "198.18.13.3:5432", 4)
+    assert any(s["peer"] == "198.18.13.2:9999" and "pgbench" in s["procs"] for s in seen["cli"])
+
+
+# ---- a user-written topology with a `command` proxy ----
+
+FORWARDER = textwrap.dedent('''
+    import asyncio, sys
+    async def pipe(r, w):
+        try:
+            while data := await r.read(65536):
+                w.write(data); await w.drain()
+        finally:
+            w.close()
+    async def handle(r, w):
+        ur, uw = await asyncio.open_connection(sys.argv[3], int(sys.argv[4]))
+        await asyncio.gather(pipe(r, uw), pipe(ur, w))
+    async def main():
+        srv = await asyncio.start_server(handle, sys.argv[1], int(sys.argv[2]))
+        async with srv:
+            await srv.serve_forever()
+    asyncio.run(main())
+''')
+
+
+def test_user_topology_with_command_proxy(tmp_path):
+    fwd = tmp_path / "fwd.py"
+    fwd.write_text(FORWARDER)
+    tmp_path.chmod(0o755)
+    path = tmp_path / "my-path.toml"
+    path.write_text(textwrap.dedent(f'''
+        name = "pp-tc-user"
+        description = "client -> a python TCP forwarder -> postgres over a veth wire"
+        [[hosts]]
+        name = "client"
+        netns = "pp-tc-ucli"
+        [[hosts]]
+        name = "server"
+        netns = "pp-tc-usrv"
+        [[links]]
+        kind = "veth"
+        a = {{ host = "client", ifname = "pp-tc-u0", address = "198.18.41.1/24" }}
+        b = {{ host = "server", ifname = "pp-tc-u1", address = "198.18.41.2/24" }}
+        [[services]]
+        kind = "command"
+        host = "client"
+        name = "pyfwd"
+        argv = ["{sys.executable}", "{fwd}", "127.0.0.1", "7432", "{{postgres_address}}", "{{postgres_port}}"]
+        ready_port = 7432
+        [postgres]
+        host = "server"
+        listen = "198.18.41.2"
+        [client]
+        host = "client"
+        [client.targets.proxy]
+        address = "127.0.0.1"
+        port = 7432
+    '''))
+    r, seen = run_path(str(path), clients=2, observe=lambda t: {"est": established("pp-tc-ucli")})
+    assert r["tps"] > 0
+    ups = [s for s in seen["est"] if s["peer"] == "198.18.41.2:5432"]
+    assert len(ups) >= 2, seen["est"]
