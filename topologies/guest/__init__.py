@@ -1,0 +1,5 @@
+"""The kvm-tap guest: a cached Debian 12 + PostgreSQL 15 disk image (image.py) and the qemu VM that boots it (vm.py)."""
+from .image import GuestImage, Recipe
+from .vm import GuestVM
+
+__all__ = ["GuestImage", "GuestVM", "Recipe"]
