@@ -2,6 +2,7 @@
 and the process/socket chain the path turned out to be."""
 from __future__ import annotations
 
+import re
 import subprocess
 
 from pathprof.analysis.rundir import RunDir
@@ -28,7 +29,17 @@ def save_probe_result(rd: RunDir, result) -> dict:
             "notes": getattr(result, "notes", [])}
 
 
-def _listeners(netns: str | None) -> list[dict]:
+def live_sockets(topo) -> dict:
+    """Established TCP connections with their processes, per host, grouped by process name."""
+    out = {}
+    for h in topo.hosts.values():
+        conns = _established(h.netns)
+        if conns:
+            out[h.name] = conns
+    return out
+
+
+def _established(netns: str | None) -> list[dict]:
     argv = ["ss", "-Htnp", "state", "established"]
     if netns:
         argv = ["ip", "netns", "exec", netns, *argv]
@@ -37,11 +48,21 @@ def _listeners(netns: str | None) -> list[dict]:
     for line in out.splitlines():
         parts = line.split()
         if len(parts) >= 4:
-            rows.append({"local": parts[2], "peer": parts[3], "process": " ".join(parts[4:])})
-    return rows
+            m = re.search(r'users:\(\("([^"]+)",pid=(\d+)', line)
+            rows.append({"local": parts[2], "peer": parts[3], "process": m.group(1) if m else None,
+                         "pid": int(m.group(2)) if m else None})
+    # One entry per (process, local side, peer side) shape is enough to show the chain.
+    seen, chain = set(), []
+    for r in rows:
+        key = (r["process"], r["local"].rsplit(":", 1)[0], r["peer"].rsplit(":", 1)[0])
+        if key not in seen:
+            seen.add(key)
+            chain.append({**r, "connections": sum(1 for x in rows if (x["process"], x["local"].rsplit(":", 1)[0],
+                                                                       x["peer"].rsplit(":", 1)[0]) == key)})
+    return chain
 
 
-def discovered_path(topo, ctx, pg, services) -> dict:
+def discovered_path(topo, ctx, pg, services, seen_sockets: dict | None = None) -> dict:
     """The chain as configured and as seen (processes and sockets), for topology.json."""
     target = topo.client.targets[topo.client.target]
     chain = [{"process": "pgbench", "host": topo.client.host, "netns": topo.netns_of(topo.client.host)},
@@ -50,6 +71,6 @@ def discovered_path(topo, ctx, pg, services) -> dict:
         chain.append({"hop": svc.hop, **svc.describe()})
     chain.append({"process": "postgres", "host": topo.postgres.host, "netns": topo.netns_of(topo.postgres.host),
                   "listen": f"{topo.postgres.listen}:{topo.postgres.port}", "pid": pg.pid if pg else None})
-    return {"topology": topo.name, "target": topo.client.target, "chain": chain,
+    return {"topology": topo.name, "target": topo.client.target, "chain": chain, "sockets": seen_sockets or {},
             "hosts": {h.name: {"netns": h.netns, "addresses": ctx.hosts[h.name].addresses}
                       for h in topo.hosts.values()}}

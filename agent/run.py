@@ -153,11 +153,30 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
                     ui.note(f"stopping {svc.kind}: {e}")
             if pg:
                 pg.stop()
+            _keep_logs(rd, state_dir, services)
             problems = journal.teardown()
             if problems:
                 ui.note("could not remove: " + "; ".join(problems) + " (run `pathprof cleanup`)")
     rd.update(status="complete")
     return rd
+
+
+def _keep_logs(rd: RunDir, state_dir: Path, services: list) -> None:
+    """Copy server, hop and guest-console logs into the run directory before the state directory goes."""
+    import shutil
+    logs = rd.file("logs")
+    found = [p for p in state_dir.rglob("*.log") if p.is_file()]
+    for svc in services:
+        try:
+            d = svc.describe()
+        except Exception:
+            continue
+        for key in ("console_log", "log", "log_path"):
+            if isinstance(d.get(key), str) and Path(d[key]).is_file():
+                found.append(Path(d[key]))
+    for p in dict.fromkeys(found):
+        logs.mkdir(exist_ok=True)
+        shutil.copyfile(p, logs / (p.parent.name + "-" + p.name if (logs / p.name).exists() else p.name))
 
 
 def _check_pg_limits(opts: RunOptions) -> None:
@@ -242,9 +261,14 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
         clock["cpu0"], clock["t0"] = cpu_times(), time.monotonic_ns()
 
     ui.phase(f"pgbench: {w.clients} clients, {w.duration_s} s")
-    result = pgbench.run(client_ns, argv, rd.file("pgbench"),
-                         on_progress=lambda pr: ui.progress(pr, probes.snapshot() if probes is not None else None),
-                         on_start=started)
+    seen_sockets: dict = {}
+
+    def on_progress(pr) -> None:
+        if not seen_sockets:  # one look at the live connections, while pgbench holds them open
+            seen_sockets.update(recorder.live_sockets(topo))
+        ui.progress(pr, probes.snapshot() if probes is not None else None)
+
+    result = pgbench.run(client_ns, argv, rd.file("pgbench"), on_progress=on_progress, on_start=started)
     (busy1, total1), t1 = cpu_times(), time.monotonic_ns()
     (busy0, total0) = clock["cpu0"]
     hz = os.sysconf("SC_CLK_TCK")
@@ -257,7 +281,7 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
         presult = probes.stop()
         meta_probes.update(recorder.save_probe_result(rd, presult))
     rd.update(pgbench={**rd.meta["pgbench"], "result": result.to_dict()}, cpu=cpu, probes=meta_probes)
-    rd.write_json("topology.json", recorder.discovered_path(topo, ctx, pg, services))
+    rd.write_json("topology.json", recorder.discovered_path(topo, ctx, pg, services, seen_sockets))
 
 
 def _execute_dsn(opts: RunOptions, ui: Reporter) -> RunDir:
