@@ -51,14 +51,24 @@ def summarize(rd: RunDir) -> dict:
     stages, cpu = rd.read_frame("stages.parquet"), rd.read_frame("cpu.parquet")
     if txns and (stages is not None or cpu is not None):
         from . import views
+        tps = res.get("tps") or 0
+        clients = w.get("clients") or 1
+        # The stages tile each connection's timeline, so they must add up to the cycle (clients / TPS);
+        # pgbench's own mean latency leaves out its work between transactions (shown as the client leg).
+        cycle_us = clients * 1e6 / tps if tps else None
         if stages is not None and lat.get("mean"):
-            lv = views.latency_view(stages, txns, lat["mean"] * 1000.0)
+            lv = views.latency_view(stages, txns, lat["mean"] * 1000.0, cycle_us=cycle_us)
             out["stages"] = lv["stages"]
             out["closure"]["latency_error_pct"] = lv.get("closure_error_pct")
+            out["closure"]["latency_basis"] = lv.get("closure_basis")
+            out["closure"]["cycle_us"] = cycle_us
+            out["closure"]["stages_sum_us"] = lv.get("total_us")
+            out["scheduler"] = lv.get("scheduler")
             if lv.get("connection_setup"):
                 out["connection_setup"] = lv["connection_setup"]
         if cpu is not None and busy:
-            cv = views.cpu_view(cpu, txns, busy, elapsed, ncpu)
+            cv = views.cpu_view(cpu, txns, busy, elapsed, ncpu, clients=clients,
+                                latency_us=lat["mean"] * 1000.0 if lat.get("mean") else None)
             out["cpu"] = cv["components"]
             out["closure"]["cpu_error_pct"] = cv.get("closure_error_pct")
             out["regime"] = cv.get("regime")

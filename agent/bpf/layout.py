@@ -1,0 +1,109 @@
+"""ctypes mirrors of probes/common.h, probes/pathprof.h and probes/nf.h (same names, same order).
+
+tests/unit/test_bpf_layout.py compares every size here with the BTF clang emitted into the .bpf.o, so the
+C header stays the single definition and a drift fails a test instead of mis-reading maps.
+"""
+from __future__ import annotations
+
+import ctypes as C
+
+HIST_SLOTS = 128
+MAX_PORTS = 8
+DEVNAME = 16
+NUSDT = 6
+
+ROLES = {"pgbench": 1, "backend": 2, "postmaster": 3, "pg_aux": 4, "pooler": 5, "proxy": 6, "qemu": 7, "other": 8}
+ROLE_NAMES = {v: k for k, v in ROLES.items()} | {0: "kernel"}
+LEGS = {0: "", 1: "request", 2: "server", 3: "response", 4: "client"}
+STAGES = {1: "wire", 2: "wakeup", 3: "runqueue", 4: "recv", 5: "queued", 6: "proc", 8: "dev",
+          12: "pg_query", 13: "pg_parse", 14: "pg_plan", 15: "pg_execute", 16: "pg_lock", 17: "pg_lwlock"}
+STATS = {0: "tasks_full", 1: "socks_full", 2: "stages_full", 3: "cpu_full", 4: "wire_unpaired",
+         5: "ready_unlearned", 6: "nf_unpaired", 7: "nf_nested_full", 8: "nf_nat", 9: "dev_full", 10: "messages",
+         11: "nf_packets", 12: "proc_unpaired", 13: "hop_overflow",
+         14: "wire_untimed"}
+NSTATS = 16
+NF_HOOK_NAMES = {0: "prerouting", 1: "input", 2: "forward", 3: "output", 4: "postrouting"}
+LAT_STAGES, NROLES, NLEGS, MAX_HOPS, MAX_NETNS = 6, 9, 5, 8, 8
+LAT_N = LAT_STAGES * NROLES * NLEGS * MAX_HOPS
+NF_N = MAX_NETNS * 5 * 2 * 2
+NF_SLOTS = 10
+
+
+def lat_key(idx: int) -> tuple[int, int, int, int]:
+    """(stage, role, leg, hop) of a `lat` array index (inverse of lat_add() in pathprof.bpf.c)."""
+    hop, idx = idx % MAX_HOPS, idx // MAX_HOPS
+    leg, idx = idx % NLEGS, idx // NLEGS
+    role, stage = idx % NROLES, idx // NROLES
+    return stage + 1, role, leg, hop
+
+
+def nf_key(idx: int) -> tuple[int, int, int, bool]:
+    """(netns slot, hook, leg, data-only) of an `nfagg` index (see nf_end() in nf.bpf.c)."""
+    data, idx = idx % 2, idx // 2
+    resp, idx = idx % 2, idx // 2
+    hook, slot = idx % 5, idx // 5
+    return slot, hook, 3 if resp else 1, bool(data)
+
+
+class StageKey(C.Structure):
+    _fields_ = [("stage", C.c_uint8), ("role", C.c_uint8), ("leg", C.c_uint8), ("sub", C.c_uint8),
+                ("hop", C.c_uint32), ("netns", C.c_uint32), ("pad", C.c_uint32)]
+
+
+class Hist(C.Structure):
+    _fields_ = [("sum_ns", C.c_uint64), ("count", C.c_uint64), ("slots", C.c_uint64 * HIST_SLOTS)]
+
+
+class CpuKey(C.Structure):
+    _fields_ = [("comp", C.c_uint8), ("role", C.c_uint8), ("pad", C.c_uint8 * 2), ("hop", C.c_uint32)]
+
+
+class CpuVal(C.Structure):
+    _fields_ = [("oncpu_ns", C.c_uint64), ("utime_ns", C.c_uint64), ("stime_ns", C.c_uint64),
+                ("runq_ns", C.c_uint64), ("runq_cnt", C.c_uint64), ("switches", C.c_uint64)]
+
+
+class CpuState(C.Structure):
+    _fields_ = [("last_switch", C.c_uint64), ("excl_at_switch", C.c_uint64), ("excl_total", C.c_uint64),
+                ("softirq_start", C.c_uint64), ("nf_in_softirq", C.c_uint64), ("other_ns", C.c_uint64),
+                ("softirq_ns", C.c_uint64 * 3), ("softirq_cnt", C.c_uint64), ("nf_ns", C.c_uint64),
+                ("cur_tracked", C.c_uint64)]
+
+
+class Task(C.Structure):
+    _fields_ = [("send_ts", C.c_uint64), ("wake_ts", C.c_uint64), ("oncpu_ts", C.c_uint64),
+                ("runnable_ts", C.c_uint64), ("excl_snap", C.c_uint64), ("consume_ts", C.c_uint64),
+                ("last_utime", C.c_uint64), ("last_stime", C.c_uint64), ("acc", CpuVal),
+                ("usdt_ts", C.c_uint64 * NUSDT), ("hop", C.c_uint32), ("role", C.c_uint8),
+                ("consume_leg", C.c_uint8), ("in_send", C.c_uint8), ("pad", C.c_uint8)]
+
+
+class Sock(C.Structure):
+    _fields_ = [("ready_ts", C.c_uint64), ("consume_ts", C.c_uint64), ("cookie", C.c_uint64), ("hop", C.c_uint32),
+                ("role", C.c_uint8),
+                ("leg", C.c_uint8), ("pad", C.c_uint8 * 2)]
+
+
+class DevQ(C.Structure):
+    _fields_ = [("ts", C.c_uint64), ("ifindex", C.c_uint32), ("netns", C.c_uint32), ("leg", C.c_uint8),
+                ("pad", C.c_uint8 * 7)]
+
+
+class NfSlot(C.Structure):
+    _fields_ = [("skb", C.c_uint64), ("ts", C.c_uint64), ("saddr", C.c_uint32), ("daddr", C.c_uint32),
+                ("sport", C.c_uint16), ("dport", C.c_uint16), ("leg", C.c_uint8), ("data", C.c_uint8),
+                ("pad", C.c_uint8 * 2)]
+
+
+# C struct name -> mirror, for the layout test
+MIRRORS = {"pp_stage_key": StageKey, "pp_hist": Hist, "pp_cpu_key": CpuKey, "pp_cpu_val": CpuVal,
+           "pp_cpu_state": CpuState, "pp_task": Task, "pp_sock": Sock, "pp_devq": DevQ, "pp_nf_slot": NfSlot}
+
+
+def slot_bounds(i: int) -> tuple[float, float]:
+    """[low, high) in ns of histogram slot i (inverse of hist_slot() in common.h)."""
+    if i < 4:
+        return float(i), float(i + 1)
+    octave, sub = i // 4 + 1, i % 4
+    low = (4 + sub) << (octave - 2)
+    return float(low), float(low + (1 << (octave - 2)))

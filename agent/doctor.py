@@ -1,0 +1,233 @@
+"""`pathprof doctor`: probe every kernel/host capability pathprof uses, at run time, and say which are missing.
+
+Each check really exercises the capability where that is cheap (load and attach a program of each type,
+create a netfilter link in a throwaway namespace), instead of guessing from kernel versions.
+"""
+from __future__ import annotations
+
+import io
+import os
+import struct
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pathprof.agent.errors import RequirementError
+
+POSTGRES_BIN = "/usr/lib/postgresql/15/bin/postgres"
+TRACEFS = "/sys/kernel/tracing"
+TRACEPOINTS = ["sched/sched_switch", "sched/sched_wakeup", "sched/sched_wakeup_new", "sched/sched_process_fork",
+               "sched/sched_process_exit", "irq/softirq_entry", "irq/softirq_exit", "sock/sk_data_ready",
+               "sock/sock_recv_length", "sock/sock_send_length", "net/net_dev_start_xmit", "net/netif_receive_skb",
+               "tcp/tcp_sendmsg_locked"]
+DEEP_ONLY = {"uprobes", "usdt notes", "usdt attach"}
+
+
+@dataclass
+class Capability:
+    name: str
+    ok: bool
+    detail: str
+    required: bool = True      # required for --probes basic (deep adds DEEP_ONLY)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "ok": self.ok, "detail": self.detail}
+
+
+def _probes_dir() -> Path:
+    from pathprof.agent.probes import _probes_dir as d
+    return d()
+
+
+def usdt_notes(path: str) -> list[tuple[str, str]]:
+    """(provider, name) of every SystemTap SDT note in an ELF file's .note.stapsdt section."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != b"\x7fELF" or data[4] != 2:
+        raise ValueError(f"{path} is not a 64-bit ELF file")
+    e = "<" if data[5] == 1 else ">"
+    shoff, = struct.unpack_from(e + "Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", data, 0x3A)
+    secs = [struct.unpack_from(e + "IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    strtab = secs[shstrndx]
+
+    def secname(s):
+        off = strtab[4] + s[0]
+        return data[off:data.index(b"\0", off)].decode()
+
+    out = []
+    for s in secs:
+        if secname(s) != ".note.stapsdt":
+            continue
+        pos, end = s[4], s[4] + s[5]
+        while pos + 12 <= end:
+            namesz, descsz, ntype = struct.unpack_from(e + "III", data, pos)
+            desc = pos + 12 + ((namesz + 3) & ~3)
+            if ntype == 3:   # NT_STAPSDT: pc, base, semaphore (3 x 8 bytes), then provider\0 name\0 args\0
+                strs = data[desc + 24:desc + descsz].split(b"\0")
+                if len(strs) >= 2:
+                    out.append((strs[0].decode(), strs[1].decode()))
+            pos = desc + ((descsz + 3) & ~3)
+    return out
+
+
+def _tracefs_ok() -> tuple[bool, str]:
+    if os.path.isdir(f"{TRACEFS}/events"):
+        return True, f"mounted at {TRACEFS}"
+    if not os.path.isdir(TRACEFS):
+        return False, f"{TRACEFS} does not exist (sysfs not mounted here?)"
+    rc = subprocess.run(["mount", "-t", "tracefs", "tracefs", TRACEFS], capture_output=True, text=True)
+    if rc.returncode == 0 and os.path.isdir(f"{TRACEFS}/events"):
+        return True, f"was not mounted; mounted at {TRACEFS}"
+    return False, f"not mounted and mounting failed: {rc.stderr.strip() or rc.returncode}"
+
+
+def _try(fn) -> tuple[bool, str]:
+    try:
+        return True, fn() or "ok"
+    except Exception as e:  # each check reports its own failure; doctor never raises
+        return False, str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def _bpf_checks(postgres_bin: str) -> list[Capability]:
+    from pathprof.agent.bpf import libbpf as lb
+    caps = []
+    obj_path = str(_probes_dir() / "doctor.bpf.o")
+
+    def with_prog(prog: str, fn):
+        o = lb.BpfObject(obj_path)
+        try:
+            for n, p in o.programs.items():
+                p.set_autoload(n == prog)
+                if n == "dr_netfilter":
+                    p.set_type(lb.BPF_PROG_TYPE_NETFILTER, lb.BPF_NETFILTER)
+            o.load()
+            return fn(o)
+        finally:
+            o.close()
+
+    caps.append(Capability("tp_btf", *_try(lambda: with_prog("dr_tp_btf", lambda o: o.attach("dr_tp_btf") and
+                                                                   "tp_btf/sched_wakeup_new attached"))))
+    caps.append(Capability("raw tracepoint", *_try(lambda: with_prog("dr_raw_tp", lambda o: o.attach("dr_raw_tp") and
+                                                                       "raw_tp/sched_wakeup_new attached")), required=False))
+    caps.append(Capability("tracepoint (perf)", *_try(lambda: with_prog("dr_tracepoint", lambda o: o.attach(
+        "dr_tracepoint") and "tracepoint/sched/sched_wakeup_new attached"))))
+    up = os.path.isdir("/sys/bus/event_source/devices/uprobe")
+    caps.append(Capability("uprobes", up, "uprobe PMU present" if up else "no uprobe PMU (CONFIG_UPROBE_EVENTS)",
+                           required=False))
+    if os.path.exists(postgres_bin):
+        caps.append(Capability("usdt attach", *_try(lambda: with_prog("dr_usdt", lambda o: o.attach(
+            "dr_usdt", "usdt", -1, postgres_bin, "postgresql", "query__start") and
+            f"postgresql:query__start in {postgres_bin}")), required=False))
+    caps.append(Capability("bpf_stats", *_try(lambda: os.close(lb.enable_stats()) or
+                                              "BPF_ENABLE_STATS (per-program run_time_ns/run_cnt)"), required=False))
+    ns = f"pp-doctor-{os.getpid()}"
+
+    def nf_link():
+        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
+        try:
+            def link(o):
+                fd = lb.netfilter_link(o.programs["dr_netfilter"].fd, 3, lb.NF_PRI_FIRST, ns)
+                os.close(fd)
+                return f"BPF_LINK_CREATE netfilter (type 32/attach 45) at INT_MIN+1 in netns {ns}"
+            return with_prog("dr_netfilter", link)
+        finally:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    caps.append(Capability("netfilter links", *_try(nf_link), required=False))
+
+    def tc():
+        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
+        try:
+            r = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "clsact"],
+                               capture_output=True, text=True)
+            if r.returncode:
+                raise RuntimeError(r.stderr.strip() or "tc qdisc add clsact failed")
+            return "clsact qdisc (tc BPF) available"
+        finally:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    caps.append(Capability("tc", *_try(tc), required=False))
+    return caps
+
+
+def check_capabilities(postgres_bin: str = POSTGRES_BIN) -> list[Capability]:
+    caps = [Capability("root", os.geteuid() == 0, "running as root" if os.geteuid() == 0 else
+                       "pathprof needs root (BPF, namespaces)")]
+    btf = os.path.exists("/sys/kernel/btf/vmlinux")
+    caps.append(Capability("btf", btf, "/sys/kernel/btf/vmlinux" if btf else "kernel has no BTF (CONFIG_DEBUG_INFO_BTF)"))
+    tok, tdetail = _tracefs_ok()
+    caps.append(Capability("tracefs", tok, tdetail))
+    for tp in TRACEPOINTS:
+        here = os.path.isdir(f"{TRACEFS}/events/{tp}")
+        caps.append(Capability(f"tracepoint {tp.replace('/', ':')}", here,
+                               "present" if here else ("missing" if tok else "unknown (no tracefs)")))
+    objs = [p for p in ("pathprof.bpf.o", "nf.bpf.o", "doctor.bpf.o") if not (_probes_dir() / p).exists()]
+    caps.append(Capability("probe objects", not objs, "built" if not objs else
+                           f"missing {', '.join(objs)}: run `make -C probes` (needs clang, bpftool)"))
+    if caps[0].ok and not objs:
+        caps += _bpf_checks(postgres_bin)
+    try:
+        notes = usdt_notes(postgres_bin)
+        pg = sum(1 for p, _ in notes if p == "postgresql")
+        caps.append(Capability("usdt notes", pg > 0, f"{pg} postgresql probes in {postgres_bin}", required=False))
+    except (OSError, ValueError) as e:
+        caps.append(Capability("usdt notes", False, str(e), required=False))
+    kp = os.path.isdir("/sys/bus/event_source/devices/kprobe")
+    caps.append(Capability("kprobes", kp, ("present" if kp else "absent") + "; not needed", required=False))
+    caps.append(Capability("fentry/fexit", False, "not used (refused on this kernel class); not needed",
+                           required=False))
+    kvm = _can_open("/dev/kvm")
+    caps.append(Capability("kvm", kvm, "/dev/kvm usable" if kvm else "no usable /dev/kvm: guests run under TCG "
+                           "(information)", required=False))
+    vh = os.path.exists("/dev/vhost-net")
+    caps.append(Capability("vhost-net", vh, "/dev/vhost-net present" if vh else "absent (information)",
+                           required=False))
+    return caps
+
+
+def _can_open(path: str) -> bool:
+    try:
+        os.close(os.open(path, os.O_RDWR))
+        return True
+    except OSError:
+        return False
+
+
+def missing(caps: list[Capability], level: str) -> list[Capability]:
+    if level == "off":
+        return []
+    return [c for c in caps if not c.ok and (c.required or (level == "deep" and c.name in DEEP_ONLY))]
+
+
+def render_capabilities(caps: list[Capability]) -> str:
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title="pathprof doctor", show_lines=False)
+    t.add_column("capability")
+    t.add_column("ok")
+    t.add_column("needed for")
+    t.add_column("detail", overflow="fold")
+    for c in caps:
+        need = "basic" if c.required else ("deep" if c.name in DEEP_ONLY else "-")
+        mark = "[green]yes[/]" if c.ok else ("[red]NO[/]" if need != "-" else "[yellow]no[/]")
+        t.add_row(c.name, mark, need, c.detail)
+    buf = io.StringIO()
+    Console(file=buf, width=120, force_terminal=False).print(t)
+    return buf.getvalue()
+
+
+def to_json(caps: list[Capability]) -> dict:
+    return {"capabilities": [c.to_json() for c in caps]}
+
+
+def require(level: str) -> None:
+    """Refuse early, with the doctor's words, when --probes LEVEL cannot work here."""
+    if level == "off":
+        return
+    miss = missing(check_capabilities(), level)
+    if miss:
+        raise RequirementError(f"--probes {level} needs: " + "; ".join(f"{c.name} ({c.detail})" for c in miss)
+                               + ". Run `pathprof doctor` for the full list, or use --probes off")
+
+
+__all__ = ["Capability", "check_capabilities", "render_capabilities", "require", "missing", "to_json",
+           "usdt_notes", "asdict"]

@@ -1,0 +1,214 @@
+"""The latency view and the CPU view: pure functions over the probe tables (stages.parquet, cpu.parquet).
+
+How a transaction is split (DESIGN.md "The model"). Each transaction is a chain of messages; every message
+is sent by one tracked process and consumed by the next (pgbench -> [hop ->] backend, then back). For each
+message the probes measure, back to back, so the stages tile the connection's timeline:
+
+  wire.<receiver>      sender's send syscall entry -> sk_data_ready on the receiving socket, *minus* the
+                       netfilter and device time inside it (shown as their own stages); its p50/p99 are of
+                       the whole window
+  netfilter.<hook>     one hook traversal of the message's data segment (hooks: prerouting, input, forward,
+                       output, postrouting; `.<netns>` appended outside the root namespace): time between
+                       pathprof's INT_MIN+1 and INT_MAX-1 brackets, i.e. iptables/nftables, conntrack, NAT
+  dev.<device>         net_dev_start_xmit -> netif_receive_skb of the same data skb (lo, veth, bridge...)
+  wakeup.<receiver>    sk_data_ready -> sched_wakeup of the consuming thread
+  runqueue.<receiver>  woken -> switched onto a CPU (run-queue wait)
+  recv.<receiver>      on CPU -> the receive returned the data (poll/epoll return + recv syscall)
+  queued.<receiver>    the receiver was already awake when the data arrived: ready -> consumed, i.e. the
+                       message waited behind the receiver's other work (pgbench's other connections, ...)
+  backend.execute      backend: consumed the request -> started sending the result (server leg)
+  hop.<name>           a hop process (pgbouncer, docker-proxy, ...): consumed -> forwarded
+  client.pgbench       pgbench: consumed the result -> sent the next transaction (client leg)
+
+<receiver> is the receiving role (`backend`, `pgbench`) or hop name. Legs: `request` (into a backend, or into
+a hop on its service port), `server`, `response` (into pgbench, or into a hop from upstream), `client`.
+A stage name can occur on both legs (a hop, netfilter on loopback): (name, leg) identifies a row.
+`--probes deep` adds PostgreSQL USDT breakdowns with `parent: "backend.execute"` (not summed again):
+backend.query, backend.parse, backend.plan, backend.executor, backend.lock_wait, backend.lwlock_wait.
+
+CPU view components (CPU µs per transaction; they add up to the CPUs' busy time):
+  <role>.user / <role>.sys      on-CPU time of the run's threads by role (pgbench, backend, postmaster,
+                                pg_aux), from sched_switch, minus the softirq/netfilter time carved out of
+                                it; the user/sys split is the tick-sampled utime:stime ratio
+  hop.<name>.user / .sys        the same for each hop's processes
+  softirq.net                   NET_RX/NET_TX softirq time, wherever it ran (inside a task, idle, ksoftirqd)
+  netfilter                     the run's packets inside netfilter hooks (all packets, ACKs included)
+  other                         every other non-idle task on the machine
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+HIST_SLOTS = 128
+LAT_KINDS = ("wire", "wakeup", "runqueue", "recv", "queued", "proc", "netfilter", "dev")
+USDT_NAMES = {"pg_query": "backend.query", "pg_parse": "backend.parse", "pg_plan": "backend.plan",
+              "pg_execute": "backend.executor", "pg_lock": "backend.lock_wait", "pg_lwlock": "backend.lwlock_wait"}
+LEG_ORDER = {"request": 0, "server": 1, "response": 2, "client": 3, "": 4}
+CPU_BOUND_SHARE = 0.9   # busy >= 90 % of all CPUs: throughput is CPU-limited
+
+
+def _bounds(i: int) -> tuple[float, float]:
+    if i < 4:
+        return float(i), float(i + 1)
+    octave, sub = i // 4 + 1, i % 4
+    low = (4 + sub) << (octave - 2)
+    return float(low), float(low + (1 << (octave - 2)))
+
+
+def hist_quantile(hist, q: float) -> float | None:
+    """q-quantile (ns) of a log-linear histogram, interpolated inside its slot."""
+    if hist is None:
+        return None
+    h = [int(x) for x in hist]
+    total = sum(h)
+    if not total:
+        return None
+    want, acc = q * total, 0
+    for i, c in enumerate(h):
+        if c and acc + c >= want:
+            lo, hi = _bounds(i)
+            return lo + (hi - lo) * (want - acc) / c
+        acc += c
+    return _bounds(len(h) - 1)[1]
+
+
+def _label(role: str, hop: str) -> str:
+    return hop if hop else role
+
+
+def stage_name(kind: str, role: str, hop: str = "", hook: str = "", netns: str = "", dev: str = "") -> str:
+    """The stable name of a stages.parquet row (see the module docstring)."""
+    if kind == "proc":
+        if hop:
+            return f"hop.{hop}"
+        return {"backend": "backend.execute", "pgbench": "client.pgbench"}.get(role, f"hop.{role}")
+    if kind == "netfilter":
+        return f"netfilter.{hook}" + (f".{netns}" if netns and netns != "root" else "")
+    if kind == "dev":
+        return f"dev.{dev}"
+    if kind in USDT_NAMES:
+        return USDT_NAMES[kind]
+    return f"{kind}.{_label(role, hop)}"
+
+
+def _merge_hist(hs) -> list | None:
+    hs = [h for h in hs if h is not None]
+    if not hs:
+        return None
+    out = [0] * HIST_SLOTS
+    for h in hs:
+        for i, c in enumerate(h):
+            out[i] += int(c)
+    return out
+
+
+def latency_view(stages: pd.DataFrame, txns: int, measured_mean_us: float, cycle_us: float | None = None) -> dict:
+    """Mean µs per transaction per stage (+ p50/p99 per occurrence) and the closure.
+
+    The stages tile each connection's timeline, so their sum is the per-connection cycle time
+    (clients / TPS). Pass `cycle_us` and the closure is checked against it (closure_basis "cycle");
+    otherwise against pgbench's measured mean latency ("latency"), which leaves out the part of
+    client.pgbench spent between one transaction's end and the next one's start (logging, and pgbench
+    waiting for a CPU when they are saturated): a few % at 1 client, much more at 16 on 2 CPUs.
+
+    Returns {stages: [{name, leg, us_per_txn, p50_us, p99_us, count_per_txn[, parent]}], total_us,
+    closure_error_pct, closure_basis, netfilter_packets_per_txn, scheduler: [{role, runq_us_mean,
+    wakeups_per_txn}]}.
+    """
+    out = {"stages": [], "total_us": 0.0, "closure_error_pct": None, "closure_basis": None,
+           "netfilter_packets_per_txn": 0.0, "scheduler": []}
+    if stages is None or not len(stages) or not txns:
+        return out
+    df = stages.fillna({"hop": "", "hook": "", "netns": "", "dev": "", "leg": "", "role": ""})
+    rows: dict[tuple, dict] = {}
+    for r in df.itertuples(index=False):
+        kind = r.kind
+        if kind == "nf_all":
+            out["netfilter_packets_per_txn"] += r.count / txns
+            continue
+        if kind == "sched_runq":
+            out["scheduler"].append({"role": _label(r.role, r.hop), "runq_us_mean": r.sum_ns / r.count / 1e3,
+                                     "wakeups_per_txn": r.count / txns})
+            continue
+        if kind not in LAT_KINDS and kind not in USDT_NAMES:
+            continue
+        name = stage_name(kind, r.role, r.hop, r.hook, r.netns, r.dev)
+        key = (name, r.leg)
+        e = rows.setdefault(key, {"name": name, "leg": r.leg, "kind": kind, "sum_ns": 0, "count": 0, "hists": []})
+        e["sum_ns"] += int(r.sum_ns)
+        e["count"] += int(r.count)
+        e["hists"].append(getattr(r, "hist", None))
+    # wire is reported exclusive of the netfilter/device time inside it, leg by leg (shared pro rata
+    # when a leg has several wires, e.g. client -> hop and hop -> backend)
+    for leg in {k[1] for k in rows}:
+        inner = sum(e["sum_ns"] for (n, lg), e in rows.items() if lg == leg and e["kind"] in ("netfilter", "dev"))
+        wires = [e for (n, lg), e in rows.items() if lg == leg and e["kind"] == "wire"]
+        total = sum(e["sum_ns"] for e in wires)
+        for e in wires:
+            e["excl_ns"] = max(0.0, e["sum_ns"] - inner * e["sum_ns"] / total) if total else 0.0
+    for e in rows.values():
+        h = _merge_hist(e["hists"])
+        p50, p99 = hist_quantile(h, 0.5), hist_quantile(h, 0.99)
+        item = {"name": e["name"], "leg": e["leg"], "us_per_txn": round(e.get("excl_ns", e["sum_ns"]) / txns / 1e3, 3),
+                "p50_us": None if p50 is None else round(p50 / 1e3, 2),
+                "p99_us": None if p99 is None else round(p99 / 1e3, 2),
+                "count_per_txn": round(e["count"] / txns, 3)}
+        if e["kind"] in USDT_NAMES:
+            item["parent"] = "backend.execute"
+        out["stages"].append(item)
+    out["stages"].sort(key=lambda s: (LEG_ORDER.get(s["leg"], 9), "parent" in s, -s["us_per_txn"]))
+    total = sum(s["us_per_txn"] for s in out["stages"] if "parent" not in s)
+    out["total_us"] = round(total, 3)
+    ref, out["closure_basis"] = (cycle_us, "cycle") if cycle_us else (measured_mean_us, "latency")
+    if ref:
+        out["closure_error_pct"] = round((total - ref) / ref * 100.0, 2)
+    out["netfilter_packets_per_txn"] = round(out["netfilter_packets_per_txn"], 2)
+    return out
+
+
+def cpu_view(cpu: pd.DataFrame, txns: int, busy_ns: int, elapsed_ns: int, ncpu: int, *,
+             clients: int | None = None, latency_us: float | None = None) -> dict:
+    """CPU µs per transaction per component, closure against /proc/stat busy time, regime, predicted TPS.
+
+    busy_ns: CPU time not idle/iowait over the measured interval (all CPUs); elapsed_ns: wall time of it.
+    predicted_tps: cpu-bound -> (busy CPUs - other's CPUs) / run CPU per transaction; latency-bound with
+    `clients` and `latency_us` (the latency view's total) -> clients / latency (Little's law).
+    """
+    out = {"components": [], "total_us": 0.0, "closure_error_pct": None, "busy_cpus": None, "regime": None,
+           "predicted_tps": None}
+    if busy_ns and elapsed_ns:
+        out["busy_cpus"] = round(busy_ns / elapsed_ns, 3)
+        out["regime"] = "cpu-bound" if busy_ns / elapsed_ns >= CPU_BOUND_SHARE * ncpu else "latency-bound"
+    if cpu is None or not len(cpu) or not txns:
+        return out
+    df = cpu.fillna({"role": "", "hop": "", "where": ""})
+    comp_ns: dict[str, float] = {}
+    for r in df.itertuples(index=False):
+        if r.comp in ("user", "sys"):
+            name = f"hop.{r.hop}.{r.comp}" if r.hop else f"{r.role or 'kernel'}.{r.comp}"
+        elif r.comp == "softirq":
+            name = "softirq.net"
+        else:
+            name = str(r.comp)
+        comp_ns[name] = comp_ns.get(name, 0.0) + float(r.ns)
+    comps = [{"component": n, "us_per_txn": round(ns / txns / 1e3, 3)} for n, ns in comp_ns.items() if ns > 0]
+    comps.sort(key=lambda c: (c["component"] == "other", -c["us_per_txn"]))
+    out["components"] = comps
+    total_ns = sum(comp_ns.values())
+    out["total_us"] = round(total_ns / txns / 1e3, 3)
+    if busy_ns:
+        out["closure_error_pct"] = round((total_ns - busy_ns) / busy_ns * 100.0, 2)
+    run_ns = total_ns - comp_ns.get("other", 0.0)
+    if out["regime"] == "latency-bound" and clients and latency_us:
+        out["predicted_tps"] = round(clients * 1e6 / latency_us, 1)
+    elif run_ns > 0 and elapsed_ns:
+        run_cpus = (busy_ns or total_ns) / elapsed_ns - comp_ns.get("other", 0.0) / elapsed_ns
+        out["predicted_tps"] = round(max(run_cpus, 0.0) * 1e9 / (run_ns / txns), 1)
+    return out
+
+
+def probe_cost_ns_per_txn(cost: dict | None, txns: int) -> float | None:
+    """Total BPF program run time (bpf_stats) per transaction."""
+    if not cost or not txns or cost.get("run_time_ns") is None:
+        return None
+    return round(cost["run_time_ns"] / txns, 1)

@@ -1,0 +1,408 @@
+// SPDX-License-Identifier: GPL-2.0
+/* pathprof's tracing probes: per-message latency stages and per-role CPU accounting, aggregated in
+ * the kernel and filtered to the run's own threads (the `tasks` map). Only tracepoints (tp_btf,
+ * syscall tracepoints) and USDT: this kernel has no kprobes and refuses fentry. The stage model is
+ * documented in pathprof.analysis.views; the shared map layout is in common.h.
+ * Cost matters more than completeness here (every event of every process passes through these
+ * programs), so hot paths use per-CPU arrays and per-thread accumulators, never a hash update. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/usdt.bpf.h>
+#include "pathprof.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define MSG_PEEK 2
+#define NET_TX_SOFTIRQ 2
+#define NET_RX_SOFTIRQ 3
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct pp_task);
+} tasks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct pp_sock);
+} socks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);   /* skb addresses are recycled: stale entries get overwritten */
+	__uint(max_entries, 8192);
+	__type(key, __u64);
+	__type(value, struct pp_devq);
+} devq SEC(".maps");
+
+static __always_inline struct pp_task *cur_task(__u32 *tid)
+{
+	*tid = (__u32)bpf_get_current_pid_tgid();
+	return bpf_map_lookup_elem(&tasks, tid);
+}
+
+static __always_inline void lat_add(__u8 stage, __u8 role, __u8 leg, __u32 hop, __u64 ns)
+{
+	__u32 idx = (((__u32)(stage - 1) * PP_NROLES + role) * PP_NLEGS + leg) * PP_MAX_HOPS + (hop & (PP_MAX_HOPS - 1));
+	struct pp_hist *h = bpf_map_lookup_elem(&lat, &idx);
+	if (h)
+		hist_add(h, ns);
+}
+
+static __always_inline int is_hop_role(__u8 r)
+{
+	return r == PP_ROLE_POOLER || r == PP_ROLE_PROXY || r == PP_ROLE_QEMU || r == PP_ROLE_OTHER;
+}
+
+/* leg of messages arriving on a socket owned by `role` */
+static __always_inline __u8 sock_leg(__u8 role, struct sock *sk)
+{
+	if (role == PP_ROLE_BACKEND || role == PP_ROLE_POSTMASTER || role == PP_ROLE_PG_AUX)
+		return PP_LEG_REQUEST;
+	if (role == PP_ROLE_PGBENCH)
+		return PP_LEG_RESPONSE;
+	return is_svc_port(sk->__sk_common.skc_num) ? PP_LEG_REQUEST : PP_LEG_RESPONSE;
+}
+
+static __always_inline struct pp_sock *learn_sock(struct sock *sk, struct pp_task *t)
+{
+	__u64 key = (__u64)sk, cookie = bpf_get_socket_cookie(sk);
+	struct pp_sock *s = bpf_map_lookup_elem(&socks, &key);
+	if (s && s->cookie == cookie)
+		return s;
+	struct pp_sock n = { .role = t->role, .hop = t->hop, .leg = sock_leg(t->role, sk), .cookie = cookie };
+	if (bpf_map_update_elem(&socks, &key, &n, BPF_ANY))
+		stat_inc(PP_STAT_SOCKS_FULL);
+	return 0;    /* a fresh socket has no pending message */
+}
+
+/* ---------------- start of a send: end of processing, start of the wire ----------------
+ * TCP: the first tcp_sendmsg_locked of the send (a few hundred ns after the syscall entry; the syscall
+ * tracepoints would give the entry itself, but enabling any of them puts every syscall of every process
+ * on the slow path, which cost more than all of pathprof's programs together). AF_UNIX has no such
+ * tracepoint: its send start is taken at the receiver's sk_data_ready (see pp_sk_data_ready). */
+SEC("tp_btf/tcp_sendmsg_locked")
+int BPF_PROG(pp_tcp_send, const struct sock *sk, const struct msghdr *msg, const struct sk_buff *skb, int goal)
+{
+	__u32 tid;
+	struct pp_task *t = cur_task(&tid);
+	if (t && !t->in_send) {
+		t->send_ts = bpf_ktime_get_ns();
+		t->in_send = 1;
+	}
+	return 0;
+}
+
+/* ---------------- scheduler: on-CPU accounting and wakeups ---------------- */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(pp_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	__u64 now = bpf_ktime_get_ns();
+	struct pp_cpu_state *cs = cpu_state();
+	if (!cs)
+		return 0;
+	__u32 ptid = prev->pid, ntid = next->pid;
+	struct pp_task *pt = cs->cur_tracked ? bpf_map_lookup_elem(&tasks, &ptid) : 0;
+	if (pt) {
+		if (pt->oncpu_ts) {
+			__u64 d = now - pt->oncpu_ts, ex = cs->excl_total - pt->excl_snap;
+			pt->acc.oncpu_ns += d > ex ? d - ex : 0;
+		}
+		__u64 ut = prev->utime, st = prev->stime;
+		if (pt->last_utime || pt->last_stime) {
+			pt->acc.utime_ns += ut - pt->last_utime;
+			pt->acc.stime_ns += st - pt->last_stime;
+		}
+		pt->last_utime = ut;
+		pt->last_stime = st;
+		pt->acc.switches += 1;
+		pt->oncpu_ts = 0;
+		if (preempt || prev_state == 0)
+			pt->runnable_ts = now;       /* still runnable: waits on the run queue */
+	} else if (ptid && cs->last_switch) {
+		__u64 d = now - cs->last_switch, ex = cs->excl_total - cs->excl_at_switch;
+		cs->other_ns += d > ex ? d - ex : 0;
+	}
+	cs->last_switch = now;
+	cs->excl_at_switch = cs->excl_total;
+	struct pp_task *nt = bpf_map_lookup_elem(&tasks, &ntid);
+	cs->cur_tracked = nt != 0;
+	if (nt) {
+		nt->oncpu_ts = now;
+		nt->excl_snap = cs->excl_total;
+		if (nt->runnable_ts) {
+			nt->acc.runq_ns += now - nt->runnable_ts;
+			nt->acc.runq_cnt += 1;
+			nt->runnable_ts = 0;
+		}
+	}
+	return 0;
+}
+
+static __always_inline void on_wakeup(struct task_struct *p)
+{
+	__u32 tid = p->pid;
+	struct pp_task *t = bpf_map_lookup_elem(&tasks, &tid);
+	if (t) {
+		__u64 now = bpf_ktime_get_ns();
+		t->wake_ts = now;
+		t->runnable_ts = now;
+	}
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(pp_sched_wakeup, struct task_struct *p) { on_wakeup(p); return 0; }
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(pp_sched_wakeup_new, struct task_struct *p) { on_wakeup(p); return 0; }
+
+/* a child of a tracked thread inherits its role; a new process forked by the postmaster is a backend */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(pp_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptid = parent->pid, ctid = child->pid;
+	struct pp_task *pt = bpf_map_lookup_elem(&tasks, &ptid);
+	if (!pt)
+		return 0;
+	struct pp_task n = { .role = pt->role, .hop = pt->hop };
+	if (pt->role == PP_ROLE_POSTMASTER && child->tgid != parent->tgid)
+		n.role = PP_ROLE_BACKEND;
+	if (bpf_map_update_elem(&tasks, &ctid, &n, BPF_ANY))
+		stat_inc(PP_STAT_TASKS_FULL);
+	return 0;
+}
+
+/* fold the exiting thread's accumulators into its role's totals, so the sums stay monotonic */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(pp_exit, struct task_struct *p)
+{
+	__u32 tid = p->pid;
+	struct pp_task *t = bpf_map_lookup_elem(&tasks, &tid);
+	if (!t)
+		return 0;
+	struct pp_cpu_key k = { .comp = PP_CPU_ONCPU, .role = t->role, .hop = t->hop };
+	struct pp_cpu_val *v = bpf_map_lookup_elem(&cpu, &k);
+	if (!v) {
+		struct pp_cpu_val z = {};
+		bpf_map_update_elem(&cpu, &k, &z, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&cpu, &k);
+	}
+	if (v) {
+		__sync_fetch_and_add(&v->oncpu_ns, t->acc.oncpu_ns);
+		__sync_fetch_and_add(&v->utime_ns, t->acc.utime_ns);
+		__sync_fetch_and_add(&v->stime_ns, t->acc.stime_ns);
+		__sync_fetch_and_add(&v->runq_ns, t->acc.runq_ns);
+		__sync_fetch_and_add(&v->runq_cnt, t->acc.runq_cnt);
+		__sync_fetch_and_add(&v->switches, t->acc.switches);
+	} else {
+		stat_inc(PP_STAT_CPU_FULL);
+	}
+	bpf_map_delete_elem(&tasks, &tid);
+	return 0;
+}
+
+/* ---------------- NET softirqs: carved out of the task they interrupted ---------------- */
+SEC("tp_btf/softirq_entry")
+int BPF_PROG(pp_softirq_entry, unsigned int vec)
+{
+	if (vec != NET_RX_SOFTIRQ && vec != NET_TX_SOFTIRQ)
+		return 0;
+	struct pp_cpu_state *cs = cpu_state();
+	if (cs) {
+		cs->softirq_start = bpf_ktime_get_ns();
+		cs->nf_in_softirq = 0;
+	}
+	return 0;
+}
+
+SEC("tp_btf/softirq_exit")
+int BPF_PROG(pp_softirq_exit, unsigned int vec)
+{
+	if (vec != NET_RX_SOFTIRQ && vec != NET_TX_SOFTIRQ)
+		return 0;
+	struct pp_cpu_state *cs = cpu_state();
+	if (!cs || !cs->softirq_start)
+		return 0;
+	__u64 d = bpf_ktime_get_ns() - cs->softirq_start;
+	d = d > cs->nf_in_softirq ? d - cs->nf_in_softirq : 0;   /* netfilter inside was counted already */
+	cs->softirq_start = 0;
+	cs->excl_total += d;
+	__u32 where = cs->cur_tracked ? 0 : ((__u32)bpf_get_current_pid_tgid() == 0 ? 1 : 2);
+	if (where < 3)
+		cs->softirq_ns[where] += d;
+	cs->softirq_cnt += 1;
+	return 0;
+}
+
+/* ---------------- messages: ready -> consumed -> next send ---------------- */
+SEC("tp_btf/sk_data_ready")
+int BPF_PROG(pp_sk_data_ready, const struct sock *sk)
+{
+	__u64 key = (__u64)sk;
+	struct pp_sock *s = bpf_map_lookup_elem(&socks, &key);
+	__u32 tid;
+	if (!s) {
+		if (cur_task(&tid))
+			stat_inc(PP_STAT_READY_UNLEARNED);
+		return 0;
+	}
+	if (s->ready_ts)
+		return 0;                     /* queue not drained: the same message continues */
+	__u64 now = bpf_ktime_get_ns();
+	s->ready_ts = now;
+	stat_inc(PP_STAT_MESSAGES);
+	/* loopback/veth/unix: delivery runs inside the sender's send, so current = sender, and in_send
+	 * tells it apart from a receiver draining its socket backlog inside recv */
+	struct pp_task *t = cur_task(&tid);
+	if (t && t->in_send && now > t->send_ts) {
+		lat_add(PP_ST_WIRE, s->role, s->leg, s->hop, now - t->send_ts);
+	} else if (t && !t->in_send && sk->__sk_common.skc_family == 1 /* AF_UNIX */) {
+		t->send_ts = now;             /* unix: the send path up to here stays in the sender's stage */
+		t->in_send = 1;
+		stat_inc(PP_STAT_WIRE_UNTIMED);
+	} else {
+		stat_inc(PP_STAT_WIRE_UNPAIRED);
+	}
+	return 0;
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(pp_sock_recv, struct sock *sk, int ret, int flags)
+{
+	if (ret <= 0 || (flags & MSG_PEEK))
+		return 0;
+	__u32 tid;
+	struct pp_task *t = cur_task(&tid);
+	if (!t)
+		return 0;
+	struct pp_sock *s = learn_sock(sk, t);
+	if (!s)
+		return 0;
+	__u64 now = bpf_ktime_get_ns(), r = s->ready_ts;
+	if (r) {
+		if (t->wake_ts > r) {
+			lat_add(PP_ST_WAKEUP, s->role, s->leg, s->hop, t->wake_ts - r);
+			__u64 on = t->oncpu_ts >= t->wake_ts ? t->oncpu_ts : t->wake_ts;
+			lat_add(PP_ST_RUNQUEUE, s->role, s->leg, s->hop, on - t->wake_ts);
+			lat_add(PP_ST_RECV, s->role, s->leg, s->hop, now - on);
+		} else {
+			lat_add(PP_ST_QUEUED, s->role, s->leg, s->hop, now - r);
+		}
+		s->ready_ts = 0;
+	}
+	s->consume_ts = now;
+	if (is_hop_role(t->role)) {       /* hops receive on one socket and send on another */
+		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+		struct pp_task *g = tgid == tid ? t : bpf_map_lookup_elem(&tasks, &tgid);
+		if (g) {
+			g->consume_ts = now;
+			g->consume_leg = s->leg;
+		}
+	}
+	return 0;
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
+{
+	__u32 tid;
+	struct pp_task *t = cur_task(&tid);
+	if (!t)
+		return 0;
+	int was_sending = t->in_send;
+	t->in_send = 0;                   /* the send is over, whatever its outcome */
+	if (ret <= 0 || !was_sending)
+		return 0;
+	struct pp_sock *s = learn_sock(sk, t);
+	__u64 start = 0;
+	__u8 leg = 0;
+	if (s && s->consume_ts) {         /* request/response on the same connection (backend, pgbench) */
+		start = s->consume_ts;
+		leg = t->role == PP_ROLE_PGBENCH ? PP_LEG_CLIENT : is_hop_role(t->role) ? s->leg : PP_LEG_SERVER;
+		s->consume_ts = 0;
+	} else if (is_hop_role(t->role)) {
+		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+		struct pp_task *g = tgid == tid ? t : bpf_map_lookup_elem(&tasks, &tgid);
+		if (g && g->consume_ts) {
+			start = g->consume_ts;
+			leg = g->consume_leg;
+			g->consume_ts = 0;
+		}
+	}
+	if (start && t->send_ts > start)
+		lat_add(PP_ST_PROC, t->role, leg, t->hop, t->send_ts - start);
+	else if (!start)
+		stat_inc(PP_STAT_PROC_UNPAIRED);
+	return 0;
+}
+
+/* ---------------- device hops: xmit -> receive of the same data skb ---------------- */
+SEC("tp_btf/net_dev_start_xmit")
+int BPF_PROG(pp_dev_xmit, struct sk_buff *skb, struct net_device *dev)
+{
+	if (skb->protocol != bpf_htons(0x0800))
+		return 0;
+	__u32 netns = dev->nd_net.net->ns.inum;
+	if (netns_slot_of(netns) == PP_MAX_NETNS - 1)
+		return 0;                     /* not a device of this topology (other runs use the same ports) */
+	struct pp_tuple tu = {};
+	if (!ip_tuple(skb->head + skb->network_header, &tu) || !tu.payload)
+		return 0;
+	__u8 leg = tuple_leg(&tu);
+	if (!leg)
+		return 0;
+	struct pp_devq q = { .leg = leg, .ifindex = dev->ifindex, .netns = netns };
+	__u64 key = (__u64)skb;
+	q.ts = bpf_ktime_get_ns();
+	if (bpf_map_update_elem(&devq, &key, &q, BPF_ANY))
+		stat_inc(PP_STAT_DEV_FULL);
+	return 0;
+}
+
+SEC("tp_btf/netif_receive_skb")
+int BPF_PROG(pp_dev_recv, struct sk_buff *skb)
+{
+	__u64 now = bpf_ktime_get_ns(), key = (__u64)skb;
+	struct pp_devq *q = bpf_map_lookup_elem(&devq, &key);
+	if (!q)
+		return 0;
+	struct pp_stage_key k = { .stage = PP_ST_DEV, .leg = q->leg, .hop = q->ifindex, .netns = q->netns };
+	stage_add(&k, now - q->ts);
+	bpf_map_delete_elem(&devq, &key);
+	return 0;
+}
+
+/* ---------------- PostgreSQL USDT (--probes deep) ---------------- */
+static __always_inline int usdt_mark(int i, int done, __u8 stage)
+{
+	__u32 tid;
+	struct pp_task *t = cur_task(&tid);
+	if (!t || i < 0 || i >= PP_NUSDT)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (!done) {
+		t->usdt_ts[i] = now;
+	} else if (t->usdt_ts[i]) {
+		struct pp_stage_key k = { .stage = stage, .role = t->role, .leg = PP_LEG_SERVER, .hop = t->hop };
+		stage_add(&k, now - t->usdt_ts[i]);
+		t->usdt_ts[i] = 0;
+	}
+	return 0;
+}
+
+#define PG_PAIR(name, i, stage) \
+	SEC("usdt") int BPF_USDT(pg_##name##_start) { return usdt_mark(i, 0, stage); } \
+	SEC("usdt") int BPF_USDT(pg_##name##_done) { return usdt_mark(i, 1, stage); }
+
+PG_PAIR(query, 0, PP_ST_PG_QUERY)
+PG_PAIR(parse, 1, PP_ST_PG_PARSE)
+PG_PAIR(plan, 2, PP_ST_PG_PLAN)
+PG_PAIR(execute, 3, PP_ST_PG_EXECUTE)
+PG_PAIR(lock, 4, PP_ST_PG_LOCK)
+PG_PAIR(lwlock, 5, PP_ST_PG_LWLOCK)

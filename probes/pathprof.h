@@ -1,0 +1,35 @@
+/* Layout of pathprof.bpf.c's per-thread and per-socket state (mirrored in pathprof.agent.bpf.layout). */
+#ifndef PATHPROF_H
+#define PATHPROF_H
+#include "common.h"
+
+struct pp_task {            /* one per tracked thread (key: tid) */
+	__u64 send_ts;          /* start of the send in progress (TCP: first tcp_sendmsg_locked) */
+	__u64 wake_ts;          /* last sched_wakeup */
+	__u64 oncpu_ts;         /* last switch-in (0 while off CPU) */
+	__u64 runnable_ts;      /* start of the current run-queue wait (wakeup or preemption) */
+	__u64 excl_snap;        /* cpust.excl_total at switch-in */
+	__u64 consume_ts;       /* last consuming receive by the process (used on the tgid entry, for hops) */
+	__u64 last_utime;       /* task->utime/stime at the last switch-out */
+	__u64 last_stime;
+	struct pp_cpu_val acc;  /* monotonic; folded into `cpu` when the thread exits */
+	__u64 usdt_ts[PP_NUSDT];
+	__u32 hop;              /* hop id, < PP_MAX_HOPS */
+	__u8  role;
+	__u8  consume_leg;
+	__u8  in_send;          /* between the start of a send and its sock_send_length */
+	__u8  pad;
+};
+
+struct pp_sock {            /* one per socket a tracked thread sent or received on (key: struct sock *) */
+	__u64 ready_ts;         /* first sk_data_ready since the queue was last drained, 0 = nothing pending */
+	__u64 consume_ts;       /* last consuming receive, until the next send on this socket */
+	__u64 cookie;           /* socket cookie: a freed and reused struct sock address is a new socket */
+	__u32 hop;
+	__u8  role;             /* owner's role */
+	__u8  leg;              /* leg of messages *into* this socket */
+	__u8  pad[2];
+};
+
+struct pp_devq { __u64 ts; __u32 ifindex; __u32 netns; __u8 leg; __u8 pad[7]; };
+#endif

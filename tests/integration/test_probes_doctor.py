@@ -1,0 +1,49 @@
+"""doctor on this machine, and doctor failing cleanly when a capability is taken away."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_doctor_all_required_present():
+    from pathprof.agent import doctor
+    caps = doctor.check_capabilities()
+    assert not doctor.missing(caps, "basic"), [c for c in caps if c.required and not c.ok]
+    names = {c.name for c in caps}
+    assert {"root", "btf", "tracefs", "tp_btf", "netfilter links", "usdt notes", "kvm"} <= names
+    assert "pathprof doctor" in doctor.render_capabilities(caps)
+    assert not [l for l in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+                if l.startswith(f"pp-doctor-")]
+
+
+SCRIPT = r"""
+import json, subprocess, sys
+# in a private mount namespace: take tracefs (and the rest of /sys/kernel) away, read-only
+subprocess.run(["umount", "-l", "/sys/kernel/tracing"], capture_output=True)
+subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "none", "/sys/kernel"], check=True)
+from pathprof.agent import doctor
+from pathprof.agent.errors import RequirementError
+caps = doctor.check_capabilities()
+try:
+    doctor.require("basic")
+    print(json.dumps({"raised": None}))
+except RequirementError as e:
+    print(json.dumps({"raised": str(e), "tracefs": [c.ok for c in caps if c.name == "tracefs"][0]}))
+"""
+
+
+def test_doctor_fails_cleanly_without_tracefs():
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    cp = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c", SCRIPT],
+                        capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    out = json.loads(cp.stdout.strip().splitlines()[-1])
+    assert out["raised"] and "tracefs" in out["raised"] and out["tracefs"] is False
+    assert "Traceback" not in cp.stderr
+    # the real machine is untouched
+    assert os.path.isdir("/sys/kernel/tracing/events")

@@ -1,0 +1,59 @@
+"""Probes on a real PostgreSQL + pgbench: stages present where the path has them, closure, ground truth."""
+import os
+
+import pytest
+
+from probe_harness import ThrowawayPostgres, profile
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def pg():
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    p = ThrowawayPostgres(55437).start()
+    yield p
+    p.stop()
+
+
+def test_loopback_tcp_has_netfilter_and_closes(pg):
+    r = profile(pg, clients=1)
+    n = r["names"]
+    for stage in ("wire.backend", "backend.execute", "wire.pgbench", "client.pgbench", "dev.lo",
+                  "netfilter.output", "netfilter.postrouting", "netfilter.prerouting", "netfilter.input"):
+        assert stage in n, (stage, sorted(n))
+    legs = {s["leg"] for s in r["latency"]["stages"]}
+    assert {"request", "server", "response", "client"} <= legs
+    assert abs(r["latency"]["closure_error_pct"]) <= 10, r["latency"]
+    assert abs(r["cpu"]["closure_error_pct"]) <= 10, r["cpu"]
+    comps = {c["component"] for c in r["cpu"]["components"]}
+    assert {"backend.sys", "pgbench.sys", "softirq.net", "netfilter"} <= comps
+    assert r["result"].cost["run_time_ns"] > 0 and r["cost_ns_per_txn"] > 0
+    assert r["result"].counters["messages"] >= 2 * r["txns"] * 0.95
+
+
+def test_unix_socket_has_no_netfilter(pg):
+    r = profile(pg, unix=True, clients=1)
+    n = r["names"]
+    assert "backend.execute" in n and "client.pgbench" in n
+    assert not [s for s in n if s.startswith(("netfilter.", "dev."))], sorted(n)
+    assert r["result"].counters["wire_untimed"] > 0          # unix: no TCP send-start tracepoint
+    assert abs(r["latency"]["closure_error_pct"]) <= 10, r["latency"]
+
+
+def test_pg_sleep_moves_backend_execute_by_2ms(pg):
+    base = profile(pg, clients=1, duration=3)
+    slow = profile(pg, script="sleep.sql", clients=1, duration=3)
+    delta = slow["names"]["backend.execute"] - base["names"]["backend.execute"]
+    assert 1500 <= delta <= 2600, delta
+    for st in ("wire.backend", "wire.pgbench"):     # the network stages stay where they were
+        assert abs(slow["names"][st] - base["names"][st]) < 50, (st, base["names"][st], slow["names"][st])
+
+
+def test_deep_adds_usdt_breakdown(pg):
+    r = profile(pg, level="deep", script="sleep.sql", clients=1, duration=2)
+    kids = {s["name"]: s for s in r["latency"]["stages"] if s.get("parent") == "backend.execute"}
+    assert "backend.query" in kids or "backend.executor" in kids, sorted(r["names"])
+    q = kids.get("backend.query") or kids["backend.executor"]
+    assert 1500 <= q["us_per_txn"] <= 2600

@@ -1,0 +1,59 @@
+"""The ctypes mirrors in pathprof.agent.bpf.layout match the C layout clang put into the .bpf.o (BTF)."""
+import ctypes as C
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pathprof.agent.bpf import layout as L
+
+PROBES = Path(__file__).resolve().parents[2] / "probes"
+OBJS = ["pathprof.bpf.o", "nf.bpf.o"]
+
+
+def btf_structs() -> dict:
+    if not shutil.which("bpftool"):
+        pytest.skip("bpftool not installed")
+    out = {}
+    for obj in OBJS:
+        path = PROBES / obj
+        if not path.exists():
+            pytest.skip(f"{obj} not built (make -C probes)")
+        doc = json.loads(subprocess.run(["bpftool", "btf", "dump", "file", str(path), "-j"], check=True,
+                                        capture_output=True, text=True).stdout)
+        for t in doc["types"]:
+            if t.get("kind") == "STRUCT" and t.get("name", "").startswith("pp_"):
+                out[t["name"]] = t
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(L.MIRRORS))
+def test_mirror_matches_btf(name):
+    structs = btf_structs()
+    assert name in structs, f"struct {name} is not in the BTF of {OBJS}"
+    t, mirror = structs[name], L.MIRRORS[name]
+    assert C.sizeof(mirror) == t["size"], f"{name}: ctypes {C.sizeof(mirror)} != BTF {t['size']}"
+    btf_members = {m["name"]: m["bits_offset"] // 8 for m in t["members"]}
+    py_members = {f[0]: getattr(mirror, f[0]).offset for f in mirror._fields_}
+    assert py_members == btf_members
+
+
+def test_histogram_slots_round_trip():
+    # the inverse used by the views and the front end agrees with the BPF bucketing rule
+    def slot(v):
+        if v < 4:
+            return v
+        lg = v.bit_length() - 1
+        return min(4 * (lg - 1) + ((v >> (lg - 2)) & 3), L.HIST_SLOTS - 1)
+    for v in [0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 1000, 123456, 2**31 + 5]:
+        lo, hi = L.slot_bounds(slot(v))
+        assert lo <= v < hi
+
+
+def test_lat_index_round_trip():
+    for stage, role, leg, hop in [(1, 2, 1, 0), (6, 1, 4, 0), (3, 6, 3, 5)]:
+        idx = (((stage - 1) * L.NROLES + role) * L.NLEGS + leg) * L.MAX_HOPS + hop
+        assert L.lat_key(idx) == (stage, role, leg, hop)
+    assert L.nf_key(((2 * 5 + 3) * 2 + 1) * 2 + 1) == (2, 3, 3, True)

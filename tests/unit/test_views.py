@@ -1,0 +1,137 @@
+"""The latency and CPU views on hand-made probe tables (no kernel needed)."""
+import pandas as pd
+import pytest
+
+from pathprof.analysis import views
+
+
+def hist_at(ns: float, n: int) -> list[int]:
+    """A histogram with n samples in the slot holding `ns`."""
+    h = [0] * views.HIST_SLOTS
+    for i in range(views.HIST_SLOTS):
+        lo, hi = views._bounds(i)
+        if lo <= ns < hi:
+            h[i] = n
+            return h
+    raise AssertionError(ns)
+
+
+def row(kind, role="", leg="", sum_us=0.0, count=1000, hop="", hook="", netns="", dev="", at_us=None):
+    return {"kind": kind, "role": role, "hop": hop, "leg": leg, "hook": hook, "netns": netns, "dev": dev,
+            "count": count, "sum_ns": int(sum_us * 1000 * count),
+            "hist": hist_at((at_us if at_us is not None else sum_us) * 1000, count)}
+
+
+def stages_1client(execute_us=5.0):
+    # per message: wire 7 (of which netfilter 4x0.2 + lo 1), waits, processing; 1000 transactions
+    rows = [row("wire", "backend", "request", 7.0), row("wire", "pgbench", "response", 7.0),
+            row("dev", "kernel", "request", 1.0, dev="lo"), row("dev", "kernel", "response", 1.0, dev="lo"),
+            row("wakeup", "backend", "request", 1.0), row("runqueue", "backend", "request", 4.0),
+            row("recv", "backend", "request", 2.0), row("proc", "backend", "server", execute_us),
+            row("wakeup", "pgbench", "response", 1.0), row("runqueue", "pgbench", "response", 3.0),
+            row("recv", "pgbench", "response", 2.0), row("proc", "pgbench", "client", 2.0),
+            row("sched_runq", "backend", "", 4.0, count=1200) | {"hist": None}]
+    for leg in ("request", "response"):
+        for hook in ("output", "postrouting", "prerouting", "input"):
+            rows.append(row("netfilter", "kernel", leg, 0.2, hook=hook, netns="root"))
+            rows.append(row("nf_all", "kernel", leg, 0.2, count=2000, hook=hook, netns="root"))
+    return pd.DataFrame(rows)
+
+
+def by_name(view):
+    return {(s["name"], s["leg"]): s for s in view["stages"]}
+
+
+def test_stage_names_and_legs():
+    v = views.latency_view(stages_1client(), 1000, 40.0)
+    names = by_name(v)
+    for key in [("wire.backend", "request"), ("netfilter.output", "request"), ("netfilter.input", "response"),
+                ("dev.lo", "request"), ("runqueue.backend", "request"), ("backend.execute", "server"),
+                ("recv.pgbench", "response"),
+                ("client.pgbench", "client")]:
+        assert key in names, key
+    assert v["netfilter_packets_per_txn"] == 16.0
+    assert v["scheduler"][0]["role"] == "backend"
+    legs = [s["leg"] for s in v["stages"]]
+    assert legs == sorted(legs, key=lambda l: views.LEG_ORDER[l])
+
+
+def test_wire_is_exclusive_and_view_closes():
+    v = views.latency_view(stages_1client(), 1000, 40.0)
+    names = by_name(v)
+    assert names[("wire.backend", "request")]["us_per_txn"] == pytest.approx(7.0 - 0.8 - 1.0, abs=1e-3)
+    # 7+7 wire + 1+4+2 + 5 + 1+3+2 + 2 = 34 µs per transaction
+    assert v["total_us"] == pytest.approx(34.0, abs=1e-2)
+    assert v["closure_error_pct"] == pytest.approx((34.0 - 40.0) / 40.0 * 100, abs=0.05)
+
+
+def test_percentiles_from_histogram():
+    v = views.latency_view(stages_1client(), 1000, 34.0)
+    ex = by_name(v)[("backend.execute", "server")]
+    assert 4.0 <= ex["p50_us"] <= 6.5 and 4.0 <= ex["p99_us"] <= 6.5
+    assert views.hist_quantile([0] * 128, 0.5) is None
+
+
+def test_ground_truth_shift_moves_only_execute():
+    a = by_name(views.latency_view(stages_1client(5.0), 1000, 34.0))
+    b = by_name(views.latency_view(stages_1client(2005.0), 1000, 2034.0))
+    assert b[("backend.execute", "server")]["us_per_txn"] - a[("backend.execute", "server")]["us_per_txn"] == \
+        pytest.approx(2000.0, abs=0.01)
+    assert b[("wire.backend", "request")]["us_per_txn"] == a[("wire.backend", "request")]["us_per_txn"]
+
+
+def test_hop_and_usdt_names():
+    df = pd.DataFrame([row("proc", "proxy", "request", 3.0, hop="docker-proxy"),
+                       row("runqueue", "proxy", "response", 2.0, hop="docker-proxy"),
+                       row("pg_execute", "backend", "server", 1.0), row("proc", "backend", "server", 4.0)])
+    v = views.latency_view(df, 1000, 10.0)
+    names = by_name(v)
+    assert ("hop.docker-proxy", "request") in names
+    assert ("runqueue.docker-proxy", "response") in names
+    assert names[("backend.executor", "server")]["parent"] == "backend.execute"
+    assert v["total_us"] == pytest.approx(9.0, abs=1e-3)     # the USDT child is not summed again
+
+
+def test_empty_tables():
+    assert views.latency_view(pd.DataFrame(), 0, 10.0)["stages"] == []
+    cv = views.cpu_view(pd.DataFrame(), 0, 10, 10, 2)
+    assert cv["components"] == [] and cv["regime"] == "latency-bound"
+
+
+def cpu_table(other_ns=0):
+    rows = [("user", "pgbench", "", "", 2_000_000), ("sys", "pgbench", "", "", 8_000_000),
+            ("user", "backend", "", "", 5_000_000), ("sys", "backend", "", "", 10_000_000),
+            ("user", "proxy", "docker-proxy", "", 3_000_000),
+            ("softirq", "", "", "task", 6_000_000), ("softirq", "", "", "idle", 1_000_000),
+            ("netfilter", "", "", "", 1_000_000), ("other", "", "", "", other_ns)]
+    return pd.DataFrame([{"comp": c, "role": r, "hop": h, "where": w, "ns": ns, "count": 0} for c, r, h, w, ns in rows])
+
+
+def test_cpu_view_components_closure_and_regime():
+    # 1000 txns, 36 ms of CPU; busy 40 ms over 20 ms elapsed on 2 CPUs -> saturated
+    cv = views.cpu_view(cpu_table(other_ns=4_000_000), 1000, 40_000_000, 20_000_000, 2)
+    comps = {c["component"]: c["us_per_txn"] for c in cv["components"]}
+    assert comps["backend.sys"] == 10.0 and comps["hop.docker-proxy.user"] == 3.0
+    assert comps["softirq.net"] == 7.0 and comps["netfilter"] == 1.0 and comps["other"] == 4.0
+    assert cv["components"][-1]["component"] == "other"
+    assert cv["closure_error_pct"] == pytest.approx(0.0)
+    assert cv["regime"] == "cpu-bound" and cv["busy_cpus"] == 2.0
+    # run CPUs = 2 - 0.2 = 1.8 over 36 µs per txn -> 50 000 TPS
+    assert cv["predicted_tps"] == pytest.approx(50_000, rel=1e-3)
+
+
+def test_cpu_view_latency_bound_uses_littles_law():
+    cv = views.cpu_view(cpu_table(), 1000, 10_000_000, 20_000_000, 2, clients=1, latency_us=50.0)
+    assert cv["regime"] == "latency-bound" and cv["predicted_tps"] == pytest.approx(20_000)
+    assert cv["closure_error_pct"] == pytest.approx((36 - 10) / 10 * 100)
+
+
+def test_probe_cost():
+    assert views.probe_cost_ns_per_txn({"run_time_ns": 5000}, 10) == 500.0
+    assert views.probe_cost_ns_per_txn(None, 10) is None
+
+
+def test_closure_against_cycle_time_when_given():
+    v = views.latency_view(stages_1client(), 1000, 30.0, cycle_us=34.0)
+    assert v["closure_basis"] == "cycle" and v["closure_error_pct"] == pytest.approx(0.0, abs=0.05)
+    assert views.latency_view(stages_1client(), 1000, 34.0)["closure_basis"] == "latency"
