@@ -187,7 +187,8 @@ def compress_logs(log_dir: Path) -> None:
 
 
 def run(netns: str | None, argv: list[str], out_dir: Path, on_progress: Callable[[Progress], None] | None = None,
-        on_start: Callable[[int], None] | None = None, timeout_s: float = 60) -> PgbenchResult:
+        on_start: Callable[[int], None] | None = None, timeout_s: float = 60,
+        should_stop: Callable[[], bool] = lambda: False) -> PgbenchResult:
     """Run pgbench to completion (bounded by -T plus timeout_s), streaming -P progress to on_progress."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "argv.txt").write_text(" ".join(argv) + "\n")
@@ -213,11 +214,20 @@ def run(netns: str | None, argv: list[str], out_dir: Path, on_progress: Callable
     t = threading.Thread(target=pump, daemon=True)
     t.start()
     duration = _duration_of(argv)
+    deadline = time.monotonic() + duration + timeout_s
     try:
-        p.wait(timeout=duration + timeout_s)
-    except subprocess.TimeoutExpired:
+        while p.poll() is None:
+            if should_stop():  # a signal arrived but its KeyboardInterrupt was swallowed somewhere
+                raise KeyboardInterrupt
+            if time.monotonic() > deadline:
+                raise UserError(f"pgbench did not finish within {duration + timeout_s:.0f} s; stopped it")
+            try:
+                p.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass
+    except BaseException:
         proc.stop_process(p)
-        raise UserError(f"pgbench did not finish within {duration + timeout_s:.0f} s; stopped it")
+        raise
     finally:
         t.join(timeout=5)
         stdout_f.close()

@@ -13,11 +13,27 @@ def track_path(probes, pg, services) -> None:
     if pg is not None and pg.pid:
         probes.track(pg.pid, "postmaster")
         for child in pg.postmaster_children():
-            probes.track(child, "pg_aux")
+            # A pooler's server connections already exist: they are backends, not auxiliary processes.
+            probes.track(child, "pg_aux" if is_aux_process(child) else "backend")
     for svc in services:
         role = getattr(svc, "role", "proxy")
         for pid in svc.pids():
             probes.track(pid, role, hop=svc.hop)
+
+
+AUX_TITLES = ("checkpointer", "background writer", "walwriter", "autovacuum launcher", "autovacuum worker",
+              "logical replication launcher", "archiver", "stats collector", "startup", "walreceiver",
+              "walsender", "logger")
+
+
+def is_aux_process(pid: int) -> bool:
+    """Postgres auxiliary process, from its process title ("postgres: checkpointer ")."""
+    try:
+        title = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return True
+    title = title.removeprefix("postgres: ").strip()
+    return title.startswith(AUX_TITLES)
 
 
 def save_probe_result(rd: RunDir, result) -> dict:

@@ -66,20 +66,51 @@ def cpu_times() -> tuple[int, int]:
     return total - fields[3] - fields[4], total
 
 
+_interrupted = {"flag": False}
+
+
+def checkpoint() -> None:
+    """Raise at a safe point if a signal arrived while Python was swallowing exceptions (e.g. inside fork
+    hooks, where a KeyboardInterrupt is only printed as 'Exception ignored')."""
+    if _interrupted["flag"]:
+        raise KeyboardInterrupt
+
+
 @contextmanager
 def sigterm_as_interrupt():
-    """SIGTERM takes the same teardown path as Ctrl-C."""
+    """SIGTERM takes the same teardown path as Ctrl-C, and neither can be lost."""
     me = os.getpid()
+    _interrupted["flag"] = False
 
     def handler(signum, frame):
         if os.getpid() != me:  # a forked helper (pyroute2's) must not run the parent's teardown
             os._exit(1)
+        _interrupted["flag"] = True
         raise KeyboardInterrupt
-    old = signal.signal(signal.SIGTERM, handler)
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+class _Checked(Reporter):
+    """Passes through to the user's reporter, stopping at each phase if a signal was swallowed."""
+
+    def __init__(self, inner: Reporter):
+        self.inner = inner
+
+    def phase(self, text: str) -> None:
+        if text != "tearing down":
+            checkpoint()
+        self.inner.phase(text)
+
+    def note(self, text: str) -> None:
+        self.inner.note(text)
+
+    def progress(self, pr, snap) -> None:
+        self.inner.progress(pr, snap)
 
 
 @contextmanager
@@ -97,6 +128,7 @@ def uninterruptible():
 def execute(opts: RunOptions, ui: Reporter) -> RunDir:
     require_root()
     proc.which("pgbench")
+    ui = _Checked(ui)
     if opts.dsn:
         return _execute_dsn(opts, ui)
     proc.which("initdb")
@@ -268,7 +300,8 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
             seen_sockets.update(recorder.live_sockets(topo))
         ui.progress(pr, probes.snapshot() if probes is not None else None)
 
-    result = pgbench.run(client_ns, argv, rd.file("pgbench"), on_progress=on_progress, on_start=started)
+    result = pgbench.run(client_ns, argv, rd.file("pgbench"), on_progress=on_progress, on_start=started,
+                         should_stop=lambda: _interrupted["flag"])
     (busy1, total1), t1 = cpu_times(), time.monotonic_ns()
     (busy0, total0) = clock["cpu0"]
     hz = os.sysconf("SC_CLK_TCK")
