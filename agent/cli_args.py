@@ -91,7 +91,16 @@ def add_workload_options(p: argparse.ArgumentParser, clients_default: int | None
                     help="off: pgbench only; basic: scheduler, syscalls, netfilter, devices (default); "
                          "deep: + PostgreSQL USDT (parse/plan/execute, locks, WAL)")
     pr.add_argument("--trace-sample", type=_positive_int, default=0, metavar="N",
-                    help="record 1 in N transactions as spans (traces.parquet) for `pathprof export`")
+                    help="inside measurement windows, record 1 in N messages of each connection as spans "
+                         "(traces.parquet) for `pathprof export`")
+    pr.add_argument("--probe-window", type=_number, default=1.0, metavar="SECONDS",
+                    help="attach the detailed probes for this long... (default: %(default)s)")
+    pr.add_argument("--probe-period", type=_number, default=20.0, metavar="SECONDS",
+                    help="...once every this long, fully detached in between, so they cost a fraction of their "
+                         "always-on overhead (the run reports TPS in vs out of the windows) (default: %(default)s)")
+    pr.add_argument("--probe-duty", type=_number, metavar="PCT",
+                    help="share of the run the detailed probes are attached, instead of --probe-period "
+                         "(period = window * 100 / PCT); 100 = always on, every transaction measured")
     pr.add_argument("--runs-dir", default=os.environ.get("PATHPROF_RUNS", "runs"), metavar="DIR",
                     help="where run directories are written (default: ./runs or $PATHPROF_RUNS)")
     pr.add_argument("--json", action="store_true", help="print one JSON document on stdout, progress on stderr")
@@ -192,6 +201,17 @@ def topo_options(a) -> dict[str, str]:
     return opts
 
 
+def probe_period(a) -> float:
+    """--probe-period, or the one --probe-duty implies (100 % = always on, period 0)."""
+    duty, window = getattr(a, "probe_duty", None), getattr(a, "probe_window", 1.0)
+    if duty is None:
+        return getattr(a, "probe_period", 20.0)
+    if not 0 < duty <= 100:
+        from .errors import UserError
+        raise UserError(f"--probe-duty must be a percentage in (0, 100], not {duty:g}")
+    return 0.0 if duty >= 100 or window <= 0 else window * 100.0 / duty
+
+
 def run_options(a, topology: str, clients: int | None = None):
     from .pgbench import Workload
     from .postgres import parse_pg_set
@@ -200,4 +220,5 @@ def run_options(a, topology: str, clients: int | None = None):
                  mode=a.mode, script=a.script, connect=a.connect, scale=a.scale, rate=a.rate)
     return RunOptions(topology=topology, workload=w, pg_settings=parse_pg_set(a.pg_set),
                       dsn=getattr(a, "dsn", None), probes=a.probes, runs_dir=Path(a.runs_dir),
-                      topo_options=topo_options(a), trace_sample=a.trace_sample)
+                      topo_options=topo_options(a), trace_sample=a.trace_sample,
+                      probe_window_s=a.probe_window, probe_period_s=probe_period(a))

@@ -32,6 +32,8 @@ class RunOptions:
     runs_dir: Path = Path("runs")
     topo_options: dict[str, str] = field(default_factory=dict)
     trace_sample: int = 0
+    probe_window_s: float = 1.0      # detailed probes attached this long every probe_period_s (agent.probes)
+    probe_period_s: float = 20.0
 
 
 class Reporter:
@@ -234,7 +236,8 @@ def _probe_session(opts: RunOptions, topo):
     ports = sorted({topo.postgres.port, *[t.port for t in topo.client.targets.values() if t.port]} |
                    {int(s.options["port"]) for s in topo.services if "port" in s.options})
     cfg = probes_mod.ProbeConfig(level=opts.probes, netns=topo.namespaces(), service_ports=ports,
-                                 postgres_bin=proc.which("postgres"), trace_sample=opts.trace_sample)
+                                 postgres_bin=proc.which("postgres"), trace_sample=opts.trace_sample,
+                                 window_s=opts.probe_window_s, period_s=opts.probe_period_s)
     return probes_mod.ProbeSession(cfg)
 
 
@@ -281,6 +284,7 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
         ui.phase(f"loading probes ({opts.probes})")
         probes.start()
         recorder.track_path(probes, pg, services)
+    conn_probe = _conn_probe(opts, probes, pg, ui)
     rd.update(pgbench={"argv": argv, "version": pgbench.pgbench_version()},
               postgres=pg.describe() if pg else {"owned": True, "kind": "guest"},
               services=[s.describe() for s in services])
@@ -290,6 +294,10 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
         if probes is not None:
             probes.track(pid, "pgbench")
             probes.reset()
+            probes.start_windows(w.duration_s)
+        if conn_probe is not None:
+            conn_probe.track_client(pid)
+            conn_probe.reset()
         clock["cpu0"], clock["t0"] = cpu_times(), time.monotonic_ns()
 
     ui.phase(f"pgbench: {w.clients} clients, {w.duration_s} s")
@@ -300,9 +308,16 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
             seen_sockets.update(recorder.live_sockets(topo))
         ui.progress(pr, probes.snapshot() if probes is not None else None)
 
-    result = pgbench.run(client_ns, argv, rd.file("pgbench"), on_progress=on_progress, on_start=started,
-                         should_stop=lambda: _interrupted["flag"])
+    try:
+        result = pgbench.run(client_ns, argv, rd.file("pgbench"), on_progress=on_progress, on_start=started,
+                             should_stop=lambda: _interrupted["flag"])
+        conn_frame = conn_probe.stop() if conn_probe is not None else None
+    finally:
+        if conn_probe is not None:
+            conn_probe.close()
     (busy1, total1), t1 = cpu_times(), time.monotonic_ns()
+    if probes is not None:
+        probes.stop_windows()        # pgbench is done: no window may outlive it
     (busy0, total0) = clock["cpu0"]
     hz = os.sysconf("SC_CLK_TCK")
     cpu = {"busy_ns": int((busy1 - busy0) * 1e9 / hz), "elapsed_ns": t1 - clock["t0"], "ncpu": os.cpu_count(),
@@ -313,8 +328,30 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
     if probes is not None:
         presult = probes.stop()
         meta_probes.update(recorder.save_probe_result(rd, presult))
+        from .probe_windows import window_meta
+        meta_probes.update(window_meta(presult.windows, pgbench.read_logs(log_dir), opts.probe_window_s,
+                                       opts.probe_period_s))
+    if conn_frame is not None:
+        rd.write_frame("connect.parquet", conn_frame)
+        meta_probes["conn_cost"] = conn_probe.cost()
+        meta_probes["notes"] = list(meta_probes.get("notes") or []) + conn_probe.notes
     rd.update(pgbench={**rd.meta["pgbench"], "result": result.to_dict()}, cpu=cpu, probes=meta_probes)
     rd.write_json("topology.json", recorder.discovered_path(topo, ctx, pg, services, seen_sockets))
+
+
+def _conn_probe(opts, probes, pg, ui):
+    """--connect: the connection-setup probe (probes/conn.bpf.c) next to the main ones; failing to load it
+    costs the split, not the run."""
+    if not opts.workload.connect or probes is None or pg is None or not pg.pid:
+        return None
+    from .probes_conn import ConnProbe
+    cp = ConnProbe(pg.pid, probes.config.service_ports)
+    try:
+        cp.start()
+    except UserError as e:
+        ui.note(f"connection-setup probe not loaded: {e}")
+        return None
+    return cp
 
 
 def _execute_dsn(opts: RunOptions, ui: Reporter) -> RunDir:

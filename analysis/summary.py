@@ -28,6 +28,7 @@ def summarize(rd: RunDir) -> dict:
         "cpu": [],
         "closure": {"latency_error_pct": None, "cpu_error_pct": None},
         "probe_cost_ns_per_txn": None,
+        "probe_overhead_pct": probes.get("probe_overhead_pct"),
         "probes": probes.get("level", "off"),
         "lost_events": probes.get("lost") or {},
         "host": m.get("host") or {},
@@ -48,16 +49,23 @@ def summarize(rd: RunDir) -> dict:
     elapsed = cpu_meta.get("elapsed_ns")
     if busy and elapsed:
         out["busy_cpus"] = busy / elapsed
+    tps, mean_ms = res.get("tps") or 0, lat.get("mean")
+    win = _windows(probes, out)
+    if win:
+        # The probe tables cover only the measurement windows (analysis.windows): divide by the
+        # transactions that ended inside them, close against their rate and latency and the CPUs' busy
+        # time while they were open.
+        txns, tps, mean_ms = win["txns"], win["tps"] or 0, win["latency_ms_mean"] or mean_ms
+        busy, elapsed = win.get("busy_ns") or busy, win.get("elapsed_ns") or elapsed
     stages, cpu = rd.read_frame("stages.parquet"), rd.read_frame("cpu.parquet")
     if txns and (stages is not None or cpu is not None):
         from . import views
-        tps = res.get("tps") or 0
         clients = w.get("clients") or 1
         # The stages tile each connection's timeline, so they must add up to the cycle (clients / TPS);
         # pgbench's own mean latency leaves out its work between transactions (shown as the client leg).
         cycle_us = clients * 1e6 / tps if tps else None
-        if stages is not None and lat.get("mean"):
-            lv = views.latency_view(stages, txns, lat["mean"] * 1000.0, cycle_us=cycle_us)
+        if stages is not None and mean_ms:
+            lv = views.latency_view(stages, txns, mean_ms * 1000.0, cycle_us=cycle_us)
             out["stages"] = lv["stages"]
             out["closure"]["latency_error_pct"] = lv.get("closure_error_pct")
             out["closure"]["latency_basis"] = lv.get("closure_basis")
@@ -68,7 +76,7 @@ def summarize(rd: RunDir) -> dict:
                 out["connection_setup"] = lv["connection_setup"]
         if cpu is not None and busy:
             cv = views.cpu_view(cpu, txns, busy, elapsed, ncpu, clients=clients,
-                                latency_us=lat["mean"] * 1000.0 if lat.get("mean") else None)
+                                latency_us=mean_ms * 1000.0 if mean_ms else None)
             out["cpu"] = cv["components"]
             out["closure"]["cpu_error_pct"] = cv.get("closure_error_pct")
             out["regime"] = cv.get("regime")
@@ -79,4 +87,25 @@ def summarize(rd: RunDir) -> dict:
     if out["regime"] is None and busy and elapsed:
         # Without probes the regime still follows from busy time: near all CPUs busy means CPU-bound.
         out["regime"] = "cpu-bound" if busy / elapsed >= 0.9 * ncpu else "latency-bound"
+    if (m.get("workload") or {}).get("connect") and rd.file("connect.parquet").exists():
+        from .conn_view import add_connection_setup
+        add_connection_setup(out, rd)
     return out
+
+
+def _windows(probes: dict, out: dict) -> dict | None:
+    """The in-window figures when the run used measurement windows (None for older runs / no probes);
+    also fills out["windows"] with what a reader needs to judge them."""
+    inside = probes.get("in_windows")
+    if not inside or not probes.get("windows"):
+        return None
+    outside = probes.get("outside_windows") or {}
+    out["windows"] = {"count": len(probes["windows"]), **(probes.get("schedule") or {}),
+                      "txns_in": inside.get("txns"), "tps_in": inside.get("tps"),
+                      "txns_out": outside.get("txns"), "tps_out": outside.get("tps"),
+                      "probe_overhead_run_pct": probes.get("probe_overhead_run_pct")}
+    if not inside.get("txns"):
+        out["notes"].append("no transaction ended inside a measurement window: the probe tables are not "
+                            "divided per transaction")
+        return None
+    return inside

@@ -50,7 +50,9 @@ enum pp_stat {              /* per-CPU counters of everything not aggregated, so
 	PP_STAT_WIRE_UNPAIRED = 4, PP_STAT_READY_UNLEARNED = 5, PP_STAT_NF_UNPAIRED = 6, PP_STAT_NF_NESTED = 7,
 	PP_STAT_NF_NAT = 8, PP_STAT_DEV_FULL = 9, PP_STAT_MESSAGES = 10, PP_STAT_NF_PKTS = 11,
 	PP_STAT_PROC_UNPAIRED = 12, PP_STAT_HOP_OVERFLOW = 13, PP_STAT_WIRE_UNTIMED = 14,
-	PP_NSTATS = 16,
+	PP_STAT_WINDOW_EDGE = 15,   /* pairings begun before the current window opened: discarded */
+	PP_STAT_TRACE_LOST = 16, PP_STAT_TRACES = 17,   /* --trace-sample spans not / emitted (ring buffer full) */
+	PP_NSTATS = 20,
 };
 
 struct pp_stage_key {       /* key of the `stages` hash (dev, USDT) */
@@ -91,6 +93,22 @@ struct pp_cpu_state {       /* per CPU */
 	__u64 softirq_cnt;
 	__u64 nf_ns;            /* all netfilter bracket ns (run packets) */
 	__u64 cur_tracked;      /* the running task is tracked (set at switch-in) */
+	__u64 win;              /* window (its start) this CPU's state belongs to: reset lazily on change */
+	__u64 excl_win0;        /* excl_total when this CPU first ran a program in the window */
+};
+
+/* Measurement window. The detailed programs are attached only inside windows (duty cycle: zero cost
+ * between them), so every timestamp kept in a map may be from an earlier window. User space writes
+ * start_ns = CLOCK_MONOTONIC (= bpf_ktime_get_ns) *after* attaching, and 0 before detaching; a program
+ * that sees 0 does nothing, and anything stamped before start_ns is discarded (PP_STAT_WINDOW_EDGE). */
+struct pp_win { __u64 start_ns; };
+
+struct pp_trace {           /* one span of a sampled message (--trace-sample), streamed by ring buffer */
+	__u64 ts;               /* start, CLOCK_MONOTONIC ns */
+	__u64 dur;
+	__u32 pid, tid;         /* the thread in whose context the span was closed */
+	__u32 seq;              /* per-socket message number: spans of one message share it */
+	__u8  stage, role, leg, hop;
 };
 
 #ifdef __BPF__   /* ---- BPF side: the maps both objects share (the front end reuses the fds) ---- */
@@ -143,6 +161,13 @@ struct {
 	__type(value, __u64);
 } stats SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);      /* shared by both objects (fd reused): one switch for all */
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pp_win);
+} win SEC(".maps");
+
 const volatile __u16 svc_ports[PP_MAX_PORTS] = {};   /* host order; the run's service ports */
 const volatile __u32 nf_netns[PP_MAX_NETNS] = {};    /* netns inodes of the topology, in slot order */
 
@@ -156,11 +181,21 @@ static __always_inline __u32 netns_slot_of(__u32 ino)
 	return PP_MAX_NETNS - 1;
 }
 
-static __always_inline void stat_inc(__u32 idx)
+static __always_inline void stat_add(__u32 idx, __u64 n)
 {
 	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
 	if (v)
-		*v += 1;
+		*v += n;
+}
+
+static __always_inline void stat_inc(__u32 idx) { stat_add(idx, 1); }
+
+/* start of the open window, 0 when closed (an array lookup with a constant key is inlined) */
+static __always_inline __u64 win_start(void)
+{
+	__u32 zero = 0;
+	struct pp_win *w = bpf_map_lookup_elem(&win, &zero);
+	return w ? w->start_ns : 0;
 }
 
 static __always_inline int is_svc_port(__u16 port)
@@ -216,10 +251,24 @@ static __always_inline void stage_add(struct pp_stage_key *k, __u64 ns)
 	hist_add(h, ns);
 }
 
-static __always_inline struct pp_cpu_state *cpu_state(void)
+/* This CPU's state, reset on its first use in window `ws`: nothing ran between windows, so the last
+ * switch is taken as the window start (the task then running has run since before it: every switch
+ * after it is seen) and whatever softirq was open is dropped. Whether that task is tracked is unknown:
+ * cur_tracked = 1 makes the next sched_switch look it up. */
+static __always_inline struct pp_cpu_state *cpu_state(__u64 ws)
 {
 	__u32 zero = 0;
-	return bpf_map_lookup_elem(&cpust, &zero);
+	struct pp_cpu_state *cs = bpf_map_lookup_elem(&cpust, &zero);
+	if (cs && cs->win != ws) {
+		cs->win = ws;
+		cs->last_switch = ws;
+		cs->excl_at_switch = cs->excl_total;
+		cs->excl_win0 = cs->excl_total;
+		cs->softirq_start = 0;
+		cs->nf_in_softirq = 0;
+		cs->cur_tracked = 1;
+	}
+	return cs;
 }
 
 /* IPv4/TCP tuple and payload length of the IP header at p; 0 when not IPv4/TCP.

@@ -30,6 +30,9 @@ static __always_inline __u32 netns_slot(const struct nf_hook_state *st)
 SEC("netfilter")
 int nf_begin(struct bpf_nf_ctx *ctx)
 {
+	__u64 ws = win_start();         /* outside windows these links are not even attached */
+	if (!ws)
+		return NF_ACCEPT;
 	struct sk_buff *skb = ctx->skb;
 	struct pp_tuple tu = {};
 	if (!ip_tuple(skb->data, &tu))
@@ -41,6 +44,10 @@ int nf_begin(struct bpf_nf_ctx *ctx)
 	if (hook >= 5)
 		return NF_ACCEPT;
 	struct pp_nf_slot *s = bpf_map_lookup_elem(&nfslot, &hook);
+	if (s && s->skb && s->ts < ws) {
+		stat_inc(PP_STAT_WINDOW_EDGE);    /* parked in an earlier window */
+		s->skb = 0;
+	}
 	if (s && s->skb && bpf_ktime_get_ns() - s->ts > 10000000ULL) {
 		stat_inc(PP_STAT_NF_UNPAIRED);    /* stale: that packet left between the brackets (stolen/dropped) */
 		s->skb = 0;
@@ -67,6 +74,9 @@ int nf_begin(struct bpf_nf_ctx *ctx)
 SEC("netfilter")
 int nf_end(struct bpf_nf_ctx *ctx)
 {
+	__u64 ws = win_start();
+	if (!ws)
+		return NF_ACCEPT;
 	__u64 now = bpf_ktime_get_ns();
 	__u32 hook = ctx->state->hook;
 	if (hook >= 5)
@@ -79,6 +89,11 @@ int nf_end(struct bpf_nf_ctx *ctx)
 		if (!s || s->skb != skb) {
 			return NF_ACCEPT;     /* not one of ours (ours always have a slot) */
 		}
+	}
+	if (s->ts < ws) {                 /* bracket opened before the window: not a whole traversal */
+		s->skb = 0;
+		stat_inc(PP_STAT_WINDOW_EDGE);
+		return NF_ACCEPT;
 	}
 	__u64 d = now - s->ts;
 	struct pp_tuple tu = {};
@@ -97,7 +112,7 @@ int nf_end(struct bpf_nf_ctx *ctx)
 			hist_add(h, d);
 	}
 	s->skb = 0;
-	struct pp_cpu_state *cs = cpu_state();
+	struct pp_cpu_state *cs = cpu_state(ws);
 	if (cs) {
 		cs->nf_ns += d;
 		cs->excl_total += d;

@@ -3,6 +3,7 @@
  * the kernel and filtered to the run's own threads (the `tasks` map). Only tracepoints (tp_btf,
  * syscall tracepoints) and USDT: this kernel has no kprobes and refuses fentry. The stage model is
  * documented in pathprof.analysis.views; the shared map layout is in common.h.
+ * Duty-cycled: all but fork/exit are attached only inside measurement windows (struct pp_win, common.h).
  * Cost matters more than completeness here (every event of every process passes through these
  * programs), so hot paths use per-CPU arrays and per-thread accumulators, never a hash update. */
 #include "vmlinux.h"
@@ -15,71 +16,7 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-#define MSG_PEEK 2
-#define NET_TX_SOFTIRQ 2
-#define NET_RX_SOFTIRQ 3
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, struct pp_task);
-} tasks SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64);
-	__type(value, struct pp_sock);
-} socks SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);   /* skb addresses are recycled: stale entries get overwritten */
-	__uint(max_entries, 8192);
-	__type(key, __u64);
-	__type(value, struct pp_devq);
-} devq SEC(".maps");
-
-static __always_inline struct pp_task *cur_task(__u32 *tid)
-{
-	*tid = (__u32)bpf_get_current_pid_tgid();
-	return bpf_map_lookup_elem(&tasks, tid);
-}
-
-static __always_inline void lat_add(__u8 stage, __u8 role, __u8 leg, __u32 hop, __u64 ns)
-{
-	__u32 idx = (((__u32)(stage - 1) * PP_NROLES + role) * PP_NLEGS + leg) * PP_MAX_HOPS + (hop & (PP_MAX_HOPS - 1));
-	struct pp_hist *h = bpf_map_lookup_elem(&lat, &idx);
-	if (h)
-		hist_add(h, ns);
-}
-
-static __always_inline int is_hop_role(__u8 r)
-{
-	return r == PP_ROLE_POOLER || r == PP_ROLE_PROXY || r == PP_ROLE_QEMU || r == PP_ROLE_OTHER;
-}
-
-/* leg of messages arriving on a socket owned by `role` */
-static __always_inline __u8 sock_leg(__u8 role, struct sock *sk)
-{
-	if (role == PP_ROLE_BACKEND || role == PP_ROLE_POSTMASTER || role == PP_ROLE_PG_AUX)
-		return PP_LEG_REQUEST;
-	if (role == PP_ROLE_PGBENCH)
-		return PP_LEG_RESPONSE;
-	return is_svc_port(sk->__sk_common.skc_num) ? PP_LEG_REQUEST : PP_LEG_RESPONSE;
-}
-
-static __always_inline struct pp_sock *learn_sock(struct sock *sk, struct pp_task *t)
-{
-	__u64 key = (__u64)sk, cookie = bpf_get_socket_cookie(sk);
-	struct pp_sock *s = bpf_map_lookup_elem(&socks, &key);
-	if (s && s->cookie == cookie)
-		return s;
-	struct pp_sock n = { .role = t->role, .hop = t->hop, .leg = sock_leg(t->role, sk), .cookie = cookie };
-	if (bpf_map_update_elem(&socks, &key, &n, BPF_ANY))
-		stat_inc(PP_STAT_SOCKS_FULL);
-	return 0;    /* a fresh socket has no pending message */
-}
+#include "pathprof_helpers.h"
 
 /* ---------------- start of a send: end of processing, start of the wire ----------------
  * TCP: the first tcp_sendmsg_locked of the send (a few hundred ns after the syscall entry; the syscall
@@ -89,8 +26,11 @@ static __always_inline struct pp_sock *learn_sock(struct sock *sk, struct pp_tas
 SEC("tp_btf/tcp_sendmsg_locked")
 int BPF_PROG(pp_tcp_send, const struct sock *sk, const struct msghdr *msg, const struct sk_buff *skb, int goal)
 {
+	__u64 ws = win_start();
+	if (!ws)
+		return 0;
 	__u32 tid;
-	struct pp_task *t = cur_task(&tid);
+	struct pp_task *t = cur_task(&tid, ws);
 	if (t && !t->in_send) {
 		t->send_ts = bpf_ktime_get_ns();
 		t->in_send = 1;
@@ -103,17 +43,20 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(pp_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
+	__u64 ws = win_start();
+	if (!ws)
+		return 0;
 	__u64 now = bpf_ktime_get_ns();
-	struct pp_cpu_state *cs = cpu_state();
+	struct pp_cpu_state *cs = cpu_state(ws);
 	if (!cs)
 		return 0;
 	__u32 ptid = prev->pid, ntid = next->pid;
-	struct pp_task *pt = cs->cur_tracked ? bpf_map_lookup_elem(&tasks, &ptid) : 0;
+	struct pp_task *pt = cs->cur_tracked ? task_of(ptid, ws) : 0;
 	if (pt) {
-		if (pt->oncpu_ts) {
-			__u64 d = now - pt->oncpu_ts, ex = cs->excl_total - pt->excl_snap;
-			pt->acc.oncpu_ns += d > ex ? d - ex : 0;
-		}
+		/* switched in before the window opened (oncpu_ts reset): on CPU since the window start */
+		__u64 on = pt->oncpu_ts ? pt->oncpu_ts : ws, snap = pt->oncpu_ts ? pt->excl_snap : cs->excl_win0;
+		__u64 d = now - on, ex = cs->excl_total - snap;
+		pt->acc.oncpu_ns += d > ex ? d - ex : 0;
 		__u64 ut = prev->utime, st = prev->stime;
 		if (pt->last_utime || pt->last_stime) {
 			pt->acc.utime_ns += ut - pt->last_utime;
@@ -131,7 +74,7 @@ int BPF_PROG(pp_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	}
 	cs->last_switch = now;
 	cs->excl_at_switch = cs->excl_total;
-	struct pp_task *nt = bpf_map_lookup_elem(&tasks, &ntid);
+	struct pp_task *nt = task_of(ntid, ws);
 	cs->cur_tracked = nt != 0;
 	if (nt) {
 		nt->oncpu_ts = now;
@@ -147,8 +90,10 @@ int BPF_PROG(pp_sched_switch, bool preempt, struct task_struct *prev, struct tas
 
 static __always_inline void on_wakeup(struct task_struct *p)
 {
-	__u32 tid = p->pid;
-	struct pp_task *t = bpf_map_lookup_elem(&tasks, &tid);
+	__u64 ws = win_start();
+	if (!ws)
+		return;
+	struct pp_task *t = task_of(p->pid, ws);
 	if (t) {
 		__u64 now = bpf_ktime_get_ns();
 		t->wake_ts = now;
@@ -162,7 +107,8 @@ int BPF_PROG(pp_sched_wakeup, struct task_struct *p) { on_wakeup(p); return 0; }
 SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(pp_sched_wakeup_new, struct task_struct *p) { on_wakeup(p); return 0; }
 
-/* a child of a tracked thread inherits its role; a new process forked by the postmaster is a backend */
+/* Always attached (rare, and it keeps the tracked set right between windows): a child of a tracked
+ * thread inherits its role; a new process forked by the postmaster is a backend. */
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(pp_fork, struct task_struct *parent, struct task_struct *child)
 {
@@ -178,7 +124,8 @@ int BPF_PROG(pp_fork, struct task_struct *parent, struct task_struct *child)
 	return 0;
 }
 
-/* fold the exiting thread's accumulators into its role's totals, so the sums stay monotonic */
+/* Always attached: fold the exiting thread's accumulators (filled only inside windows) into its role's
+ * totals, so the sums stay monotonic */
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(pp_exit, struct task_struct *p)
 {
@@ -213,7 +160,10 @@ int BPF_PROG(pp_softirq_entry, unsigned int vec)
 {
 	if (vec != NET_RX_SOFTIRQ && vec != NET_TX_SOFTIRQ)
 		return 0;
-	struct pp_cpu_state *cs = cpu_state();
+	__u64 ws = win_start();
+	if (!ws)
+		return 0;
+	struct pp_cpu_state *cs = cpu_state(ws);
 	if (cs) {
 		cs->softirq_start = bpf_ktime_get_ns();
 		cs->nf_in_softirq = 0;
@@ -226,7 +176,10 @@ int BPF_PROG(pp_softirq_exit, unsigned int vec)
 {
 	if (vec != NET_RX_SOFTIRQ && vec != NET_TX_SOFTIRQ)
 		return 0;
-	struct pp_cpu_state *cs = cpu_state();
+	__u64 ws = win_start();
+	if (!ws)
+		return 0;
+	struct pp_cpu_state *cs = cpu_state(ws);
 	if (!cs || !cs->softirq_start)
 		return 0;
 	__u64 d = bpf_ktime_get_ns() - cs->softirq_start;
@@ -244,24 +197,30 @@ int BPF_PROG(pp_softirq_exit, unsigned int vec)
 SEC("tp_btf/sk_data_ready")
 int BPF_PROG(pp_sk_data_ready, const struct sock *sk)
 {
+	__u64 ws = win_start();
+	if (!ws)
+		return 0;
 	__u64 key = (__u64)sk;
 	struct pp_sock *s = bpf_map_lookup_elem(&socks, &key);
 	__u32 tid;
 	if (!s) {
-		if (cur_task(&tid))
+		if (cur_task(&tid, ws))
 			stat_inc(PP_STAT_READY_UNLEARNED);
 		return 0;
 	}
-	if (s->ready_ts)
+	if (s->ready_ts >= ws)
 		return 0;                     /* queue not drained: the same message continues */
+	if (s->ready_ts)
+		stat_inc(PP_STAT_WINDOW_EDGE);   /* left pending by an earlier window */
 	__u64 now = bpf_ktime_get_ns();
 	s->ready_ts = now;
+	s->seq += 1;
 	stat_inc(PP_STAT_MESSAGES);
 	/* loopback/veth/unix: delivery runs inside the sender's send, so current = sender, and in_send
 	 * tells it apart from a receiver draining its socket backlog inside recv */
-	struct pp_task *t = cur_task(&tid);
+	struct pp_task *t = cur_task(&tid, ws);
 	if (t && t->in_send && now > t->send_ts) {
-		lat_add(PP_ST_WIRE, s->role, s->leg, s->hop, now - t->send_ts);
+		span(PP_ST_WIRE, s->role, s->leg, s->hop, t->send_ts, now - t->send_ts, s->seq);
 	} else if (t && !t->in_send && sk->__sk_common.skc_family == 1 /* AF_UNIX */) {
 		t->send_ts = now;             /* unix: the send path up to here stays in the sender's stage */
 		t->in_send = 1;
@@ -277,32 +236,41 @@ int BPF_PROG(pp_sock_recv, struct sock *sk, int ret, int flags)
 {
 	if (ret <= 0 || (flags & MSG_PEEK))
 		return 0;
+	__u64 ws = win_start();
+	if (!ws)
+		return 0;
 	__u32 tid;
-	struct pp_task *t = cur_task(&tid);
+	struct pp_task *t = cur_task(&tid, ws);
 	if (!t)
 		return 0;
 	struct pp_sock *s = learn_sock(sk, t);
 	if (!s)
 		return 0;
 	__u64 now = bpf_ktime_get_ns(), r = s->ready_ts;
+	if (r && r < ws) {
+		stat_inc(PP_STAT_WINDOW_EDGE);  /* became ready before the window: its wait is not whole */
+		r = 0;
+		s->ready_ts = 0;
+	}
 	if (r) {
 		if (t->wake_ts > r) {
-			lat_add(PP_ST_WAKEUP, s->role, s->leg, s->hop, t->wake_ts - r);
+			span(PP_ST_WAKEUP, s->role, s->leg, s->hop, r, t->wake_ts - r, s->seq);
 			__u64 on = t->oncpu_ts >= t->wake_ts ? t->oncpu_ts : t->wake_ts;
-			lat_add(PP_ST_RUNQUEUE, s->role, s->leg, s->hop, on - t->wake_ts);
-			lat_add(PP_ST_RECV, s->role, s->leg, s->hop, now - on);
+			span(PP_ST_RUNQUEUE, s->role, s->leg, s->hop, t->wake_ts, on - t->wake_ts, s->seq);
+			span(PP_ST_RECV, s->role, s->leg, s->hop, on, now - on, s->seq);
 		} else {
-			lat_add(PP_ST_QUEUED, s->role, s->leg, s->hop, now - r);
+			span(PP_ST_QUEUED, s->role, s->leg, s->hop, r, now - r, s->seq);
 		}
 		s->ready_ts = 0;
 	}
 	s->consume_ts = now;
 	if (is_hop_role(t->role)) {       /* hops receive on one socket and send on another */
 		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-		struct pp_task *g = tgid == tid ? t : bpf_map_lookup_elem(&tasks, &tgid);
+		struct pp_task *g = tgid == tid ? t : task_of(tgid, ws);
 		if (g) {
 			g->consume_ts = now;
 			g->consume_leg = s->leg;
+			g->consume_seq = s->seq;
 		}
 	}
 	return 0;
@@ -311,8 +279,11 @@ int BPF_PROG(pp_sock_recv, struct sock *sk, int ret, int flags)
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 {
+	__u64 ws = win_start();
+	if (!ws)
+		return 0;
 	__u32 tid;
-	struct pp_task *t = cur_task(&tid);
+	struct pp_task *t = cur_task(&tid, ws);
 	if (!t)
 		return 0;
 	int was_sending = t->in_send;
@@ -321,22 +292,29 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 		return 0;
 	struct pp_sock *s = learn_sock(sk, t);
 	__u64 start = 0;
+	__u32 seq = 0;
 	__u8 leg = 0;
+	if (s && s->consume_ts && s->consume_ts < ws) {
+		stat_inc(PP_STAT_WINDOW_EDGE);  /* consumed before the window opened */
+		s->consume_ts = 0;
+	}
 	if (s && s->consume_ts) {         /* request/response on the same connection (backend, pgbench) */
 		start = s->consume_ts;
+		seq = s->seq;
 		leg = t->role == PP_ROLE_PGBENCH ? PP_LEG_CLIENT : is_hop_role(t->role) ? s->leg : PP_LEG_SERVER;
 		s->consume_ts = 0;
 	} else if (is_hop_role(t->role)) {
 		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-		struct pp_task *g = tgid == tid ? t : bpf_map_lookup_elem(&tasks, &tgid);
+		struct pp_task *g = tgid == tid ? t : task_of(tgid, ws);
 		if (g && g->consume_ts) {
 			start = g->consume_ts;
 			leg = g->consume_leg;
+			seq = g->consume_seq;
 			g->consume_ts = 0;
 		}
 	}
 	if (start && t->send_ts > start)
-		lat_add(PP_ST_PROC, t->role, leg, t->hop, t->send_ts - start);
+		span(PP_ST_PROC, t->role, leg, t->hop, start, t->send_ts - start, seq);
 	else if (!start)
 		stat_inc(PP_STAT_PROC_UNPAIRED);
 	return 0;
@@ -347,6 +325,9 @@ SEC("tp_btf/net_dev_start_xmit")
 int BPF_PROG(pp_dev_xmit, struct sk_buff *skb, struct net_device *dev)
 {
 	if (skb->protocol != bpf_htons(0x0800))
+		return 0;
+	__u64 ws = win_start();
+	if (!ws)
 		return 0;
 	__u32 netns = dev->nd_net.net->ns.inum;
 	if (netns_slot_of(netns) == PP_MAX_NETNS - 1)
@@ -368,12 +349,20 @@ int BPF_PROG(pp_dev_xmit, struct sk_buff *skb, struct net_device *dev)
 SEC("tp_btf/netif_receive_skb")
 int BPF_PROG(pp_dev_recv, struct sk_buff *skb)
 {
-	__u64 now = bpf_ktime_get_ns(), key = (__u64)skb;
+	__u64 ws = win_start();
+	if (!ws)
+		return 0;
+	__u64 key = (__u64)skb;
 	struct pp_devq *q = bpf_map_lookup_elem(&devq, &key);
 	if (!q)
 		return 0;
-	struct pp_stage_key k = { .stage = PP_ST_DEV, .leg = q->leg, .hop = q->ifindex, .netns = q->netns };
-	stage_add(&k, now - q->ts);
+	__u64 now = bpf_ktime_get_ns();
+	if (q->ts >= ws) {
+		struct pp_stage_key k = { .stage = PP_ST_DEV, .leg = q->leg, .hop = q->ifindex, .netns = q->netns };
+		stage_add(&k, now - q->ts);
+	} else {
+		stat_inc(PP_STAT_WINDOW_EDGE);
+	}
 	bpf_map_delete_elem(&devq, &key);
 	return 0;
 }
@@ -381,8 +370,11 @@ int BPF_PROG(pp_dev_recv, struct sk_buff *skb)
 /* ---------------- PostgreSQL USDT (--probes deep) ---------------- */
 static __always_inline int usdt_mark(int i, int done, __u8 stage)
 {
+	__u64 ws = win_start();
+	if (!ws)
+		return 0;
 	__u32 tid;
-	struct pp_task *t = cur_task(&tid);
+	struct pp_task *t = cur_task(&tid, ws);
 	if (!t || i < 0 || i >= PP_NUSDT)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();

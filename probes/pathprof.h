@@ -14,11 +14,13 @@ struct pp_task {            /* one per tracked thread (key: tid) */
 	__u64 last_stime;
 	struct pp_cpu_val acc;  /* monotonic; folded into `cpu` when the thread exits */
 	__u64 usdt_ts[PP_NUSDT];
+	__u64 win;              /* window the timestamps above belong to (see fresh_task) */
 	__u32 hop;              /* hop id, < PP_MAX_HOPS */
+	__u32 consume_seq;      /* message number of the last consuming receive (hops' traces) */
 	__u8  role;
 	__u8  consume_leg;
 	__u8  in_send;          /* between the start of a send and its sock_send_length */
-	__u8  pad;
+	__u8  pad[5];
 };
 
 struct pp_sock {            /* one per socket a tracked thread sent or received on (key: struct sock *) */
@@ -29,6 +31,8 @@ struct pp_sock {            /* one per socket a tracked thread sent or received 
 	__u8  role;             /* owner's role */
 	__u8  leg;              /* leg of messages *into* this socket */
 	__u8  pad[2];
+	__u32 seq;              /* messages into this socket (seen in windows): --trace-sample picks by it */
+	__u32 pad2;
 };
 
 struct pp_devq { __u64 ts; __u32 ifindex; __u32 netns; __u8 leg; __u8 pad[7]; };

@@ -20,8 +20,8 @@ STAGES = {1: "wire", 2: "wakeup", 3: "runqueue", 4: "recv", 5: "queued", 6: "pro
 STATS = {0: "tasks_full", 1: "socks_full", 2: "stages_full", 3: "cpu_full", 4: "wire_unpaired",
          5: "ready_unlearned", 6: "nf_unpaired", 7: "nf_nested_full", 8: "nf_nat", 9: "dev_full", 10: "messages",
          11: "nf_packets", 12: "proc_unpaired", 13: "hop_overflow",
-         14: "wire_untimed"}
-NSTATS = 16
+         14: "wire_untimed", 15: "window_edge", 16: "trace_lost", 17: "traces"}
+NSTATS = 20
 NF_HOOK_NAMES = {0: "prerouting", 1: "input", 2: "forward", 3: "output", 4: "postrouting"}
 LAT_STAGES, NROLES, NLEGS, MAX_HOPS, MAX_NETNS = 6, 9, 5, 8, 8
 LAT_N = LAT_STAGES * NROLES * NLEGS * MAX_HOPS
@@ -67,21 +67,32 @@ class CpuState(C.Structure):
     _fields_ = [("last_switch", C.c_uint64), ("excl_at_switch", C.c_uint64), ("excl_total", C.c_uint64),
                 ("softirq_start", C.c_uint64), ("nf_in_softirq", C.c_uint64), ("other_ns", C.c_uint64),
                 ("softirq_ns", C.c_uint64 * 3), ("softirq_cnt", C.c_uint64), ("nf_ns", C.c_uint64),
-                ("cur_tracked", C.c_uint64)]
+                ("cur_tracked", C.c_uint64), ("win", C.c_uint64), ("excl_win0", C.c_uint64)]
 
 
 class Task(C.Structure):
     _fields_ = [("send_ts", C.c_uint64), ("wake_ts", C.c_uint64), ("oncpu_ts", C.c_uint64),
                 ("runnable_ts", C.c_uint64), ("excl_snap", C.c_uint64), ("consume_ts", C.c_uint64),
                 ("last_utime", C.c_uint64), ("last_stime", C.c_uint64), ("acc", CpuVal),
-                ("usdt_ts", C.c_uint64 * NUSDT), ("hop", C.c_uint32), ("role", C.c_uint8),
-                ("consume_leg", C.c_uint8), ("in_send", C.c_uint8), ("pad", C.c_uint8)]
+                ("usdt_ts", C.c_uint64 * NUSDT), ("win", C.c_uint64), ("hop", C.c_uint32),
+                ("consume_seq", C.c_uint32), ("role", C.c_uint8), ("consume_leg", C.c_uint8), ("in_send", C.c_uint8),
+                ("pad", C.c_uint8 * 5)]
 
 
 class Sock(C.Structure):
     _fields_ = [("ready_ts", C.c_uint64), ("consume_ts", C.c_uint64), ("cookie", C.c_uint64), ("hop", C.c_uint32),
                 ("role", C.c_uint8),
-                ("leg", C.c_uint8), ("pad", C.c_uint8 * 2)]
+                ("leg", C.c_uint8), ("pad", C.c_uint8 * 2), ("seq", C.c_uint32), ("pad2", C.c_uint32)]
+
+
+class Win(C.Structure):
+    _fields_ = [("start_ns", C.c_uint64)]
+
+
+class Trace(C.Structure):
+    _fields_ = [("ts", C.c_uint64), ("dur", C.c_uint64), ("pid", C.c_uint32), ("tid", C.c_uint32),
+                ("seq", C.c_uint32), ("stage", C.c_uint8), ("role", C.c_uint8), ("leg", C.c_uint8),
+                ("hop", C.c_uint8)]
 
 
 class DevQ(C.Structure):
@@ -97,7 +108,8 @@ class NfSlot(C.Structure):
 
 # C struct name -> mirror, for the layout test
 MIRRORS = {"pp_stage_key": StageKey, "pp_hist": Hist, "pp_cpu_key": CpuKey, "pp_cpu_val": CpuVal,
-           "pp_cpu_state": CpuState, "pp_task": Task, "pp_sock": Sock, "pp_devq": DevQ, "pp_nf_slot": NfSlot}
+           "pp_cpu_state": CpuState, "pp_task": Task, "pp_sock": Sock, "pp_devq": DevQ, "pp_nf_slot": NfSlot,
+           "pp_win": Win, "pp_trace": Trace}
 
 
 def slot_bounds(i: int) -> tuple[float, float]:

@@ -80,6 +80,7 @@ if _lib is not None:
         ("bpf_map__value_size", C.c_uint32, [_P]),
         ("bpf_map__max_entries", C.c_uint32, [_P]),
         ("bpf_map__reuse_fd", C.c_int, [_P, C.c_int]),
+        ("bpf_map__set_autocreate", C.c_int, [_P, C.c_bool]),
         ("bpf_map__initial_value", _P, [_P, C.POINTER(C.c_size_t)]),
         ("btf__find_by_name_kind", C.c_int, [_P, C.c_char_p, C.c_uint32]),
         ("btf__type_by_id", _P, [_P, C.c_uint32]),
@@ -149,6 +150,12 @@ class _BpfTestRunOpts(C.Structure):
                 ("duration", C.c_uint32), ("flags", C.c_uint32), ("cpu", C.c_uint32), ("batch_size", C.c_uint32)]
 
 
+class _UprobeOpts(C.Structure):
+    """struct bpf_uprobe_opts of libbpf 1.1 (sz-versioned, so later libbpfs accept it)."""
+    _fields_ = [("sz", C.c_size_t), ("ref_ctr_offset", C.c_size_t), ("bpf_cookie", C.c_uint64),
+                ("retprobe", C.c_bool), ("func_name", C.c_char_p)]
+
+
 class _BatchOpts(C.Structure):
     _fields_ = [("sz", C.c_size_t), ("elem_flags", C.c_uint64), ("flags", C.c_uint64)]
 
@@ -205,6 +212,12 @@ class Map:
         rc = _lib.bpf_map__reuse_fd(self.ptr, fd)
         if rc:
             raise BpfError(f"reuse map {self.name}: {os.strerror(-rc)}")
+
+    def set_autocreate(self, on: bool) -> None:
+        """Before load: do not create this map (an object that includes a shared header but never uses it)."""
+        rc = _lib.bpf_map__set_autocreate(self.ptr, on)
+        if rc:
+            raise BpfError(f"autocreate {self.name}: {os.strerror(-rc)}")
 
     def lookup(self, key: bytes) -> bytes | None:
         v = C.create_string_buffer(self._vbuf_size())
@@ -404,11 +417,30 @@ class BpfObject:
         self.links.append(link)
         return link
 
+    def attach_uprobe(self, prog: str, pid: int, binary: str, func: str, retprobe: bool = False) -> Link:
+        """uprobe/uretprobe on `func` (libbpf resolves the symbol) in `binary`, for process `pid` only
+        (-1: every process mapping the binary)."""
+        p = self.programs[prog]
+        _take_log()
+        opts = _UprobeOpts(sz=C.sizeof(_UprobeOpts), retprobe=retprobe, func_name=func.encode())
+        ptr = _lib.bpf_program__attach_uprobe_opts(p.ptr, pid, binary.encode(), 0, C.byref(opts))
+        what = f"attach {prog} ({'uretprobe' if retprobe else 'uprobe'} {binary}:{func} pid {pid})"
+        link = Link(ptr=_errno_ptr(ptr, what), what=prog)
+        self.links.append(link)
+        return link
+
     def attach_netfilter(self, prog: str, hook: str, priority: int, netns: str | None = None) -> Link:
         fd = netfilter_link(self.programs[prog].fd, NF_HOOKS[hook], priority, netns)
         link = Link(fd=fd, what=f"{prog}@{hook}/{netns or 'root'}")
         self.links.append(link)
         return link
+
+    def detach(self, links: list) -> None:
+        """Destroy some of this object's links (a measurement window closing); the object stays loaded."""
+        for link in reversed(links):
+            link.destroy()
+            if link in self.links:
+                self.links.remove(link)
 
     def close(self) -> None:
         for link in reversed(self.links):

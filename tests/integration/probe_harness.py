@@ -54,7 +54,8 @@ def profile(pg: ThrowawayPostgres, level: str = "basic", *, unix: bool = False, 
     """Run pgbench under a ProbeSession; return the views plus pgbench's numbers."""
     from pathprof.agent.probes import ProbeConfig, ProbeSession
     from pathprof.analysis import views
-    s = ProbeSession(ProbeConfig(level=level, netns=[None], service_ports=[pg.port]))
+    # always on (no measurement windows): these tests divide by all of pgbench's transactions
+    s = ProbeSession(ProbeConfig(level=level, netns=[None], service_ports=[pg.port], window_s=0))
     s.start()
     try:
         s.track(pg.pid, "postmaster")
@@ -67,6 +68,7 @@ def profile(pg: ThrowawayPostgres, level: str = "basic", *, unix: bool = False, 
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         s.track(p.pid, "pgbench")
         s.reset()
+        s.start_windows(duration)
         b0, t0 = busy_ns(), time.monotonic_ns()
         out, err = p.communicate(timeout=duration + 60)
         b1, t1 = busy_ns(), time.monotonic_ns()

@@ -32,8 +32,13 @@ def nf():
     for p in o.programs.values():
         p.set_type(lb.BPF_PROG_TYPE_NETFILTER, lb.BPF_NETFILTER)
     o.load()
+    open_window(o, 1)      # the brackets only work inside a measurement window (struct pp_win, common.h)
     yield o
     o.close()
+
+
+def open_window(o, start_ns: int) -> None:
+    o.maps["win"].update(bytes(C.c_uint32(0)), bytes(C.c_uint64(start_ns)))
 
 
 def nfagg(o):
@@ -117,3 +122,20 @@ def test_stale_slot_is_reclaimed(nf):
     for _ in range(4):                                     # whichever CPU: reclaim counted once per slot
         nf.programs["nf_begin"].test_run(req, hook_ctx(0))
     assert stat(nf, "nf_unpaired") >= 1
+
+
+def test_closed_window_does_nothing(nf):
+    open_window(nf, 0)
+    assert nf.programs["nf_begin"].test_run(packet(40000, PORT, b"Q", hook=0), hook_ctx(0)) == 1
+    assert slot(nf, 0) is None
+
+
+def test_slot_from_an_earlier_window_is_discarded_and_counted(nf):
+    import time
+    assert nf.programs["nf_begin"].test_run(packet(40000, PORT, b"Q", hook=1), hook_ctx(1)) == 1
+    assert slot(nf, 1) is not None
+    open_window(nf, time.monotonic_ns() + 10**9)       # a later window: that bracket began before it
+    before = stat(nf, "window_edge")
+    assert nf.programs["nf_end"].test_run(packet(40000, PORT, b"Q", hook=1), hook_ctx(1)) == 1
+    assert stat(nf, "window_edge") == before + 1
+    assert slot(nf, 1) is None and not nfagg(nf)

@@ -1,0 +1,129 @@
+"""The connection-setup view of runs that open a new connection per transaction (pgbench -C, `--connect`).
+
+Read from `connect.parquet` (written by pathprof.agent.probes_conn, one row per step). Steps on the client's
+path, back to back, so they add up to `connect.total` (the client's connect() call -> it has read the first
+ReadyForQuery) -- `summary["connection_setup"]`, µs per connection:
+
+  connect.tcp_handshake      client SYN_SENT -> client ESTABLISHED (TCP only; absent on unix sockets)
+  connect.accept             handshake done (TCP) / connect() called (unix) -> the postmaster's accept()
+                             returns: the postmaster waking from its select() and accepting
+  connect.fork               accept() returned -> fork() done in the postmaster (per-connection bookkeeping
+                             and copying the postmaster's address space: page tables, shared memory mappings)
+  connect.first_run          fork -> the new backend first on a CPU (run-queue wait of a new task)
+  connect.backend_init_auth  first run -> ReadyForQuery queued on the client's socket: the backend reads the
+                             startup packet, attaches to shared memory, builds its catalog caches (InitPostgres),
+                             authenticates, reports its settings. On TCP it includes libpq's SSLRequest round
+                             trip (sslmode=prefer; the server's 'N' refusal is recognised and skipped). With
+                             password methods the first message is the challenge, so the rest of the exchange
+                             lands in ready_delivery; pathprof's own server uses trust.
+  connect.ready_delivery     ReadyForQuery queued -> the client's recv returned it (wakeup, run queue, recv)
+
+Their sum compares with pgbench's `average connection time` (`connection_time_ms` in run.json/summaries),
+which times PQconnectdb *and* PQfinish per transaction: the close is a send and a close() on the client, a
+few µs, so the sum should be slightly below it (`closure.connection_error_pct`).
+
+Off the client's path -- `summary["connection_async"]`, not part of the sum:
+
+  connect.first_query        backend received its first query -> sent the result (cold caches: compare with
+                             the warm backend.execute stage of a run without --connect; inside pgbench's
+                             per-transaction latency, so it is already in the latency view)
+  connect.teardown           backend's last receive (libpq's Terminate) -> the dead backend leaves the CPU
+                             (proc_exit callbacks, unmapping shared memory, closing the socket). The client
+                             does not wait for it, but it takes CPU from the next connection.
+  connect.reap               backend gone -> the postmaster's waitpid() returns it (0 when reaped first)
+
+CPU per connection -- `summary["connection_cpu"]` (on-CPU µs, from sched_switch):
+  cpu.client_connect (pgbench thread, connect start -> ReadyForQuery read), cpu.backend_init (backend first run
+  -> ready), cpu.backend_first_query, cpu.backend_exit (after the last receive), cpu.backend_total (whole life),
+  cpu.postmaster (all postmaster CPU / connections: accept, fork, reaping, SIGCHLD handling).
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from .views import hist_quantile
+
+SETUP_STEPS = ["connect.tcp_handshake", "connect.accept", "connect.fork", "connect.first_run",
+               "connect.backend_init_auth", "connect.ready_delivery"]
+ASYNC_STEPS = ["connect.first_query", "connect.teardown", "connect.reap"]
+CPU_STEPS = ["cpu.client_connect", "cpu.backend_init", "cpu.backend_first_query", "cpu.backend_exit",
+             "cpu.backend_total", "cpu.postmaster"]
+LOSS_STATS = ("tasks_full", "pending_full", "out_of_order", "accept_lost", "no_peer",
+              "recursion_misses")
+
+
+def _rows(frame: pd.DataFrame | None, names: list[str], connections: int) -> list[dict]:
+    if frame is None or not len(frame):
+        return []
+    by = {r.step: r for r in frame.itertuples(index=False)}
+    out = []
+    for name in names:
+        r = by.get(name)
+        if r is None or not r.count:
+            continue
+        # one sample per connection: the mean over the connections seen; an aggregate: over all connections
+        per_total = getattr(r, "per", "conn") == "total"
+        denom = connections if per_total else r.count
+        if not denom:
+            continue
+        hist = None if per_total else getattr(r, "hist", None)
+        p50, p99 = hist_quantile(hist, 0.5), hist_quantile(hist, 0.99)
+        out.append({"name": name, "us_per_conn": round(r.sum_ns / denom / 1e3, 2),
+                    "p50_us": None if p50 is None else round(p50 / 1e3, 2),
+                    "p99_us": None if p99 is None else round(p99 / 1e3, 2),
+                    "count": int(r.count)})
+    return out
+
+
+def connection_setup_view(frame: pd.DataFrame | None, connections: int) -> list[dict]:
+    """Steps on the client's connect path, in timeline order: [{name, us_per_conn, p50_us, p99_us, count}]."""
+    return _rows(frame, SETUP_STEPS, connections)
+
+
+def connection_async_view(frame: pd.DataFrame | None, connections: int) -> list[dict]:
+    return _rows(frame, ASYNC_STEPS, connections)
+
+
+def connection_cpu_view(frame: pd.DataFrame | None, connections: int) -> list[dict]:
+    return _rows(frame, CPU_STEPS, connections)
+
+
+def probe_counters(frame: pd.DataFrame | None) -> dict:
+    if frame is None or not len(frame):
+        return {}
+    st = frame[frame["kind"] == "stat"]
+    return {str(r.step): int(r.count) for r in st.itertuples(index=False)}
+
+
+def add_connection_setup(summary: dict, rd) -> None:
+    """Fill summary["connection_setup"] (and _async, _cpu, the probe's counters) and
+    summary["closure"]["connection_error_pct"] from the run directory's connect.parquet; no-op without it."""
+    frame = rd.read_frame("connect.parquet")
+    if frame is None or not len(frame):
+        return
+    res = (rd.meta.get("pgbench") or {}).get("result") or {}
+    # pgbench -C opens one connection per transaction (failed ones included)
+    connections = int((res.get("transactions") or 0) + (res.get("failed") or 0))
+    counters = probe_counters(frame)
+    setup = connection_setup_view(frame, connections)
+    if not setup:
+        return
+    summary["connection_setup"] = setup
+    summary["connection_async"] = connection_async_view(frame, connections)
+    summary["connection_cpu"] = connection_cpu_view(frame, connections)
+    matched = counters.get("matched", 0)
+    summary["connection_probe"] = {
+        "connections": connections, "matched": matched,
+        "coverage_pct": round(matched / connections * 100, 1) if connections else None,
+        "lost": {k: v for k, v in counters.items() if k in LOSS_STATS and v},
+        "counters": counters,
+        "cost_ns_per_conn": ((rd.meta.get("probes") or {}).get("conn_cost") or {}).get("run_time_ns", 0)
+        / connections if connections else None,
+    }
+    total = sum(s["us_per_conn"] for s in setup)
+    closure = summary.setdefault("closure", {})
+    closure["connection_setup_us"] = round(total, 2)
+    measured_ms = res.get("connection_time_ms")
+    closure["connection_measured_us"] = None if measured_ms is None else measured_ms * 1000.0
+    closure["connection_error_pct"] = (round((total - measured_ms * 1000.0) / (measured_ms * 1000.0) * 100, 1)
+                                       if measured_ms else None)

@@ -1,0 +1,61 @@
+"""compare / diff / report on real runs: the JSON of DESIGN.md, and explanations that point at the real difference."""
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import machine_state, run_pathprof
+
+pytestmark = pytest.mark.integration
+
+RUN_KEYS = {"topology", "clients", "duration_s", "tps", "latency_ms", "regime", "predicted_tps", "stages", "cpu",
+            "closure", "probe_cost_ns_per_txn", "run_dir"}
+
+
+def _check_run_doc(doc):
+    assert RUN_KEYS <= set(doc), RUN_KEYS - set(doc)
+    assert set(doc["latency_ms"]) >= {"mean", "p50", "p95", "p99"}
+    assert doc["regime"] in ("cpu-bound", "latency-bound")
+    assert doc["tps"] > 0 and doc["predicted_tps"] > 0
+    for st in doc["stages"]:
+        assert {"name", "leg", "us_per_txn", "p99_us"} <= set(st) and st["leg"] in ("request", "server",
+                                                                                      "response", "client")
+    for c in doc["cpu"]:
+        assert {"component", "us_per_txn"} <= set(c)
+    assert {"latency_error_pct", "cpu_error_pct"} <= set(doc["closure"])
+    assert doc["probe_cost_ns_per_txn"] > 0
+    assert Path(doc["run_dir"], "run.json").is_file()
+
+
+def test_compare_unix_loopback_then_diff_and_report(runs_dir, tmp_path):
+    before = machine_state()
+    cp = run_pathprof("compare", "unix", "loopback", "--clients", "2", "--duration", "3", "--json",
+                      runs_dir=runs_dir, check=True, timeout=600)
+    doc = json.loads(cp.stdout)
+    assert doc["baseline"] == "unix" and [r["topology"] for r in doc["runs"]] == ["unix", "loopback"]
+    for r in doc["runs"]:
+        _check_run_doc(r)
+    (e,) = doc["explanations"]
+    assert {"run", "tps_delta_pct", "basis", "items", "unexplained_pct"} <= set(e)
+    assert e["basis"] in ("cpu", "latency")
+    shares = [i["share_pct"] for i in e["items"]]
+    assert shares == sorted(shares, reverse=True)
+    names = {i["name"] for i in e["items"]}
+    # TCP loopback has netfilter work that a unix socket cannot have: it must show up among the differences.
+    assert any(n.startswith("netfilter") for n in names), names
+    assert not any(s["name"].startswith("netfilter") for s in doc["runs"][0]["stages"])
+    assert machine_state() == before
+
+    a, b = (r["run_dir"] for r in doc["runs"])
+    d = json.loads(run_pathprof("diff", a, b, "--json", check=True).stdout)
+    assert d["explanations"][0]["basis"] == e["basis"]
+    assert [i["name"] for i in d["explanations"][0]["items"]] == [i["name"] for i in e["items"]]
+    assert isinstance(d["host_differences"], list)
+
+    html = tmp_path / "r.html"
+    run_pathprof("report", a, b, "--html", str(html), check=True)
+    text = html.read_text()
+    assert "data:image/png;base64," in text and "loopback" in text
+    assert list(tmp_path.glob("r-*.png"))
+    rep = json.loads(run_pathprof("report", b, "--json", check=True).stdout)
+    assert rep["tps"] == doc["runs"][1]["tps"] and rep["stages"] == doc["runs"][1]["stages"]

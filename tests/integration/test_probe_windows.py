@@ -1,0 +1,70 @@
+"""Duty-cycled probes in real runs: windows recorded in run.json, the views built from the transactions inside
+them still close, and --trace-sample spans export to a valid Perfetto trace."""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import run_pathprof
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+def _root():
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+
+
+def _run(runs_dir, *args):
+    cp = run_pathprof("run", "--topology", "loopback", "--probes", "basic", "--json", "--no-live", *args,
+                      runs_dir=runs_dir, check=True)
+    doc = json.loads(cp.stdout)
+    return doc, json.loads((Path(doc["run_dir"]) / "run.json").read_text())
+
+
+def test_windowed_run_records_windows_and_closes(runs_dir):
+    # 2 windows of 1 s in a 9 s run at 1 client (latency-bound: the latency view is the one that must close)
+    doc, meta = _run(runs_dir, "--clients", "1", "--duration", "9", "--probe-window", "1", "--probe-period", "4")
+    p = meta["probes"]
+    assert len(p["windows"]) == 2, p["windows"]
+    for w in p["windows"]:
+        assert w["attach_mono_ns"] <= w["start_mono_ns"] < w["end_mono_ns"] <= w["detached_mono_ns"]
+        assert w["start_realtime_ns"] < w["end_realtime_ns"] and w["busy_ns"] >= 0
+        assert 0.9e9 < w["elapsed_ns"] < 1.2e9
+    i, o = p["in_windows"], p["outside_windows"]
+    assert p["log_clock"] == "realtime"
+    assert 0 < i["txns"] < o["txns"] and i["txns"] + o["txns"] <= doc["transactions"]
+    assert i["busy_ns"] == sum(w["busy_ns"] for w in p["windows"])
+    names = {s["name"] for s in doc["stages"]}
+    assert {"wire.backend", "backend.execute", "wire.pgbench", "client.pgbench", "netfilter.output.pp-loopback"} <= names
+    # divided by transactions in the windows: one backend.execute per transaction, not 1/duty of one
+    ex = next(s for s in doc["stages"] if s["name"] == "backend.execute")
+    assert 0.9 <= ex["count_per_txn"] <= 1.1, ex
+    assert abs(doc["closure"]["latency_error_pct"]) <= 15, doc["closure"]
+    assert doc["probe_overhead_pct"] is not None and doc["windows"]["count"] == 2
+    assert doc["probe_cost_ns_per_txn"] > 0
+
+
+def test_trace_sample_exports_valid_perfetto(runs_dir, tmp_path):
+    from pathprof.analysis.export import validate_trace_events
+    doc, meta = _run(runs_dir, "--clients", "2", "--duration", "4", "--trace-sample", "20")
+    rd = Path(doc["run_dir"])
+    assert (rd / "traces.parquet").exists()
+    assert meta["probes"]["lost"].get("trace_lost", 0) == 0
+    out = tmp_path / "trace.json"
+    run_pathprof("export", str(rd), "--format", "perfetto", "-o", str(out), runs_dir=runs_dir, check=True)
+    trace = json.loads(out.read_text())
+    assert validate_trace_events(trace) == []
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(spans) > 10
+    assert {"wire.backend", "backend.execute", "client.pgbench"} <= {e["name"] for e in spans}
+
+
+def test_always_on_duty_100(runs_dir):
+    doc, meta = _run(runs_dir, "--clients", "1", "--duration", "3", "--probe-duty", "100")
+    p = meta["probes"]
+    assert p["schedule"]["always_on"] and len(p["windows"]) == 1
+    assert p["in_windows"]["txns"] >= 0.95 * doc["transactions"]
+    assert abs(doc["closure"]["latency_error_pct"]) <= 15, doc["closure"]

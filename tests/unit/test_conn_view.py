@@ -1,0 +1,133 @@
+"""The connection-setup view on synthetic connect.parquet frames where the right answer is known."""
+import ctypes as C
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pathprof.analysis import conn_view as V
+from pathprof.analysis.rundir import RunDir
+
+SLOTS = 128
+
+
+def hist_at(ns: int, n: int) -> list[int]:
+    """n samples of about `ns` (log-linear slot of common.h's hist_slot)."""
+    lg = ns.bit_length() - 1
+    slot = min(4 * (lg - 1) + ((ns >> (lg - 2)) & 3), SLOTS - 1)
+    h = [0] * SLOTS
+    h[slot] = n
+    return h
+
+
+def frame(steps: dict, stats: dict | None = None) -> pd.DataFrame:
+    rows = []
+    for name, (count, us) in steps.items():
+        per = "total" if name == "cpu.postmaster" else "conn"
+        kind = "cpu" if name.startswith("cpu.") else "latency"
+        rows.append({"step": name, "kind": kind, "per": per, "count": count, "sum_ns": int(count * us * 1000),
+                     "hist": None if per == "total" else hist_at(int(us * 1000), count)})
+    for name, v in (stats or {}).items():
+        rows.append({"step": name, "kind": "stat", "per": "", "count": v, "sum_ns": 0, "hist": None})
+    return pd.DataFrame(rows)
+
+
+UNIX = {"connect.accept": (100, 180.0), "connect.fork": (100, 480.0), "connect.first_run": (100, 150.0),
+        "connect.backend_init_auth": (100, 2000.0), "connect.ready_delivery": (100, 80.0),
+        "connect.first_query": (100, 250.0), "connect.teardown": (100, 2300.0), "connect.reap": (100, 100.0),
+        "connect.total": (100, 2890.0), "cpu.backend_init": (100, 1900.0), "cpu.postmaster": (300, 200.0)}
+
+
+def test_setup_steps_in_timeline_order_and_no_handshake_on_unix():
+    rows = V.connection_setup_view(frame(UNIX), 100)
+    assert [r["name"] for r in rows] == ["connect.accept", "connect.fork", "connect.first_run",
+                                         "connect.backend_init_auth", "connect.ready_delivery"]
+    assert rows[1]["us_per_conn"] == pytest.approx(480.0)
+    # p50 from the histogram: inside the slot holding 480 µs (slots are 1/4 octave wide)
+    assert 400 <= rows[1]["p50_us"] <= 560 and rows[1]["p99_us"] >= rows[1]["p50_us"]
+
+
+def test_total_and_async_steps_are_not_in_the_setup_sum():
+    names = {r["name"] for r in V.connection_setup_view(frame(UNIX), 100)}
+    assert not names & {"connect.total", "connect.teardown", "connect.reap", "connect.first_query"}
+    assert [r["name"] for r in V.connection_async_view(frame(UNIX), 100)] == V.ASYNC_STEPS
+
+
+def test_tcp_handshake_comes_first_when_present():
+    steps = dict(UNIX, **{"connect.tcp_handshake": (100, 40.0)})
+    assert V.connection_setup_view(frame(steps), 100)[0]["name"] == "connect.tcp_handshake"
+
+
+def test_aggregate_cpu_is_divided_by_connections_not_by_stints():
+    cpu = {r["name"]: r for r in V.connection_cpu_view(frame(UNIX), 100)}
+    # 300 on-CPU stints of 200 µs over 100 connections = 600 µs per connection
+    assert cpu["cpu.postmaster"]["us_per_conn"] == pytest.approx(600.0)
+    assert cpu["cpu.postmaster"]["p50_us"] is None
+    assert cpu["cpu.backend_init"]["us_per_conn"] == pytest.approx(1900.0)
+
+
+def test_per_connection_steps_average_over_connections_seen():
+    # 80 of 100 connections matched: the mean is over the 80, not diluted by the 20 that were not seen
+    rows = V.connection_setup_view(frame({"connect.fork": (80, 500.0)}), 100)
+    assert rows[0]["us_per_conn"] == pytest.approx(500.0) and rows[0]["count"] == 80
+
+
+def test_empty_or_missing_frame():
+    assert V.connection_setup_view(None, 10) == []
+    assert V.connection_setup_view(pd.DataFrame(columns=["step", "kind", "per", "count", "sum_ns", "hist"]), 10) == []
+
+
+def make_rundir(tmp_path, fr, conn_ms=3.0, txns=100) -> RunDir:
+    rd = RunDir.create(tmp_path, "unix")
+    rd.update(pgbench={"result": {"transactions": txns, "failed": 0, "connection_time_ms": conn_ms}},
+              probes={"level": "basic", "conn_cost": {"run_time_ns": 2_000_000, "run_cnt": 10}})
+    if fr is not None:
+        rd.write_frame("connect.parquet", fr)
+    return RunDir.open(rd.path)
+
+
+def test_add_connection_setup_fills_summary_and_closure(tmp_path):
+    rd = make_rundir(tmp_path, frame(UNIX, {"matched": 100, "unmatched": 2, "no_peer": 1, "starts": 102}), conn_ms=3.0)
+    s = {"closure": {"latency_error_pct": 1.0}}
+    V.add_connection_setup(s, rd)
+    total = 180 + 480 + 150 + 2000 + 80
+    assert s["closure"]["connection_setup_us"] == pytest.approx(total)
+    assert s["closure"]["connection_error_pct"] == pytest.approx((total - 3000) / 3000 * 100, abs=0.1)
+    assert s["closure"]["latency_error_pct"] == 1.0          # untouched
+    assert s["connection_probe"]["coverage_pct"] == 100.0
+    assert s["connection_probe"]["lost"] == {"no_peer": 1}      # unmatched: other clients, not lost
+    assert s["connection_probe"]["cost_ns_per_conn"] == pytest.approx(20_000)
+    json.dumps(s)                                             # the --json document stays serialisable
+
+
+def test_add_connection_setup_feeds_explain_and_render(tmp_path):
+    from pathprof.analysis.explain import connection_totals
+    from pathprof.analysis.render import connection_table
+    rd = make_rundir(tmp_path, frame(UNIX))
+    s = {}
+    V.add_connection_setup(s, rd)
+    assert connection_totals(s)["connect.backend_init_auth"] == pytest.approx(2000.0)
+    assert connection_table(s) is not None
+
+
+def test_add_connection_setup_without_probe_data_is_a_no_op(tmp_path):
+    s = {}
+    V.add_connection_setup(s, make_rundir(tmp_path, None))
+    assert "connection_setup" not in s
+
+
+def test_task_mirror_matches_btf():
+    """probes_conn._Task is written whole into the `who` map: it must match struct pc_task."""
+    from pathprof.agent.probes_conn import _Task
+    obj = Path(__file__).resolve().parents[2] / "probes" / "conn.bpf.o"
+    if not shutil.which("bpftool") or not obj.exists():
+        pytest.skip("bpftool or probes/conn.bpf.o missing")
+    doc = json.loads(subprocess.run(["bpftool", "btf", "dump", "file", str(obj), "-j"], check=True,
+                                    capture_output=True, text=True).stdout)
+    t = next(t for t in doc["types"] if t.get("kind") == "STRUCT" and t.get("name") == "pc_task")
+    assert C.sizeof(_Task) == t["size"]
+    assert {m["name"]: m["bits_offset"] // 8 for m in t["members"]} == \
+        {f[0]: getattr(_Task, f[0]).offset for f in _Task._fields_}

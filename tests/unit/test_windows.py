@@ -1,0 +1,154 @@
+"""Measurement windows: the schedule, transactions/TPS in and out of windows from a pgbench log, what the
+summary divides by, and the ring-buffer span records -> traces table -> Perfetto."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from pathprof.agent import probe_windows as pw
+from pathprof.analysis import windows as W
+
+T0 = 1_800_000_000 * 10**9     # a realtime origin (ns), as time.time_ns() gives
+
+
+def _win(start_s, end_s, edge_s=0.01, mono_offset_ns=0):
+    w = {}
+    for name, t in (("attach", start_s - edge_s), ("start", start_s), ("end", end_s), ("detached", end_s + edge_s)):
+        w[f"{name}_realtime_ns"] = T0 + int(t * 1e9)
+        w[f"{name}_mono_ns"] = mono_offset_ns + int(t * 1e9)
+    w["busy_ns"], w["elapsed_ns"] = int(2e9 * (end_s - start_s)), int(1e9 * (end_s - start_s))
+    return w
+
+
+def _log(rate_out, rate_in, windows_s, duration_s=10.0, lat_out=200.0, lat_in=300.0, clock_origin_us=T0 // 1000):
+    """Synthetic pgbench -l rows: transaction ends at a steady rate, slower inside the windows."""
+    ends, lats, t = [], [], 0.0
+    while t < duration_s:
+        inside = any(s <= t < e for s, e in windows_s)
+        ends.append(t)
+        lats.append(lat_in if inside else lat_out)
+        t += 1.0 / (rate_in if inside else rate_out)
+    ends_us = clock_origin_us + (np.array(ends) * 1e6).astype("int64")
+    return pd.DataFrame({"client": 0, "txn": np.arange(len(ends)), "latency_us": lats, "script": 0,
+                         "epoch_s": ends_us // 1_000_000, "epoch_us": ends_us % 1_000_000})
+
+
+def test_split_counts_rates_and_overhead():
+    spans = [(2.0, 3.0), (6.0, 7.0)]
+    logs = _log(1000, 800, spans)
+    meta = pw.window_meta([_win(*s) for s in spans], logs, 1.0, 4.0)
+    i, o = meta["in_windows"], meta["outside_windows"]
+    assert meta["log_clock"] == "realtime"
+    assert i["txns"] == pytest.approx(1600, abs=5) and o["txns"] == pytest.approx(8000, rel=0.01)
+    assert i["tps"] == pytest.approx(800, rel=0.01) and o["tps"] == pytest.approx(1000, rel=0.01)
+    assert i["latency_ms_mean"] == pytest.approx(0.3) and o["latency_ms_mean"] == pytest.approx(0.2)
+    assert meta["probe_overhead_pct"] == pytest.approx(20.0, abs=1.0)
+    # run average: 2 s of 10 at -20 % -> about -4 %
+    assert meta["probe_overhead_run_pct"] == pytest.approx(4.0, abs=1.0)
+    # attach/detach edges are neither inside nor outside
+    assert meta["edges"]["txns"] > 0 and meta["edges"]["duration_s"] == pytest.approx(0.04, abs=0.005)
+    assert i["txns"] + o["txns"] + meta["edges"]["txns"] == len(logs)
+    assert meta["in_windows"]["busy_ns"] == int(4e9) and meta["in_windows"]["windows"] == 2
+    assert meta["schedule"] == {"window_s": 1.0, "period_s": 4.0, "duty_pct": 25.0, "always_on": False}
+
+
+def test_split_matches_a_monotonic_log_against_monotonic_times():
+    spans = [(3.0, 4.0)]
+    boot_us = 5_000 * 10**6                        # pgbench log in CLOCK_MONOTONIC: small numbers
+    logs = _log(1000, 500, spans, clock_origin_us=boot_us)
+    meta = pw.window_meta([_win(*s, mono_offset_ns=boot_us * 1000) for s in spans], logs, 1.0, 10.0)
+    assert meta["log_clock"] == "mono"
+    assert meta["in_windows"]["tps"] == pytest.approx(500, rel=0.02)
+    assert meta["probe_overhead_pct"] == pytest.approx(50.0, abs=2.0)
+
+
+def test_no_overhead_figure_without_enough_outside():
+    logs = _log(1000, 1000, [(0.0, 10.0)])
+    meta = pw.window_meta([_win(-0.001, 10.5)], logs, 0.0, 0.0)       # always on
+    assert meta["schedule"]["always_on"] and meta["schedule"]["duty_pct"] == 100.0
+    assert meta["in_windows"]["txns"] == len(logs)
+    assert meta["probe_overhead_pct"] is None
+
+
+def test_split_empty_inputs():
+    out = W.split(np.array([]), np.array([]), [])
+    assert out["in_windows"]["txns"] == 0 and out["probe_overhead_pct"] is None
+
+
+def test_plan_places_windows_inside_the_run():
+    assert pw.plan(60, 1, 20) == [(9.5, 10.5), (29.5, 30.5), (49.5, 50.5)]
+    assert pw.plan(60, 1, 0) is None and pw.plan(60, 2, 1) is None and pw.plan(60, 0, 10) is None
+    (s, e), = pw.plan(8, 1, 20)                    # too short for a period: one window mid-run, same duty
+    assert e - s == pytest.approx(0.4) and s + e == pytest.approx(8.0)
+    (s, e), = pw.plan(2, 1, 20)
+    assert e - s == pytest.approx(pw.MIN_WINDOW_S)
+    for s, e in pw.plan(30, 1, 10):
+        assert 0 < s < e <= 30 - pw.END_MARGIN_S
+    it = pw.plan(None, 1, 10)                      # unknown length: endless
+    assert next(it) == (4.5, 5.5) and next(it) == (14.5, 15.5)
+
+
+def test_probe_duty_flag_sets_the_period():
+    import argparse
+
+    from pathprof.agent.cli_args import probe_period
+    from pathprof.agent.errors import UserError
+    ns = lambda **k: argparse.Namespace(**{"probe_window": 1.0, "probe_period": 20.0, "probe_duty": None, **k})  # noqa: E731
+    assert probe_period(ns()) == 20.0
+    assert probe_period(ns(probe_duty=10.0)) == pytest.approx(10.0)
+    assert probe_period(ns(probe_duty=100.0)) == 0.0
+    with pytest.raises(UserError):
+        probe_period(ns(probe_duty=0.0))
+
+
+def test_summary_divides_by_transactions_in_windows(tmp_path):
+    from pathprof.analysis.rundir import RunDir
+    from pathprof.analysis.summary import summarize
+    rd = RunDir.create(tmp_path, "loopback")
+    # 100,000 transactions in the run, 10,000 inside the windows; the probe tables hold only those
+    rd.update(workload={"clients": 1, "duration_s": 10}, host={"cpus": 2},
+              pgbench={"result": {"tps": 10000.0, "transactions": 100000, "latency_ms": {"mean": 0.1}}},
+              cpu={"busy_ns": 10 * 10**9, "elapsed_ns": 10 * 10**9, "ncpu": 2},
+              probes={"level": "basic", "cost": {"run_time_ns": 10000 * 2000},
+                      "windows": [_win(4.5, 5.5)], "schedule": {"window_s": 1, "period_s": 10, "duty_pct": 10},
+                      "in_windows": {"txns": 10000, "tps": 8000.0, "latency_ms_mean": 0.125,
+                                     "busy_ns": 10**9, "elapsed_ns": 10**9},
+                      "outside_windows": {"txns": 90000, "tps": 10000.0},
+                      "probe_overhead_pct": 20.0, "probe_overhead_run_pct": 2.0})
+    rd.write_frame("stages.parquet", pd.DataFrame([
+        {"kind": "proc", "role": "backend", "hop": "", "leg": "server", "hook": "", "netns": "", "dev": "",
+         "count": 10000, "sum_ns": 10000 * 100_000, "hist": None},
+        {"kind": "proc", "role": "pgbench", "hop": "", "leg": "client", "hook": "", "netns": "", "dev": "",
+         "count": 10000, "sum_ns": 10000 * 25_000, "hist": None}]))
+    rd.write_frame("cpu.parquet", pd.DataFrame([
+        {"comp": "user", "role": "backend", "hop": "", "where": "", "ns": 10**9, "count": 1}]))
+    d = summarize(RunDir.open(rd.path))
+    assert d["probe_overhead_pct"] == 20.0
+    assert d["probe_cost_ns_per_txn"] == pytest.approx(2000)
+    st = {s["name"]: s["us_per_txn"] for s in d["stages"]}
+    assert st["backend.execute"] == pytest.approx(100.0) and st["client.pgbench"] == pytest.approx(25.0)
+    # cycle at 8000 TPS, 1 client = 125 µs = the stages: closes; CPU: 1 s busy in windows = components
+    assert d["closure"]["latency_error_pct"] == pytest.approx(0.0, abs=0.01)
+    assert d["closure"]["cpu_error_pct"] == pytest.approx(0.0, abs=0.01)
+    assert d["cpu"] == [{"component": "backend.user", "us_per_txn": 100.0}]
+    assert d["windows"]["count"] == 1 and d["windows"]["tps_in"] == 8000.0
+    assert d["tps"] == 10000.0                       # the run's TPS stays pgbench's
+
+
+def test_trace_records_become_a_valid_perfetto_trace():
+    import ctypes as C
+
+    from pathprof.agent.bpf import layout as L
+    from pathprof.agent.probe_frames import trace_frame
+    from pathprof.analysis.export import to_perfetto, validate_trace_events
+    recs = []
+    for seq, (stage, role, leg) in enumerate([(1, 2, 1), (6, 2, 2), (1, 1, 3), (6, 1, 4)], start=1):
+        recs.append(bytes(L.Trace(ts=1000 * seq, dur=500, pid=10 + role, tid=20 + role, seq=seq, stage=stage,
+                                  role=role, leg=leg, hop=0)))
+    assert C.sizeof(L.Trace) == 32
+    df = trace_frame(recs, {})
+    assert list(df.columns[:7]) == ["ts_ns", "dur_ns", "pid", "tid", "role", "stage", "txn"]
+    assert list(df["stage"]) == ["wire.backend", "backend.execute", "wire.pgbench", "client.pgbench"]
+    doc = to_perfetto(df, {})
+    assert validate_trace_events(doc) == []
+    assert sum(1 for e in doc["traceEvents"] if e["ph"] == "X") == 4
+    assert len(trace_frame([], {})) == 0
