@@ -303,10 +303,20 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
     ui.phase(f"pgbench: {w.clients} clients, {w.duration_s} s")
     seen_sockets: dict = {}
 
+    history: list = []
+    live = {}
+
     def on_progress(pr) -> None:
         if not seen_sockets:  # one look at the live connections, while pgbench holds them open
             seen_sockets.update(recorder.live_sockets(topo))
-        ui.progress(pr, probes.snapshot() if probes is not None else None)
+        history.append(pr)
+        snap = None
+        if probes is not None:
+            from .live_probe import LiveBreakdown
+            if "b" not in live:
+                live["b"] = LiveBreakdown(probes, clock["t0"])
+            snap = {**probes.snapshot(), **live["b"].refresh(history)}
+        ui.progress(pr, snap)
 
     try:
         result = pgbench.run(client_ns, argv, rd.file("pgbench"), on_progress=on_progress, on_start=started,

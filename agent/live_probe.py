@@ -1,0 +1,52 @@
+"""The live view's stage and CPU breakdown, recomputed after each probe window closes.
+
+The detailed probes only run inside measurement windows (agent.probe_windows), so between windows the
+breakdown stays at the last window's figures. Transactions inside the windows are estimated from pgbench's
+per-second progress; the final report divides by the exact count from pgbench's per-transaction log.
+"""
+from __future__ import annotations
+
+import os
+
+
+class LiveBreakdown:
+    def __init__(self, session, pgbench_start_mono_ns: int):
+        self.session, self.t0 = session, pgbench_start_mono_ns
+        self._seen, self._last, self.failed = 0, {}, None
+
+    def _txns(self, windows: list[dict], progress: list) -> float:
+        total = 0.0
+        for w in windows:
+            mid_s = ((w["start_mono_ns"] + w["end_mono_ns"]) / 2 - self.t0) / 1e9
+            tps = min(progress, key=lambda p: abs(p.elapsed_s - 0.5 - mid_s)).tps if progress else 0.0
+            total += tps * w["elapsed_ns"] / 1e9
+        return total
+
+    def refresh(self, progress: list) -> dict:
+        """Figures for LiveState (stages, cpu, probe_cost_ns_per_txn, lost_events); {} until a window closed."""
+        s = self.session
+        windows = list(getattr(s, "windows", []))
+        if len(windows) == self._seen or self.failed:
+            return self._last
+        self._seen = len(windows)
+        try:
+            from pathprof.agent import probe_frames as F
+            from pathprof.analysis import views
+            txns = self._txns(windows, progress)
+            if txns <= 0 or s.main is None:
+                return self._last
+            now = F.collect(s.main, (s.main, s.nf))
+            stages = F.stage_frame(now, s._base, F.devnames(s.netns_names), s.hops, s.netns_names)
+            cpu = F.cpu_frame(now, s._base, s.hops)
+            lv = views.latency_view(stages, int(txns), 0.0)
+            cv = views.cpu_view(cpu, int(txns), sum(w["busy_ns"] for w in windows),
+                                sum(w["elapsed_ns"] for w in windows), os.cpu_count() or 1)
+            cost = F.sub_prog(now["progs"], s._base.get("progs", {}))
+            stats = F.sub(now["stats"], s._base.get("stats", {}))
+            self._last = {"stages": [x for x in lv["stages"] if not x.get("parent")],
+                          "cpu": cv["components"],
+                          "probe_cost_ns_per_txn": sum(p["run_time_ns"] for p in cost.values()) / txns,
+                          "lost_events": sum(v for k, v in stats.items() if k in F.LOSS)}
+        except Exception as e:  # the live view is a convenience; the run and its report must not depend on it
+            self.failed = f"live breakdown unavailable: {type(e).__name__}: {e}"
+        return self._last

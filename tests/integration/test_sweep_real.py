@@ -1,0 +1,28 @@
+"""sweep on a real path: one run per client count, the knee and the growing stage named from those runs."""
+import json
+
+import pytest
+
+from conftest import machine_state, run_pathprof
+
+pytestmark = pytest.mark.integration
+
+
+def test_sweep_unix(runs_dir):
+    before = machine_state()
+    cp = run_pathprof("sweep", "--topology", "unix", "--clients", "4,1,2", "--duration", "2", "--json",
+                      runs_dir=runs_dir, check=True, timeout=600)
+    doc = json.loads(cp.stdout)
+    assert [r["clients"] for r in doc["runs"]] == [1, 2, 4]
+    sw = doc["sweep"]
+    assert [p["clients"] for p in sw["points"]] == [1, 2, 4]
+    assert [p["tps"] for p in sw["points"]] == [r["tps"] for r in doc["runs"]]
+    assert sw["knee_clients"] in (None, 1, 2, 4)
+    names = {s["name"] for r in doc["runs"] for s in r["stages"]}
+    assert sw["growing_stage"] in names
+    assert machine_state() == before
+
+
+def test_sweep_rejects_bad_counts(runs_dir):
+    cp = run_pathprof("sweep", "--topology", "unix", "--clients", "1,x", runs_dir=runs_dir)
+    assert cp.returncode == 2 and "comma-separated" in cp.stderr and "Traceback" not in cp.stderr
