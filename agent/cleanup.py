@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-from pathlib import Path
 
 from .journal import Journal, describe, pending_journals
 

@@ -1,7 +1,6 @@
 """pathprof's command line. Each subcommand is a small function; rendering lives in analysis.render."""
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys

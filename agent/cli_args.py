@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import textwrap
 from pathlib import Path
 
 from .errors import UserError

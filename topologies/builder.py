@@ -5,7 +5,6 @@ Every object is journaled before it is created; `Journal.teardown()` removes exa
 from __future__ import annotations
 
 import ipaddress
-import os
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -90,10 +89,6 @@ def check_free(topo: Topology) -> None:
     for n in names:
         if _link_exists(None, n):
             raise UserError(f"network interface {n} already exists {hint}")
-    for h in topo.hosts.values():
-        if h.netns is None:
-            for n in names:
-                pass  # root-namespace names were checked above
 
 
 def build(topo: Topology, journal: Journal, state_dir: Path, progress: Callable[[str], None] = lambda s: None
@@ -221,6 +216,3 @@ def port_in_use(netns: str | None, address: str, port: int) -> bool:
     out = proc.run(netns, ["ss", "-Hltn", f"sport = :{port}"], check=False).stdout
     return bool(out.strip())
 
-
-def own_pid_namespace_ok() -> bool:
-    return os.geteuid() == 0
