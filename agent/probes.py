@@ -34,6 +34,8 @@ LEVELS = ("off", "basic", "deep")
 USDT_PAIRS = [("query", "query"), ("parse", "query__parse"), ("plan", "query__plan"), ("execute", "query__execute"),
               ("lock", "lock__wait"), ("lwlock", "lwlock__wait")]
 ALWAYS_ON = ("pp_fork", "pp_exit")      # attached for the whole session; everything else only in windows
+# attached (in windows) only when the run tracks a process of one of these roles: zero cost on other paths
+ONLY_FOR = {"pp_tcp_consume": {"pooler", "proxy", "qemu", "other"}, "pp_tap_read": {"qemu"}, "pp_tap_recv": {"qemu"}}
 DEFAULT_WINDOW_S, DEFAULT_PERIOD_S = 1.0, 20.0   # 5 %: ~35 % in-window cost -> <= 2 % on average
 
 
@@ -115,6 +117,7 @@ class ProbeSession:
         self.config = config
         self.main = self.nf = None
         self.hops: dict[str, int] = {}
+        self.roles: set[str] = set()     # roles tracked so far (ONLY_FOR)
         self.netns_names: dict[int, str] = {}
         self.notes: list[str] = []
         self._stats_fd = None
@@ -171,6 +174,8 @@ class ProbeSession:
         from pathprof.agent.bpf.libbpf import NF_HOOKS, NF_PRI_FIRST, NF_PRI_LAST
         out = []
         for name, prog in self.main.programs.items():
+            if name in ONLY_FOR and not ONLY_FOR[name] & self.roles:
+                continue
             if name not in ALWAYS_ON and not name.startswith("pg_"):
                 out.append((self.main, self.main.attach(name)))
         if self.config.level == "deep":
@@ -270,6 +275,7 @@ class ProbeSession:
         from pathprof.agent.bpf import layout as L
         if role not in L.ROLES:
             raise UserError(f"unknown probe role {role!r} (one of {', '.join(L.ROLES)})")
+        self.roles.add(role)
         hop_id = 0
         if hop:
             hop_id = self.hops.setdefault(hop, len(self.hops) + 1)

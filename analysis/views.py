@@ -10,14 +10,22 @@ message the probes measure, back to back, so the stages tile the connection's ti
   netfilter.<hook>     one hook traversal of the message's data segment (hooks: prerouting, input, forward,
                        output, postrouting; `.<netns>` appended outside the root namespace): time between
                        pathprof's INT_MIN+1 and INT_MAX-1 brackets, i.e. iptables/nftables, conntrack, NAT
-  dev.<device>         net_dev_start_xmit -> netif_receive_skb of the same data skb (lo, veth, bridge...)
+  dev.<device>         net_dev_start_xmit -> netif_receive_skb of the same data skb (lo, veth, bridge...);
+                       for a tap into qemu, -> qemu's read of it
   wakeup.<receiver>    sk_data_ready -> sched_wakeup of the consuming thread
   runqueue.<receiver>  woken -> switched onto a CPU (run-queue wait)
   recv.<receiver>      on CPU -> the receive returned the data (poll/epoll return + recv syscall)
   queued.<receiver>    the receiver was already awake when the data arrived: ready -> consumed, i.e. the
                        message waited behind the receiver's other work (pgbench's other connections, ...)
   backend.execute      backend: consumed the request -> started sending the result (server leg)
-  hop.<name>           a hop process (pgbouncer, docker-proxy, ...): consumed -> forwarded
+  hop.<name>           a hop process (pgbouncer, pgpool, docker-proxy): consumed -> forwarded, pairing each
+                       send with the same thread's most recent consume not yet forwarded (an event loop
+                       forwards what it read before reading the next connection). On TCP a hop's consume
+                       is tcp_rcv_space_adjust, so splice(2) reads (docker-proxy's io.Copy) count too
+  hop.qemu (server)    a qemu guest: qemu read the request from the tap -> qemu wrote the response to the
+                       tap, per connection: qemu + guest kernel + guest server (the guest is not traced).
+                       Into it: wire.qemu (send -> qemu read, with dev.<tap> = tap xmit -> qemu read inside
+                       it); out of it: wire.<client> starts at qemu's tap write
   client.pgbench       pgbench: consumed the result -> sent the next transaction (client leg)
 
 <receiver> is the receiving role (`backend`, `pgbench`) or hop name. Legs: `request` (into a backend, or into

@@ -17,6 +17,7 @@
 char LICENSE[] SEC("license") = "GPL";
 
 #include "pathprof_helpers.h"
+#include "pathprof_hops.h"
 
 /* ---------------- start of a send: end of processing, start of the wire ----------------
  * TCP: the first tcp_sendmsg_locked of the send (a few hundred ns after the syscall entry; the syscall
@@ -221,6 +222,8 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *sk)
 	struct pp_task *t = cur_task(&tid, ws);
 	if (t && t->in_send && now > t->send_ts) {
 		span(PP_ST_WIRE, s->role, s->leg, s->hop, t->send_ts, now - t->send_ts, s->seq);
+		if (t->role == PP_ROLE_QEMU)
+			t->in_send = 0;           /* a tap write has no sock_send_length (pp_tap_recv) */
 	} else if (t && !t->in_send && sk->__sk_common.skc_family == 1 /* AF_UNIX */) {
 		t->send_ts = now;             /* unix: the send path up to here stays in the sender's stage */
 		t->in_send = 1;
@@ -241,38 +244,9 @@ int BPF_PROG(pp_sock_recv, struct sock *sk, int ret, int flags)
 		return 0;
 	__u32 tid;
 	struct pp_task *t = cur_task(&tid, ws);
-	if (!t)
-		return 0;
-	struct pp_sock *s = learn_sock(sk, t);
-	if (!s)
-		return 0;
-	__u64 now = bpf_ktime_get_ns(), r = s->ready_ts;
-	if (r && r < ws) {
-		stat_inc(PP_STAT_WINDOW_EDGE);  /* became ready before the window: its wait is not whole */
-		r = 0;
-		s->ready_ts = 0;
-	}
-	if (r) {
-		if (t->wake_ts > r) {
-			span(PP_ST_WAKEUP, s->role, s->leg, s->hop, r, t->wake_ts - r, s->seq);
-			__u64 on = t->oncpu_ts >= t->wake_ts ? t->oncpu_ts : t->wake_ts;
-			span(PP_ST_RUNQUEUE, s->role, s->leg, s->hop, t->wake_ts, on - t->wake_ts, s->seq);
-			span(PP_ST_RECV, s->role, s->leg, s->hop, on, now - on, s->seq);
-		} else {
-			span(PP_ST_QUEUED, s->role, s->leg, s->hop, r, now - r, s->seq);
-		}
-		s->ready_ts = 0;
-	}
-	s->consume_ts = now;
-	if (is_hop_role(t->role)) {       /* hops receive on one socket and send on another */
-		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-		struct pp_task *g = tgid == tid ? t : task_of(tgid, ws);
-		if (g) {
-			g->consume_ts = now;
-			g->consume_leg = s->leg;
-			g->consume_seq = s->seq;
-		}
-	}
+	if (!t || (is_hop_role(t->role) && sk->sk_protocol == IPPROTO_TCP_NUM))
+		return 0;                     /* a hop's TCP consumes: pp_tcp_consume (pathprof_hops.h) */
+	on_consume(sk, t, ws, 0);
 	return 0;
 }
 
@@ -294,24 +268,21 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 	__u64 start = 0;
 	__u32 seq = 0;
 	__u8 leg = 0;
-	if (s && s->consume_ts && s->consume_ts < ws) {
+	if (is_hop_role(t->role)) {       /* forwards this thread's last unforwarded consume (pathprof_hops.h) */
+		if (t->consume_ts) {
+			start = t->consume_ts;
+			leg = t->consume_leg;
+			seq = t->consume_seq;
+			t->consume_ts = 0;
+		}
+	} else if (s && s->consume_ts && s->consume_ts < ws) {
 		stat_inc(PP_STAT_WINDOW_EDGE);  /* consumed before the window opened */
 		s->consume_ts = 0;
-	}
-	if (s && s->consume_ts) {         /* request/response on the same connection (backend, pgbench) */
+	} else if (s && s->consume_ts) {  /* request/response on the same connection (backend, pgbench) */
 		start = s->consume_ts;
 		seq = s->seq;
-		leg = t->role == PP_ROLE_PGBENCH ? PP_LEG_CLIENT : is_hop_role(t->role) ? s->leg : PP_LEG_SERVER;
+		leg = t->role == PP_ROLE_PGBENCH ? PP_LEG_CLIENT : PP_LEG_SERVER;
 		s->consume_ts = 0;
-	} else if (is_hop_role(t->role)) {
-		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-		struct pp_task *g = tgid == tid ? t : task_of(tgid, ws);
-		if (g && g->consume_ts) {
-			start = g->consume_ts;
-			leg = g->consume_leg;
-			seq = g->consume_seq;
-			g->consume_ts = 0;
-		}
 	}
 	if (start && t->send_ts > start)
 		span(PP_ST_PROC, t->role, leg, t->hop, start, t->send_ts - start, seq);
@@ -340,6 +311,10 @@ int BPF_PROG(pp_dev_xmit, struct sk_buff *skb, struct net_device *dev)
 		return 0;
 	struct pp_devq q = { .leg = leg, .ifindex = dev->ifindex, .netns = netns };
 	__u64 key = (__u64)skb;
+	__u32 tid;
+	struct pp_task *t = cur_task(&tid, ws);
+	if (t && t->in_send)
+		q.send_ts = t->send_ts;       /* a tap: wire.qemu starts there (pathprof_hops.h) */
 	q.ts = bpf_ktime_get_ns();
 	if (bpf_map_update_elem(&devq, &key, &q, BPF_ANY))
 		stat_inc(PP_STAT_DEV_FULL);

@@ -9,14 +9,14 @@ struct pp_task {            /* one per tracked thread (key: tid) */
 	__u64 oncpu_ts;         /* last switch-in (0 while off CPU) */
 	__u64 runnable_ts;      /* start of the current run-queue wait (wakeup or preemption) */
 	__u64 excl_snap;        /* cpust.excl_total at switch-in */
-	__u64 consume_ts;       /* last consuming receive by the process (used on the tgid entry, for hops) */
+	__u64 consume_ts;       /* hops: this thread's last consume not yet forwarded (qemu: on the tgid entry) */
 	__u64 last_utime;       /* task->utime/stime at the last switch-out */
 	__u64 last_stime;
 	struct pp_cpu_val acc;  /* monotonic; folded into `cpu` when the thread exits */
 	__u64 usdt_ts[PP_NUSDT];
 	__u64 win;              /* window the timestamps above belong to (see fresh_task) */
 	__u32 hop;              /* hop id, < PP_MAX_HOPS */
-	__u32 consume_seq;      /* message number of the last consuming receive (hops' traces) */
+	__u32 consume_seq;      /* message number of that consume (hops' traces) */
 	__u8  role;
 	__u8  consume_leg;
 	__u8  in_send;          /* between the start of a send and its sock_send_length */
@@ -32,8 +32,13 @@ struct pp_sock {            /* one per socket a tracked thread sent or received 
 	__u8  leg;              /* leg of messages *into* this socket */
 	__u8  pad[2];
 	__u32 seq;              /* messages into this socket (seen in windows): --trace-sample picks by it */
-	__u32 pad2;
+	__u32 copied;           /* TCP copied_seq at the last consume: tcp_rcv_space_adjust without new data is none */
 };
 
-struct pp_devq { __u64 ts; __u32 ifindex; __u32 netns; __u8 leg; __u8 pad[7]; };
+struct pp_devq {            /* a data skb in flight on a device (key: skb address) */
+	__u64 ts;               /* net_dev_start_xmit */
+	__u32 ifindex, netns;
+	__u8  leg, pad[7];
+	__u64 send_ts;          /* the tracked sender's send start when it ran the xmit (tap: wire into qemu) */
+};
 #endif

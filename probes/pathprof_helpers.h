@@ -121,6 +121,13 @@ static __always_inline __u8 sock_leg(__u8 role, struct sock *sk)
 	return is_svc_port(sk->__sk_common.skc_num) ? PP_LEG_REQUEST : PP_LEG_RESPONSE;
 }
 
+#define IPPROTO_TCP_NUM 6
+
+static __always_inline __u32 tcp_copied(struct sock *sk)
+{
+	return BPF_CORE_READ((struct tcp_sock *)sk, copied_seq);
+}
+
 static __always_inline struct pp_sock *learn_sock(struct sock *sk, struct pp_task *t)
 {
 	__u64 key = (__u64)sk, cookie = bpf_get_socket_cookie(sk);
@@ -128,6 +135,8 @@ static __always_inline struct pp_sock *learn_sock(struct sock *sk, struct pp_tas
 	if (s && s->cookie == cookie)
 		return s;
 	struct pp_sock n = { .role = t->role, .hop = t->hop, .leg = sock_leg(t->role, sk), .cookie = cookie };
+	if (sk->sk_protocol == IPPROTO_TCP_NUM)
+		n.copied = tcp_copied(sk);
 	if (bpf_map_update_elem(&socks, &key, &n, BPF_ANY))
 		stat_inc(PP_STAT_SOCKS_FULL);
 	return 0;    /* a fresh socket has no pending message */

@@ -82,7 +82,7 @@ class Task(C.Structure):
 class Sock(C.Structure):
     _fields_ = [("ready_ts", C.c_uint64), ("consume_ts", C.c_uint64), ("cookie", C.c_uint64), ("hop", C.c_uint32),
                 ("role", C.c_uint8),
-                ("leg", C.c_uint8), ("pad", C.c_uint8 * 2), ("seq", C.c_uint32), ("pad2", C.c_uint32)]
+                ("leg", C.c_uint8), ("pad", C.c_uint8 * 2), ("seq", C.c_uint32), ("copied", C.c_uint32)]
 
 
 class Win(C.Structure):
@@ -97,7 +97,7 @@ class Trace(C.Structure):
 
 class DevQ(C.Structure):
     _fields_ = [("ts", C.c_uint64), ("ifindex", C.c_uint32), ("netns", C.c_uint32), ("leg", C.c_uint8),
-                ("pad", C.c_uint8 * 7)]
+                ("pad", C.c_uint8 * 7), ("send_ts", C.c_uint64)]
 
 
 class NfSlot(C.Structure):

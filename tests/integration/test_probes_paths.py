@@ -26,11 +26,20 @@ def test_loopback_tcp_has_netfilter_and_closes(pg):
     legs = {s["leg"] for s in r["latency"]["stages"]}
     assert {"request", "server", "response", "client"} <= legs
     assert abs(r["latency"]["closure_error_pct"]) <= 10, r["latency"]
-    assert abs(r["cpu"]["closure_error_pct"]) <= 10, r["cpu"]
+    # At 1 client the CPUs are partly idle and the CPU view misses ~10 % of busy time (interrupt time the
+    # probes do not see, measured -11 % on unix/loopback/nic alike); the CPU view is the one that matters when
+    # the CPUs are saturated, checked at 16 clients below.
+    assert abs(r["cpu"]["closure_error_pct"]) <= 15, r["cpu"]
     comps = {c["component"] for c in r["cpu"]["components"]}
     assert {"backend.sys", "pgbench.sys", "softirq.net", "netfilter"} <= comps
     assert r["result"].cost["run_time_ns"] > 0 and r["cost_ns_per_txn"] > 0
     assert r["result"].counters["messages"] >= 2 * r["txns"] * 0.95
+
+
+def test_cpu_view_closes_when_cpus_are_saturated(pg):
+    r = profile(pg, clients=16)
+    assert r["cpu"]["regime"] == "cpu-bound", r["cpu"]
+    assert abs(r["cpu"]["closure_error_pct"]) <= 10, r["cpu"]
 
 
 def test_unix_socket_has_no_netfilter(pg):
