@@ -100,6 +100,13 @@ def cycle_us(summary: dict) -> float:
     return clients * 1e6 / tps if tps > 0 else 0.0
 
 
+def measured_cycle_us(summary: dict) -> float:
+    """The cycle the stages were measured against: the in-window one when the run used probe windows (the
+    stages come from those windows), else clients / TPS of the whole run."""
+    c = (summary.get("closure") or {}).get("cycle_us")
+    return _num(c) if c else cycle_us(summary)
+
+
 def measured_cpu_us(summary: dict) -> float:
     """Measured CPU µs per transaction (busy CPU time / transactions), independent of the component sum where the
     summary allows it, so the unexplained remainder means something."""
@@ -129,7 +136,12 @@ def explain(baseline: dict, other: dict) -> dict:
     elif opens_connections(baseline) or opens_connections(other):
         a = {**stage_totals(baseline), **connection_totals(baseline)}
         b = {**stage_totals(other), **connection_totals(other)}
-        gap = cycle_us(other) - cycle_us(baseline)
+        gap = measured_cycle_us(other) - measured_cycle_us(baseline)
+        measure = "client_cycle_us"
+    elif (baseline.get("closure") or {}).get("cycle_us") and (other.get("closure") or {}).get("cycle_us"):
+        # The stages tile each connection's timeline, so the measure they add up to is the cycle (clients/TPS).
+        a, b = stage_totals(baseline), stage_totals(other)
+        gap = measured_cycle_us(other) - measured_cycle_us(baseline)
         measure = "client_cycle_us"
     else:
         a, b = stage_totals(baseline), stage_totals(other)

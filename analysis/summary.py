@@ -78,6 +78,8 @@ def summarize(rd: RunDir) -> dict:
             cv = views.cpu_view(cpu, txns, busy, elapsed, ncpu, clients=clients,
                                 latency_us=mean_ms * 1000.0 if mean_ms else None)
             out["cpu"] = cv["components"]
+            # What the components close against (busy CPU over the same transactions): explanations use it.
+            out["cpu_us_per_txn"] = busy / 1e3 / txns
             out["closure"]["cpu_error_pct"] = cv.get("closure_error_pct")
             out["regime"] = cv.get("regime")
             out["predicted_tps"] = cv.get("predicted_tps")
