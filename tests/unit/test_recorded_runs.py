@@ -1,0 +1,78 @@
+"""Reports and explanations from run directories recorded by real runs (tests/unit/data/runs, checked in):
+the same numbers every time, and the differences the paths really have."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pathprof.agent.errors import UserError
+from pathprof.analysis.explain import explain, explain_text
+from pathprof.analysis.render import render_to_string, report_view
+from pathprof.analysis.rundir import RunDir
+from pathprof.analysis.summary import summarize
+
+RUNS = Path(__file__).parent / "data" / "runs"
+
+
+@pytest.fixture(scope="module")
+def unix():
+    return summarize(RunDir.open(RUNS / "unix"))
+
+
+@pytest.fixture(scope="module")
+def loopback():
+    return summarize(RunDir.open(RUNS / "loopback"))
+
+
+def test_summary_is_a_pure_function_of_the_run_directory(unix):
+    again = summarize(RunDir.open(RUNS / "unix"))
+    assert again == unix
+    assert unix["topology"] == "unix" and unix["clients"] == 2 and unix["tps"] > 0
+
+
+def test_recorded_views_close(unix, loopback):
+    for s in (unix, loopback):
+        assert abs(s["closure"]["latency_error_pct"]) <= 10
+        assert abs(s["closure"]["cpu_error_pct"]) <= 10
+        total = sum(x["us_per_txn"] for x in s["stages"] if not x.get("parent"))
+        assert total == pytest.approx(s["closure"]["stages_sum_us"], rel=1e-3)
+
+
+def test_paths_have_the_stages_they_can_have(unix, loopback):
+    u = {x["name"] for x in unix["stages"]}
+    lo = {x["name"] for x in loopback["stages"]}
+    assert not any(n.startswith(("netfilter.", "dev.")) for n in u)
+    assert any(n.startswith("netfilter.") for n in lo) and "dev.lo" in lo
+    assert {"backend.execute", "client.pgbench"} <= u & lo
+
+
+def test_explanation_points_at_tcp_work(unix, loopback):
+    e = explain(unix, loopback)
+    names = [i["name"] for i in e["items"]]
+    assert e["run"] == "loopback"
+    assert any(n.startswith(("netfilter", "softirq", "dev.", "wire.")) for n in names[:4]), names
+    shares = [i["share_pct"] for i in e["items"]]
+    assert shares == sorted(shares, reverse=True)
+    assert abs(sum(shares) + e["unexplained_pct"] - 100) < 1.0
+    assert "loopback" in explain_text(e) and "unix" in explain_text(e)
+
+
+def test_report_renders_recorded_run(loopback):
+    text = render_to_string(report_view(loopback))
+    assert "loopback" in text and "netfilter" in text and "closure" in text.lower()
+
+
+def test_unknown_schema_and_corruption_are_refused(tmp_path):
+    d = tmp_path / "r"
+    shutil.copytree(RUNS / "unix", d)
+    meta = json.loads((d / "run.json").read_text())
+    meta["schema"] = "pathprof-run/2.0"
+    (d / "run.json").write_text(json.dumps(meta))
+    with pytest.raises(UserError, match="not supported"):
+        RunDir.open(d)
+    meta["schema"] = "pathprof-run/1.0"
+    (d / "run.json").write_text(json.dumps(meta))
+    (d / "stages.parquet").write_bytes(b"PAR1 truncated")
+    with pytest.raises(UserError, match="corrupt"):
+        summarize(RunDir.open(d))
