@@ -72,6 +72,13 @@ def summarize(rd: RunDir) -> dict:
             out["closure"]["cycle_us"] = cycle_us
             out["closure"]["stages_sum_us"] = lv.get("total_us")
             out["scheduler"] = lv.get("scheduler")
+            client_us = sum(x["us_per_txn"] for x in lv["stages"] if x.get("leg") == "client" and not x.get("parent"))
+            if cycle_us and mean_ms * 1000.0 < 0.5 * (cycle_us - client_us):
+                out["notes"].append(
+                    f"pgbench's logged latency (mean {mean_ms * 1000:.1f} µs) is far below what its own throughput "
+                    f"allows (cycle {cycle_us:.1f} µs, of which {client_us:.1f} µs is pgbench's own work): pgbench "
+                    "takes timestamps lazily, so very short transactions are logged too short. Trust the cycle and "
+                    "the latency view's request/server/response legs.")
             if lv.get("connection_setup"):
                 out["connection_setup"] = lv["connection_setup"]
         if cpu is not None and busy:
