@@ -42,7 +42,7 @@ class LiveReporter(Reporter):
         self.view.update(self.state)
 
     def note(self, text: str) -> None:
-        self.view.console_print(f"note: {text}") if hasattr(self.view, "console_print") else None
+        self.view.console_print(f"note: {text}")
 
     def progress(self, pr, snap) -> None:
         self.state.elapsed_s, self.state.tps, self.state.latency_ms = pr.elapsed_s, pr.tps, pr.latency_ms

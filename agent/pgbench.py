@@ -247,10 +247,9 @@ def _duration_of(argv: list[str]) -> float:
 def finish(result: PgbenchResult, log_dir: Path) -> PgbenchResult:
     """Fill latency percentiles from the per-transaction logs, then compress them."""
     logs = read_logs(log_dir)
-    if len(logs):
-        pct = latency_percentiles(logs)
-        result.latency_ms = {**pct, **({"mean": result.latency_ms["mean"]} if "mean" in result.latency_ms and
-                                       not pct else {})}
+    pct = latency_percentiles(logs) if len(logs) else {}
+    if pct:  # otherwise keep pgbench's own "latency average"
+        result.latency_ms = pct
     compress_logs(log_dir)
     return result
 

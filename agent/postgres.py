@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import pwd
 import re
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,5 +144,4 @@ class ManagedPostgres:
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
             # SIGINT = fast shutdown: backends are told to exit, no checkpoint wait beyond what is needed.
-            import signal
             proc.stop_process(self.process, timeout=15, sig=signal.SIGINT)

@@ -180,7 +180,7 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
         with uninterruptible():
             ui.phase("tearing down")
             if probes is not None:
-                probes.close() if hasattr(probes, "close") else None
+                probes.close()
             for svc in reversed(services):
                 try:
                     svc.stop()

@@ -30,7 +30,6 @@ class BpfError(UserError):
     """A load/attach failure; the message names the program and quotes libbpf's/the kernel's reason."""
 
 
-from pathprof.agent.bpf.nflink import NetfilterLinkError  # noqa: E402
 
 
 try:

@@ -131,6 +131,18 @@ class Service:
                 "log": str(self.log_path) if self.log_path else None}
 
     # -- helpers for subclasses --
+    def tcp_postgres(self, ctx: "BuildContext"):
+        """The owned server's endpoint, which a pooler reaches over TCP (a unix-only server cannot be pooled)."""
+        pg = ctx.postgres
+        if pg is None or pg.address is None:
+            raise UserError(f"{self.hop}: {self.kind} needs the owned PostgreSQL on TCP (the spec's [postgres] "
+                            "listen must be an address, not unix)")
+        return pg
+
+    @staticmethod
+    def clients(ctx: "BuildContext") -> int:
+        return max(int(getattr(ctx, "clients", 1) or 1), 1)
+
     def workdir(self, ctx: "BuildContext", owner: str | None = None) -> Path:
         """ctx.state_dir/<hop>, owned by `owner` when the service drops privileges (it writes pid/sockets)."""
         d = Path(ctx.state_dir) / self.hop

@@ -57,11 +57,8 @@ class PgBouncer(Service):
                 "pool_mode transaction, or session pooling.")
 
     def config(self, ctx, workdir) -> str:
-        pg = ctx.postgres
-        if pg is None or pg.address is None:
-            raise UserError(f"{self.hop}: pgbouncer needs the owned PostgreSQL on TCP (the spec's [postgres] "
-                            "listen must be an address, not unix)")
-        clients = max(int(getattr(ctx, "clients", 1) or 1), 1)
+        pg = self.tcp_postgres(ctx)
+        clients = self.clients(ctx)
         pool = self.opts["pool_size"] or clients
         v = installed_version()
         lines = [

@@ -13,7 +13,6 @@ import shutil
 import signal
 
 from pathprof.agent import proc
-from pathprof.agent.errors import UserError
 
 from . import Opt, Service
 
@@ -31,11 +30,8 @@ class PgPool(Service):
     }
 
     def config(self, ctx, workdir) -> str:
-        pg = ctx.postgres
-        if pg is None or pg.address is None:
-            raise UserError(f"{self.hop}: pgpool needs the owned PostgreSQL on TCP (the spec's [postgres] "
-                            "listen must be an address, not unix)")
-        clients = max(int(getattr(ctx, "clients", 1) or 1), 1)
+        pg = self.tcp_postgres(ctx)
+        clients = self.clients(ctx)
         children = self.opts["num_init_children"] or clients + 1
         settings = {
             "backend_clustering_mode": "'raw'",
