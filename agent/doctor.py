@@ -1,7 +1,9 @@
 """`pathprof doctor`: probe every kernel/host capability pathprof uses, at run time, and say which are missing.
 
 Each check really exercises the capability where that is cheap (load and attach a program of each type,
-create a netfilter link in a throwaway namespace), instead of guessing from kernel versions.
+create and close a netfilter link in pathprof's own namespace), instead of guessing from kernel versions.
+Tracepoints are looked up in the kernel's BTF (what tp_btf attaches through), not in tracefs; a missing one
+costs only the stage that needs it (pathprof.agent.probes drops that program and says so).
 """
 from __future__ import annotations
 
@@ -16,10 +18,11 @@ from pathprof.agent.errors import RequirementError
 
 POSTGRES_BIN = "/usr/lib/postgresql/15/bin/postgres"
 TRACEFS = "/sys/kernel/tracing"
-TRACEPOINTS = ["sched/sched_switch", "sched/sched_wakeup", "sched/sched_wakeup_new", "sched/sched_process_fork",
-               "sched/sched_process_exit", "irq/softirq_entry", "irq/softirq_exit", "sock/sk_data_ready",
-               "sock/sock_recv_length", "sock/sock_send_length", "net/net_dev_start_xmit", "net/netif_receive_skb",
-               "tcp/tcp_sendmsg_locked"]
+# tracepoints the probes attach to; the first two carry every view, the rest one stage each
+TRACEPOINTS = ["sched_switch", "sched_process_fork", "sched_wakeup", "sched_wakeup_new", "softirq_entry",
+               "softirq_exit", "sk_data_ready", "sock_recv_length", "sock_send_length", "net_dev_start_xmit",
+               "netif_receive_skb", "tcp_sendmsg_locked", "tcp_rcv_space_adjust", "consume_skb"]
+CORE_TRACEPOINTS = {"sched_switch", "sched_process_fork"}
 DEEP_ONLY = {"uprobes", "usdt notes", "usdt attach"}
 
 
@@ -111,7 +114,7 @@ def _bpf_checks(postgres_bin: str) -> list[Capability]:
     caps.append(Capability("raw tracepoint", *_try(lambda: with_prog("dr_raw_tp", lambda o: o.attach("dr_raw_tp") and
                                                                        "raw_tp/sched_wakeup_new attached")), required=False))
     caps.append(Capability("tracepoint (perf)", *_try(lambda: with_prog("dr_tracepoint", lambda o: o.attach(
-        "dr_tracepoint") and "tracepoint/sched/sched_wakeup_new attached"))))
+        "dr_tracepoint") and "tracepoint/sched/sched_wakeup_new attached")), required=False))
     up = os.path.isdir("/sys/bus/event_source/devices/uprobe")
     caps.append(Capability("uprobes", up, "uprobe PMU present" if up else "no uprobe PMU (CONFIG_UPROBE_EVENTS)",
                            required=False))
@@ -121,31 +124,13 @@ def _bpf_checks(postgres_bin: str) -> list[Capability]:
             f"postgresql:query__start in {postgres_bin}")), required=False))
     caps.append(Capability("bpf_stats", *_try(lambda: os.close(lb.enable_stats()) or
                                               "BPF_ENABLE_STATS (per-program run_time_ns/run_cnt)"), required=False))
-    ns = f"pp-doctor-{os.getpid()}"
 
     def nf_link():
-        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
-        try:
-            def link(o):
-                fd = lb.netfilter_link(o.programs["dr_netfilter"].fd, 3, lb.NF_PRI_FIRST, ns)
-                os.close(fd)
-                return f"BPF_LINK_CREATE netfilter (type 32/attach 45) at INT_MIN+1 in netns {ns}"
-            return with_prog("dr_netfilter", link)
-        finally:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        def link(o):   # in our own namespace, at the hook's first priority, closed at once
+            os.close(lb.netfilter_link(o.programs["dr_netfilter"].fd, 3, lb.NF_PRI_FIRST, None))
+            return "BPF_LINK_CREATE netfilter (type 32/attach 45) at INT_MIN+1"
+        return with_prog("dr_netfilter", link)
     caps.append(Capability("netfilter links", *_try(nf_link), required=False))
-
-    def tc():
-        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
-        try:
-            r = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "clsact"],
-                               capture_output=True, text=True)
-            if r.returncode:
-                raise RuntimeError(r.stderr.strip() or "tc qdisc add clsact failed")
-            return "clsact qdisc (tc BPF) available"
-        finally:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-    caps.append(Capability("tc", *_try(tc), required=False))
     return caps
 
 
@@ -155,12 +140,16 @@ def check_capabilities(postgres_bin: str = POSTGRES_BIN) -> list[Capability]:
     btf = os.path.exists("/sys/kernel/btf/vmlinux")
     caps.append(Capability("btf", btf, "/sys/kernel/btf/vmlinux" if btf else "kernel has no BTF (CONFIG_DEBUG_INFO_BTF)"))
     tok, tdetail = _tracefs_ok()
-    caps.append(Capability("tracefs", tok, tdetail))
-    for tp in TRACEPOINTS:
-        here = os.path.isdir(f"{TRACEFS}/events/{tp}")
-        caps.append(Capability(f"tracepoint {tp.replace('/', ':')}", here,
-                               "present" if here else ("missing" if tok else "unknown (no tracefs)")))
-    objs = [p for p in ("pathprof.bpf.o", "nf.bpf.o", "doctor.bpf.o") if not (_probes_dir() / p).exists()]
+    caps.append(Capability("tracefs", tok, tdetail + " (bpftrace scripts only)", required=False))
+    if btf:
+        from pathprof.agent.bpf.libbpf import kernel_has_tracepoint
+        for tp in TRACEPOINTS:
+            here = kernel_has_tracepoint(tp)
+            caps.append(Capability(f"tracepoint {tp}", here, "in kernel BTF" if here else
+                                   ("missing: " + ("no view without it" if tp in CORE_TRACEPOINTS else
+                                                   "the stage that needs it is dropped")),
+                                   required=tp in CORE_TRACEPOINTS))
+    objs = [p for p in ("pathprof.bpf.o", "doctor.bpf.o") if not (_probes_dir() / p).exists()]
     caps.append(Capability("probe objects", not objs, "built" if not objs else
                            f"missing {', '.join(objs)}: run `make -C probes` (needs clang, bpftool)"))
     if caps[0].ok and not objs:

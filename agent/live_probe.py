@@ -33,19 +33,17 @@ class LiveBreakdown:
             from pathprof.agent import probe_frames as F
             from pathprof.analysis import views
             txns = self._txns(windows, progress)
-            if txns <= 0 or s.main is None:
+            snap = s.frames() if txns > 0 else None
+            if snap is None:
                 return self._last
-            now = F.collect(s.main, (s.main, s.nf))
-            stages = F.stage_frame(now, s._base, F.devnames(s.netns_names), s.hops, s.netns_names)
-            cpu = F.cpu_frame(now, s._base, s.hops)
+            stages, cpu, stats = snap
             lv = views.latency_view(stages, int(txns), 0.0)
             cv = views.cpu_view(cpu, int(txns), sum(w["busy_ns"] for w in windows),
                                 sum(w["elapsed_ns"] for w in windows), os.cpu_count() or 1)
-            cost = F.sub_prog(now["progs"], s._base.get("progs", {}))
-            stats = F.sub(now["stats"], s._base.get("stats", {}))
+            cost = s.calibration.estimate(stats.get("messages", 0))["run_time_ns"]
             self._last = {"stages": [x for x in lv["stages"] if not x.get("parent")],
                           "cpu": cv["components"],
-                          "probe_cost_ns_per_txn": sum(p["run_time_ns"] for p in cost.values()) / txns,
+                          "probe_cost_ns_per_txn": cost / txns if cost is not None else None,
                           "lost_events": sum(v for k, v in stats.items() if k in F.LOSS)}
         except Exception as e:  # the live view is a convenience; the run and its report must not depend on it
             self.failed = f"live breakdown unavailable: {type(e).__name__}: {e}"

@@ -9,16 +9,19 @@ import subprocess
 import numpy as np
 import pandas as pd
 
-HIST_SLOTS = 128   # probes/common.h PP_HIST_SLOTS
+from pathprof.agent.bpf.layout import HIST_WORDS
 
 # stats that mean something was not measured (shown as lost events); window_edge is reported apart
 LOSS = {"tasks_full", "socks_full", "stages_full", "cpu_full", "wire_unpaired", "nf_unpaired", "nf_nested_full",
-        "dev_full", "proc_unpaired", "hop_overflow", "trace_lost"}
+        "dev_overwritten", "dev_stale", "ready_race", "switch_in_unseen", "proc_unpaired", "hop_overflow",
+        "trace_lost"}
 
 
-def collect(main, objs) -> dict:
+def collect(main, objs=None) -> dict:
+    """One reading of every aggregate. Each is a monotonic per-CPU sum kept in an array (nothing is folded
+    from per-thread state at exit), so a thread that exits between two reads loses nothing."""
     from pathprof.agent.bpf import layout as L
-    out = {"stats": read_stats(main), "progs": prog_stats(objs)}
+    out = {"stats": read_stats(main), "progs": prog_stats(objs or (main,))}
     out["lat"] = hist_array(main.maps["lat"])
     out["nf"] = hist_array(main.maps["nfagg"])
     st = {}
@@ -27,13 +30,11 @@ def collect(main, objs) -> dict:
         st[(key.stage, key.role, key.leg, key.hop, key.netns)] = hist_sum(v)
     out["stages"] = st
     roles: dict[tuple, np.ndarray] = {}
-    for k, v in main.maps["cpu"].items():
-        key = L.CpuKey.from_buffer_copy(k)
-        roles[(key.role, key.hop)] = roles.get((key.role, key.hop), 0) + np.frombuffer(v, np.uint64)[:6].astype(float)
-    for _, v in main.maps["tasks"].items():
-        t = L.Task.from_buffer_copy(v)
-        acc = np.frombuffer(bytes(t.acc), np.uint64).astype(float)
-        roles[(t.role, t.hop)] = roles.get((t.role, t.hop), 0) + acc
+    for k, v in main.maps["cpuacc"].items():
+        a = np.frombuffer(v, np.uint64).reshape(-1, 6).sum(axis=0).astype(float)
+        if a.any():
+            idx = int.from_bytes(k, "little")
+            roles[(idx // L.MAX_HOPS, idx % L.MAX_HOPS)] = a
     out["roles"] = roles
     raw = main.maps["cpust"].lookup(bytes(C.c_uint32(0))) or b""
     sz = (C.sizeof(L.CpuState) + 7) & ~7
@@ -80,7 +81,7 @@ def devnames(netns_names: dict) -> dict:
     return out
 
 
-def stage_frame(now: dict, base: dict, devs: dict, hops: dict, netns_names: dict) -> pd.DataFrame:
+def stage_frame(now: dict, base: dict, devs: dict, hops: dict, netns_names: dict, hop_slots: int) -> pd.DataFrame:
     from pathprof.agent.bpf import layout as L
     hop_names = {v: k for k, v in hops.items()}
     ns_by_slot = {i: n for i, n in enumerate(netns_names.values())}
@@ -94,7 +95,7 @@ def stage_frame(now: dict, base: dict, devs: dict, hops: dict, netns_names: dict
                          "count": int(c), "sum_ns": int(s), "hist": [int(x) for x in h]})
 
     for idx, d in now["lat"].items():
-        stage, role, leg, hop = L.lat_key(idx)
+        stage, role, leg, hop = L.lat_key(idx, hop_slots)
         row(L.STAGES[stage], hdiff(d, base.get("lat", {}).get(idx)), role, leg, hop_names.get(hop, ""))
     for idx, d in now["nf"].items():
         slot, hook, leg, data = L.nf_key(idx)
@@ -168,7 +169,7 @@ def trace_frame(raw: list[bytes], hops: dict) -> pd.DataFrame:
 
 def hist_sum(raw: bytes) -> tuple:
     """Sum one per-CPU pp_hist value over CPUs -> (sum_ns, count, slots array)."""
-    a = np.frombuffer(raw, np.uint64).reshape(-1, 2 + HIST_SLOTS).sum(axis=0)
+    a = np.frombuffer(raw, np.uint64).reshape(-1, HIST_WORDS).sum(axis=0)
     return a[0], a[1], a[2:]
 
 
@@ -176,7 +177,7 @@ def hist_array(m) -> dict:
     """All non-empty entries of a per-CPU array of pp_hist -> {index: (sum_ns, count, slots)}."""
     out = {}
     for k, v in m.items():
-        a = np.frombuffer(v, np.uint64).reshape(-1, 2 + HIST_SLOTS).sum(axis=0)
+        a = np.frombuffer(v, np.uint64).reshape(-1, HIST_WORDS).sum(axis=0)
         if a[1]:
             out[int.from_bytes(k, "little")] = (a[0], a[1], a[2:])
     return out

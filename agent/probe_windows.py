@@ -15,6 +15,14 @@ import time
 END_MARGIN_S = 0.5     # no window closes within this of pgbench's end (the last transactions drain)
 MIN_WINDOW_S = 0.25     # shorter windows hold too few transactions (and /proc/stat ticks are 10 ms)
 POLL_S = 0.1           # ring-buffer drain interval inside windows (--trace-sample)
+CALIBRATION_MAX_S = 0.5  # bpf_stats on at the start of each window for this long at most (agent.probe_cost)...
+CALIBRATION_SHARE = 0.2  # ...and at most this share of the window
+
+
+def calibration_s(window_s: float, duration_s: float | None) -> float:
+    """Length of the calibration slice at the start of a window (always on: of the run)."""
+    span = window_s if window_s > 0 else (duration_s or 10.0)
+    return max(0.05, min(CALIBRATION_MAX_S, CALIBRATION_SHARE * span))
 
 
 def always_on(window_s: float, period_s: float) -> bool:
@@ -49,15 +57,15 @@ class WindowRunner:
     def __init__(self, session, window_s: float, period_s: float, duration_s: float | None):
         self.session = session
         self.plan = plan(duration_s, window_s, period_s)
+        self.cal_s = calibration_s(window_s if self.plan is not None else 0, duration_s)
+        # always on: calibrate once the run is past pgbench's start-up (connections, first plans)
+        self.cal_at = 0.0 if self.plan is not None else min(2.0, 0.2 * (duration_s or 10.0))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
     def start(self) -> None:
         self.t0 = time.monotonic()
-        if self.plan is None:                # always on: one window for the whole run, closed by stop()
-            self.session.open_window()
-            return
         self._thread = threading.Thread(target=self._run, name="pp-windows", daemon=True)
         self._thread.start()
 
@@ -74,10 +82,17 @@ class WindowRunner:
 
     def _run(self) -> None:
         try:
-            for s, e in self.plan:
+            # always on: one window for the whole run, closed by stop()
+            for s, e in (self.plan if self.plan is not None else [(0.0, float("inf"))]):
                 if not self._wait_until(self.t0 + s, poll=False):
                     return
                 self.session.open_window()
+                if not self._wait_until(self.t0 + s + self.cal_at, poll=True):
+                    return
+                self.session.begin_calibration()
+                if not self._wait_until(self.t0 + s + self.cal_at + self.cal_s, poll=True):
+                    return
+                self.session.end_calibration()
                 if not self._wait_until(self.t0 + e, poll=True):
                     return                    # stop() closes the open window
                 self.session.close_window()

@@ -6,12 +6,14 @@ pathprof.analysis.views for what they mean, pathprof.agent.probe_frames for the 
     session.start(); session.track(pid, "pgbench"); session.reset(); session.start_windows(duration_s)
     ...; result = session.stop()        # result.windows: when each window was open, and the CPUs' busy time
 
-Why windows: the per-message programs run ~35 times per transaction; always attached they cost ~30-40 % of
-TPS on a CPU-bound loopback run (netfilter brackets ~15 points, bpf_stats ~6). Attached for `window_s`
-every `period_s` (default 1 s in 20 s), and fully
-detached in between, they cost that fraction of it; the run measures its own perturbation (TPS inside vs
-outside the windows, pathprof.analysis.windows). sched_process_fork/exit stay attached all the time: they
-are rare and keep the set of followed processes right (new backends) between windows.
+Windows: the detailed programs are attached for `window_s` every `period_s` and fully detached in between;
+the run measures its own perturbation (TPS inside vs outside the windows, pathprof.analysis.windows).
+sched_process_fork stays attached all the time: it is rare and keeps the set of followed threads right (new
+backends) between windows. Inside a window, the kernel's per-program statistics (bpf_stats, which add a clock
+read to every run of every BPF program) are on only for a calibration slice at its start; the probes' cost
+over the whole window is scaled from the slice by the messages the probes counted (pathprof.agent.probe_cost).
+
+Tracked threads are the ones with task-local storage: user space creates it through a thread pidfd.
 """
 from __future__ import annotations
 
@@ -33,7 +35,9 @@ LEVELS = ("off", "basic", "deep")
 # (program pair prefix, USDT probe base name) on provider "postgresql"
 USDT_PAIRS = [("query", "query"), ("parse", "query__parse"), ("plan", "query__plan"), ("execute", "query__execute"),
               ("lock", "lock__wait"), ("lwlock", "lwlock__wait")]
-ALWAYS_ON = ("pp_fork", "pp_exit")      # attached for the whole session; everything else only in windows
+ALWAYS_ON = ("pp_fork",)               # attached for the whole session; everything else only in windows
+NETFILTER = ("nf_begin", "nf_end")      # BPF netfilter links, attached per (namespace, hook) with functions
+PIDFD_THREAD = os.O_EXCL                # pidfd_open flag: a pidfd for one thread (Linux >= 6.9)
 # attached (in windows) only when the run tracks a process of one of these roles: zero cost on other paths
 ONLY_FOR = {"pp_tcp_consume": {"pooler", "proxy", "qemu", "other"}, "pp_tap_read": {"qemu"}, "pp_tap_recv": {"qemu"}}
 DEFAULT_WINDOW_S, DEFAULT_PERIOD_S = 1.0, 20.0   # 5 %: ~35 % in-window cost -> <= 2 % on average
@@ -56,6 +60,7 @@ class ProbeConfig:
     trace_sample: int = 0
     window_s: float = DEFAULT_WINDOW_S    # detailed probes attached this long...
     period_s: float = DEFAULT_PERIOD_S    # ...every period_s; window_s <= 0 or period_s <= window_s: always on
+    hop_slots: int = 8                    # distinct hops + 1 the run may track (sizes the latency array)
 
 
 @dataclass
@@ -70,13 +75,13 @@ class ProbeResult:
     windows: list = field(default_factory=list)   # one dict per window (pathprof.agent.probe_windows)
 
 
-def ensure_tracefs() -> None:
-    """Mount tracefs at /sys/kernel/tracing when it is not (libbpf's tracepoint attach reads it)."""
+def ensure_tracefs() -> bool:
+    """Mount tracefs at /sys/kernel/tracing when it is not. Best effort: tp_btf, USDT and netfilter links do
+    not need it (bpftrace scripts and classic tracepoints do); True when it is mounted."""
     if os.path.exists(f"{TRACEFS}/events"):
-        return
-    rc = os.system(f"mount -t tracefs tracefs {TRACEFS} >/dev/null 2>&1")
-    if rc or not os.path.exists(f"{TRACEFS}/events"):
-        raise UserError(f"tracefs is not mounted at {TRACEFS} and mounting it failed (are you root?)")
+        return True
+    os.system(f"mount -t tracefs tracefs {TRACEFS} >/dev/null 2>&1")
+    return os.path.exists(f"{TRACEFS}/events")
 
 
 def read_cpu_busy_ns() -> tuple[int, int]:
@@ -115,17 +120,19 @@ class ProbeSession:
         if config.level not in LEVELS:
             raise UserError(f"--probes must be one of {', '.join(LEVELS)}, not {config.level!r}")
         self.config = config
-        self.main = self.nf = None
+        self.main = None
         self.hops: dict[str, int] = {}
         self.roles: set[str] = set()     # roles tracked so far (ONLY_FOR)
         self.netns_names: dict[int, str] = {}
+        self.nf_hooks: dict[str, list[str]] = {}   # namespace -> hooks bracketed (only those with functions)
         self.notes: list[str] = []
-        self._stats_fd = None
+        self.dropped: set[str] = set()   # programs not loaded (their tracepoint is missing)
         self._base: dict = {}
         self._lock = threading.RLock()
-        self._detail: list = []          # (object, link) of the open window
+        self._detail: list = []          # links of the open window
         self._window: dict | None = None
         self.windows: list[dict] = []
+        self.calibration = CostCalibration()
         self._runner = None
         self._ring = None
         self._spans: list[bytes] = []
@@ -133,25 +140,40 @@ class ProbeSession:
 
     # ---------------- lifecycle ----------------
     def start(self) -> None:
-        """Load both objects (verifier errors surface here, before the run) and attach fork/exit only."""
+        """Load the object (verifier errors surface here, before the run) and attach fork only."""
         if self.config.level == "off" or self.started:
             return
-        from pathprof.agent.bpf.libbpf import BpfObject, RingBuffer
+        from pathprof.agent.bpf import layout as L
+        from pathprof.agent.bpf.libbpf import (BPF_NETFILTER, BPF_PROG_TYPE_NETFILTER, BpfObject, RingBuffer,
+                                                kernel_has_tracepoint)
         ensure_tracefs()
-        d = _probes_dir()
-        ports = (C.c_uint16 * 8)(*sorted(set(int(p) for p in self.config.service_ports))[:8])
+        ports = sorted({int(p) for p in self.config.service_ports if p})
+        if len(ports) > L.MAX_PORTS:
+            raise UserError(f"the probes follow at most {L.MAX_PORTS} service ports; this path has {len(ports)}")
+        hop_slots = max(1, min(int(self.config.hop_slots), L.MAX_HOPS))
         deep = self.config.level == "deep"
         try:
             inos = self._netns_inodes()
-            self.main = BpfObject(str(d / "pathprof.bpf.o"))
-            self.main.set_rodata(svc_ports=ports, nf_netns=inos,
+            self.main = BpfObject(str(_probes_dir() / "pathprof.bpf.o"))
+            self.main.set_rodata(svc_ports=(C.c_uint16 * L.MAX_PORTS)(*ports), nf_netns=inos,
+                                 nf_nns=C.c_uint32(len(self.netns_names)), lat_hops=C.c_uint32(hop_slots),
                                  trace_every=C.c_uint32(max(int(self.config.trace_sample or 0), 0)))
+            self.main.maps["lat"].set_max_entries(L.lat_entries(hop_slots))
+            self.main.maps["nfagg"].set_max_entries((len(self.netns_names) + 1) * L.NF_PER_NETNS)
+            self.hop_slots = hop_slots
             for name, prog in self.main.programs.items():
                 prog.set_autoload(deep or not name.startswith("pg_"))
+                tp = prog.section.removeprefix("tp_btf/") if prog.section.startswith("tp_btf/") else None
+                if tp and not kernel_has_tracepoint(tp):      # drop only the stage that needs it
+                    prog.set_autoload(False)
+                    self.dropped.add(name)
+                    self._note(f"tracepoint {tp} is not in this kernel: {name} not loaded, its stage is missing")
+                if name in NETFILTER:
+                    prog.set_type(BPF_PROG_TYPE_NETFILTER, BPF_NETFILTER)
             self.main.load()
             for name in ALWAYS_ON:
                 self.main.attach(name)
-            self._load_netfilter(d, ports, inos)
+            self._find_nf_hooks()
             if self.config.trace_sample:
                 self._ring = RingBuffer(self.main.maps["traces"].fd, self._spans.append)
         except BaseException:
@@ -160,24 +182,22 @@ class ProbeSession:
         self.started = True
         self.reset()
 
-    def _load_netfilter(self, d, ports, inos) -> None:
-        from pathprof.agent.bpf.libbpf import BPF_NETFILTER, BPF_PROG_TYPE_NETFILTER, BpfObject
-        self.nf = BpfObject(str(d / "nf.bpf.o"))
-        for shared in ("stages", "lat", "nfagg", "zero_hist", "cpu", "cpust", "stats", "win"):   # one set
-            self.nf.maps[shared].reuse_fd(self.main.maps[shared].fd)
-        self.nf.set_rodata(svc_ports=ports, nf_netns=inos)
-        for prog in self.nf.programs.values():
-            prog.set_type(BPF_PROG_TYPE_NETFILTER, BPF_NETFILTER)
-        self.nf.load()
+    def _find_nf_hooks(self) -> None:
+        from pathprof.agent.nf_hooks import active_hooks
+        for ns in self.netns_names.values():
+            hooks, how = active_hooks(None if ns == "root" else ns)
+            self.nf_hooks[ns] = hooks
+            if "unreadable" in how:
+                self._note(f"netfilter in {ns}: {how}")
 
     def _attach_detail(self) -> list:
-        from pathprof.agent.bpf.libbpf import NF_HOOKS, NF_PRI_FIRST, NF_PRI_LAST
+        from pathprof.agent.bpf.libbpf import NF_PRI_FIRST, NF_PRI_LAST
         out = []
         for name, prog in self.main.programs.items():
-            if name in ONLY_FOR and not ONLY_FOR[name] & self.roles:
+            if (name in ONLY_FOR and not ONLY_FOR[name] & self.roles) or name in self.dropped:
                 continue
-            if name not in ALWAYS_ON and not name.startswith("pg_"):
-                out.append((self.main, self.main.attach(name)))
+            if name not in ALWAYS_ON and name not in NETFILTER and not name.startswith("pg_"):
+                out.append(self.main.attach(name))
         if self.config.level == "deep":
             binary = self.config.postgres_bin
             if not binary or not os.path.exists(binary):
@@ -185,16 +205,15 @@ class ProbeSession:
             else:
                 for prefix, probe in USDT_PAIRS:
                     for end in ("start", "done"):
-                        out.append((self.main, self.main.attach(f"pg_{prefix}_{end}", "usdt", -1, binary,
-                                                                "postgresql", f"{probe}__{end}")))
-        for ns in list(self.netns_names.values()):
-            ns = None if ns == "root" else ns
+                        out.append(self.main.attach(f"pg_{prefix}_{end}", "usdt", -1, binary, "postgresql",
+                                                    f"{probe}__{end}"))
+        for ns, hooks in self.nf_hooks.items():
             try:
-                for hook in NF_HOOKS:
-                    out.append((self.nf, self.nf.attach_netfilter("nf_begin", hook, NF_PRI_FIRST, ns)))
-                    out.append((self.nf, self.nf.attach_netfilter("nf_end", hook, NF_PRI_LAST, ns)))
+                for hook in hooks:
+                    out.append(self.main.attach_netfilter("nf_begin", hook, NF_PRI_FIRST, None if ns == "root" else ns))
+                    out.append(self.main.attach_netfilter("nf_end", hook, NF_PRI_LAST, None if ns == "root" else ns))
             except (UserError, OSError) as e:     # BpfError, NetfilterLinkError
-                self._note(f"netfilter brackets not attached in {ns or 'root'} namespace: {e}")
+                self._note(f"netfilter brackets not attached in {ns} namespace: {e}")
         return out
 
     def _note(self, text: str) -> None:
@@ -206,16 +225,14 @@ class ProbeSession:
 
     # ---------------- measurement windows ----------------
     def open_window(self) -> None:
-        """Attach the detailed programs, turn bpf_stats on, then open the window (its start is written
-        last: a program that ran before sees 0 and does nothing, so no switch in the window is missed)."""
-        from pathprof.agent.bpf.libbpf import enable_stats
+        """Attach the detailed programs, then open the window (its start is written last: a program that ran
+        before sees 0 and does nothing, so no switch in the window is missed)."""
         with self._lock:
             if not self.started or self._window is not None:
                 return
             w = {"attach_mono_ns": time.monotonic_ns(), "attach_realtime_ns": time.time_ns()}
             try:
                 self._detail = self._attach_detail()
-                self._stats_fd = enable_stats()
             except BaseException:
                 self._detach()
                 raise
@@ -224,11 +241,23 @@ class ProbeSession:
             self._set_window(w["start_mono_ns"])
             self._window = w
 
+    def begin_calibration(self) -> None:
+        """bpf_stats on for a slice of the open window (pathprof.agent.probe_cost)."""
+        with self._lock:
+            if self._window is not None:
+                self.calibration.begin(self.main)
+
+    def end_calibration(self) -> None:
+        with self._lock:
+            if self._window is not None:
+                self.calibration.end(self.main)
+
     def close_window(self) -> None:
         with self._lock:
             w, self._window = self._window, None
             if w is None:
                 return
+            self.calibration.end(self.main)
             self._set_window(0)
             w["end_mono_ns"], w["end_realtime_ns"] = time.monotonic_ns(), time.time_ns()
             busy1, total1 = read_cpu_busy_ns()
@@ -240,12 +269,9 @@ class ProbeSession:
             self.poll_traces()
 
     def _detach(self) -> None:
-        if self._stats_fd is not None:
-            os.close(self._stats_fd)
-            self._stats_fd = None
-        for obj in (self.main, self.nf):
-            if obj is not None:
-                obj.detach([lk for o, lk in self._detail if o is obj])
+        self.calibration.abort()
+        if self.main is not None:
+            self.main.detach(self._detail)
         self._detail = []
 
     def start_windows(self, duration_s: float | None) -> None:
@@ -279,32 +305,51 @@ class ProbeSession:
         hop_id = 0
         if hop:
             hop_id = self.hops.setdefault(hop, len(self.hops) + 1)
-            if hop_id >= L.MAX_HOPS:
-                raise UserError(f"at most {L.MAX_HOPS - 1} distinct hops can be profiled (hop {hop!r})")
+            if hop_id >= self.hop_slots:
+                raise UserError(f"at most {self.hop_slots - 1} distinct hops can be profiled on this path "
+                                f"(hop {hop!r})")
         tasks = self.main.maps["tasks"]
         for tid in _threads_and_children(int(pid)):
-            key = bytes(C.c_uint32(tid))
-            old = tasks.lookup(key)      # already followed (forked): keep its accumulators, they are monotonic
-            t = L.Task.from_buffer_copy(old) if old else L.Task()
-            t.role, t.hop = L.ROLES[role], hop_id
             try:
+                fd = os.pidfd_open(tid, PIDFD_THREAD)
+            except OSError:
+                continue                 # gone meanwhile (a thread that exits is not followed)
+            try:
+                key = bytes(C.c_int(fd))
+                old = tasks.lookup(key)  # already followed (forked): keep what it has in flight
+                t = L.Task.from_buffer_copy(old) if old else L.Task()
+                t.role, t.hop = L.ROLES[role], hop_id
                 tasks.update(key, bytes(t))
             except OSError as e:
-                self.notes.append(f"could not track {tid} ({role}): {e}")
+                self._note(f"could not track {tid} ({role}): {e}")
+            finally:
+                os.close(fd)
 
     def reset(self) -> None:
         """The measured interval starts now: every aggregate is a monotonic counter, so remember them."""
         if self.main is None:
             return
-        self._base = F.collect(self.main, (self.main, self.nf))
+        self._base = F.collect(self.main)
+        self.calibration.reset()
+
+    def frames(self):
+        """(stages, cpu, stats) since reset(), for the live view: a public snapshot, read under the lock."""
+        with self._lock:
+            if self.main is None:
+                return None
+            now = F.collect(self.main)
+            devs = F.devnames(self.netns_names)
+        stages = F.stage_frame(now, self._base, devs, self.hops, self.netns_names, self.hop_slots)
+        return stages, F.cpu_frame(now, self._base, self.hops), F.sub(now["stats"], self._base.get("stats", {}))
 
     def snapshot(self) -> dict:
         if not self.started:
             return {}
-        st = F.sub(F.read_stats(self.main), self._base.get("stats", {}))
-        cost = F.sub_prog(F.prog_stats((self.main, self.nf)), self._base.get("progs", {}))
+        with self._lock:
+            st = F.sub(F.read_stats(self.main), self._base.get("stats", {}))
+        cost = self.calibration.estimate(st.get("messages", 0))
         return {"messages": st.get("messages", 0), "lost": sum(v for k, v in st.items() if k in F.LOSS),
-                "probe_ns": sum(v["run_time_ns"] for v in cost.values()), "window_open": self._window is not None}
+                "probe_ns": cost["run_time_ns"], "window_open": self._window is not None}
 
     def stop(self) -> ProbeResult:
         if not self.started:
@@ -313,18 +358,17 @@ class ProbeSession:
                                notes=list(self.notes))
         try:
             self.stop_windows()
-            now = F.collect(self.main, (self.main, self.nf))
+            now = F.collect(self.main)
             devs = F.devnames(self.netns_names)
             self.poll_traces()
         finally:
             self.close()
         base = self._base
-        progs = F.sub_prog(now["progs"], base.get("progs", {}))
         stats = F.sub(now["stats"], base.get("stats", {}))
-        cost = {"run_time_ns": sum(p["run_time_ns"] for p in progs.values()),
-                "run_cnt": sum(p["run_cnt"] for p in progs.values()), "programs": progs}
+        cost = self.calibration.estimate(stats.get("messages", 0))
+        cost["netfilter_hooks"] = {ns: hooks for ns, hooks in self.nf_hooks.items()}
         lost = {k: v for k, v in stats.items() if k in F.LOSS and v}
-        misses = sum(p.get("recursion_misses", 0) for p in progs.values())
+        misses = sum(p.get("recursion_misses", 0) for p in F.sub_prog(now["progs"], base.get("progs", {})).values())
         if misses:
             lost["recursion_misses"] = misses
         notes = list(self.notes)
@@ -332,7 +376,7 @@ class ProbeSession:
             notes.append("lost/unpaired events: " + ", ".join(f"{k}={v}" for k, v in lost.items()))
         if stats.get("window_edge"):
             notes.append(f"window edges: {stats['window_edge']} pairings begun before a window opened were discarded")
-        stages = F.stage_frame(now, base, devs, self.hops, self.netns_names)
+        stages = F.stage_frame(now, base, devs, self.hops, self.netns_names, self.hop_slots)
         cpu = F.cpu_frame(now, base, self.hops)
         traces = F.trace_frame(self._spans, self.hops) if self.config.trace_sample else None
         return ProbeResult(stages, cpu, cost, lost, traces, counters=stats, notes=notes, windows=list(self.windows))
@@ -347,19 +391,25 @@ class ProbeSession:
             if self._ring is not None:
                 self._ring.free()
                 self._ring = None
-            for obj in (self.nf, self.main):
-                if obj is not None:
-                    obj.close()
-            self.nf = self.main = None
+            if self.main is not None:
+                self.main.close()
+            self.main = None
             self.started = False
 
     def _netns_inodes(self):
-        """The topology's namespaces (None = ours) -> their inodes, in slot order (at most 7)."""
-        for ns in list(dict.fromkeys(self.config.netns or [None]))[:7]:
+        """The topology's namespaces (None = ours) -> their inodes, in slot order (the last slot is "other")."""
+        from pathprof.agent.bpf import layout as L
+        names = list(dict.fromkeys(self.config.netns or [None]))
+        if len(names) > L.MAX_NETNS - 1:
+            raise UserError(f"the probes follow at most {L.MAX_NETNS - 1} network namespaces; this path has "
+                            f"{len(names)}")
+        for ns in names:
             try:
                 ino = os.stat(f"/run/netns/{ns}" if ns else "/proc/self/ns/net").st_ino & 0xFFFFFFFF
             except OSError as e:
-                self.notes.append(f"netns {ns}: {e}")
-                continue
+                raise UserError(f"network namespace {ns}: {e}") from None
             self.netns_names[ino] = ns or "root"
-        return (C.c_uint32 * 8)(*self.netns_names)
+        return (C.c_uint32 * L.MAX_NETNS)(*self.netns_names)
+
+
+from pathprof.agent.probe_cost import CostCalibration  # noqa: E402  (kept below: it imports nothing of ours)

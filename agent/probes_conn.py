@@ -18,10 +18,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pathprof.agent.bpf.layout import HIST_WORDS, MAX_PORTS
 from pathprof.agent.errors import UserError
 
-HIST_SLOTS = 128           # probes/common.h PP_HIST_SLOTS
-MAX_PORTS = 8              # probes/common.h PP_MAX_PORTS
 ROLE_CLIENT = 1            # probes/conn.h enum pc_role
 # probes/conn.h enum pc_step -> (name, kind, per): per "conn" = one sample per connection (mean = sum/count),
 # "total" = an aggregate the analysis divides by the number of connections
@@ -51,7 +50,6 @@ STATS = {0: "starts", 1: "accepts", 2: "forks", 3: "ready", 4: "matched", 5: "un
          7: "pending_full", 8: "out_of_order", 9: "gone_unready", 10: "reaped", 11: "accept_lost", 12: "no_peer",
          13: "negotiation"}
 LOSS = ("tasks_full", "pending_full", "out_of_order", "accept_lost", "no_peer")
-OWN_MAPS = {"who", "pending", "conn_agg", "conn_stats", "cur_tracked"}
 COLUMNS = [("step", str), ("kind", str), ("per", str), ("count", "int64"), ("sum_ns", "int64"),
            ("hist", object)]
 
@@ -93,7 +91,10 @@ def libc_of(pid: int) -> str:
 class ConnProbe:
     def __init__(self, postmaster_pid: int, service_ports: list[int], client_pids_hint=None):
         self.pm_pid = int(postmaster_pid)
-        self.ports = sorted({int(p) for p in service_ports if p})[:MAX_PORTS]
+        self.ports = sorted({int(p) for p in service_ports if p})
+        if len(self.ports) > MAX_PORTS:
+            raise UserError(f"the connection probe follows at most {MAX_PORTS} service ports, this path has "
+                            f"{len(self.ports)}")
         self.hint = list(client_pids_hint or [])
         self.obj = None
         self._stats_fd = None
@@ -109,10 +110,6 @@ class ConnProbe:
         from pathprof.agent.bpf.libbpf import BpfObject, enable_stats
         try:
             self.obj = BpfObject(str(_probes_dir() / "conn.bpf.o"))
-            # common.h brings the main probe's maps along; this object uses none of them
-            for name, m in self.obj.maps.items():
-                if "." not in name and name not in OWN_MAPS:   # internal maps: conn.rodata, conn.bss
-                    m.set_autocreate(False)
             self.obj.set_rodata(pm_pid=C.c_uint32(self.pm_pid), svc_ports=(C.c_uint16 * MAX_PORTS)(*self.ports))
             self.obj.load()
             for name, prog in self.obj.programs.items():
@@ -209,8 +206,8 @@ class ConnProbe:
         m = self.obj.maps["conn_agg"]
         for idx in STEPS:
             raw = m.lookup(bytes(C.c_uint32(idx)))
-            a = np.frombuffer(raw, np.uint64).reshape(-1, 2 + HIST_SLOTS).sum(axis=0).astype(np.int64) if raw \
-                else np.zeros(2 + HIST_SLOTS, np.int64)
+            a = np.frombuffer(raw, np.uint64).reshape(-1, HIST_WORDS).sum(axis=0).astype(np.int64) if raw \
+                else np.zeros(HIST_WORDS, np.int64)
             agg[idx] = (int(a[0]), int(a[1]), a[2:])
         st = self.obj.maps["conn_stats"]
         stats = {}

@@ -197,7 +197,8 @@ def _checks(summaries: list[dict]) -> str:
         rows.append(cells)
     msg = ("".join(f"<div>{_e(b)}.</div>" for b in bad) if bad else
            "<div>Both views add up to what was measured, within "
-           f"{CLOSURE_WARN_PCT:g} %, for every run; probe cost is included in all figures.</div>")
+           f"{CLOSURE_WARN_PCT:g} %, for every run; the probes' own cost is the CPU component `probes`, and "
+           "the predicted TPS is the model's without them.</div>")
     return (f'<div class="{"caveat" if bad else "ok"}">{msg}'
             + _table(["run", "latency closure", "CPU closure", "probe cost per txn"], rows) + "</div>")
 

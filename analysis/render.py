@@ -70,8 +70,12 @@ def header(summary: dict) -> Panel:
     grid.add_column()
     tps_line = f"{_fmt(summary.get('tps'), ',.0f')} TPS measured"
     if summary.get("predicted_tps") is not None:
-        tps_line += f", {_fmt(summary['predicted_tps'], ',.0f')} predicted by the model"
+        tps_line += f", {_fmt(summary['predicted_tps'], ',.0f')} predicted by the model without probes"
     grid.add_row("throughput", tps_line)
+    pred = summary.get("prediction") or {}
+    if pred.get("error_pct") is not None:
+        grid.add_row("truth check", f"{_fmt(pred['measured_outside_tps'], ',.0f')} TPS measured outside the probe "
+                                    f"windows (nothing attached): model {_num(pred['error_pct']):+.1f} %")
     grid.add_row("latency (ms)", "  ".join(f"{k} {_fmt(lat.get(k), '.3f')}" for k in ("mean", "p50", "p95", "p99")))
     regime = summary.get("regime") or "unknown"
     why = {"cpu-bound": "CPUs saturated: the CPU view explains throughput",
@@ -81,7 +85,8 @@ def header(summary: dict) -> Panel:
     if cost is not None:
         mean_us = _num(lat.get("mean")) * 1000
         share = f" ({_num(cost) / 10 / mean_us:.2f} % of mean latency)" if mean_us else ""
-        grid.add_row("probe cost", f"{_fmt(cost, ',.0f')} ns per transaction{share}")
+        grid.add_row("probe cost", f"{_fmt(cost, ',.0f')} ns per transaction{share}; carved out of the CPU view "
+                                   "as `probes`")
     else:
         grid.add_row("probe cost", Text("not measured", style="yellow"))
     grid.add_row("closure", Text.assemble(_closure_text(closure.get("latency_error_pct"), "latency view"), "; ",

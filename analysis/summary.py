@@ -81,18 +81,21 @@ def summarize(rd: RunDir) -> dict:
                     "the latency view's request/server/response legs.")
             if lv.get("connection_setup"):
                 out["connection_setup"] = lv["connection_setup"]
+        cost = probes.get("cost") or {}
+        if cost.get("run_time_ns") is not None:
+            out["probe_cost_ns_per_txn"] = cost["run_time_ns"] / txns
         if cpu is not None and busy:
             cv = views.cpu_view(cpu, txns, busy, elapsed, ncpu, clients=clients,
-                                latency_us=mean_ms * 1000.0 if mean_ms else None)
+                                latency_us=mean_ms * 1000.0 if mean_ms else None,
+                                probe_us=(out["probe_cost_ns_per_txn"] or 0.0) / 1e3)
             out["cpu"] = cv["components"]
             # What the components close against (busy CPU over the same transactions): explanations use it.
             out["cpu_us_per_txn"] = busy / 1e3 / txns
             out["closure"]["cpu_error_pct"] = cv.get("closure_error_pct")
             out["regime"] = cv.get("regime")
             out["predicted_tps"] = cv.get("predicted_tps")
-        cost = probes.get("cost") or {}
-        if cost.get("run_time_ns") is not None:
-            out["probe_cost_ns_per_txn"] = cost["run_time_ns"] / txns
+            out["predicted_probed_tps"] = cv.get("predicted_probed_tps")
+            out["prediction"] = _prediction(out["predicted_tps"], probes)
     if out["regime"] is None and busy and elapsed:
         # Without probes the regime still follows from busy time: near all CPUs busy means CPU-bound.
         out["regime"] = "cpu-bound" if busy / elapsed >= 0.9 * ncpu else "latency-bound"
@@ -100,6 +103,16 @@ def summarize(rd: RunDir) -> dict:
         from .conn_view import add_connection_setup
         add_connection_setup(out, rd)
     return out
+
+
+def _prediction(unprobed_tps: float | None, probes: dict) -> dict:
+    """The run's truth check on itself: the model's TPS without probes next to the TPS measured outside the
+    measurement windows, where nothing was attached (None when the probes were always on)."""
+    outside = (probes.get("outside_windows") or {}).get("tps")
+    always_on = (probes.get("schedule") or {}).get("always_on")
+    measured = None if always_on or not outside else outside
+    err = round((unprobed_tps - measured) / measured * 100.0, 1) if unprobed_tps and measured else None
+    return {"unprobed_tps": unprobed_tps, "measured_outside_tps": measured, "error_pct": err}
 
 
 def _windows(probes: dict, out: dict) -> dict | None:

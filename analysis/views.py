@@ -175,15 +175,21 @@ def latency_view(stages: pd.DataFrame, txns: int, measured_mean_us: float, cycle
 
 
 def cpu_view(cpu: pd.DataFrame, txns: int, busy_ns: int, elapsed_ns: int, ncpu: int, *,
-             clients: int | None = None, latency_us: float | None = None) -> dict:
+             clients: int | None = None, latency_us: float | None = None, probe_us: float | None = None) -> dict:
     """CPU µs per transaction per component, closure against /proc/stat busy time, regime, predicted TPS.
 
     busy_ns: CPU time not idle/iowait over the measured interval (all CPUs); elapsed_ns: wall time of it.
-    predicted_tps: cpu-bound -> (busy CPUs - other's CPUs) / run CPU per transaction; latency-bound with
-    `clients` and `latency_us` (the latency view's total) -> clients / latency (Little's law).
+    probe_us: the probes' own run time per transaction (pathprof.agent.probe_cost). It ran inside the
+    components' time, so it is carved out of them in proportion to their CPU time (the programs run in the
+    context of whatever they trace) and shown as the component `probes`: every other component is then what
+    the application costs without pathprof, and the sum (the closure) is unchanged.
+    predicted_tps is the *unprobed* system's: cpu-bound -> CPUs the run had / its CPU per transaction without
+    the probes; latency-bound with `clients` and `latency_us` (the latency view's total) -> clients / (latency
+    - probe time), the probes' runs being on the transaction's path. predicted_probed_tps is the same model
+    with the probes left in: it checks the model against the TPS measured while they were attached.
     """
     out = {"components": [], "total_us": 0.0, "closure_error_pct": None, "busy_cpus": None, "regime": None,
-           "predicted_tps": None}
+           "predicted_tps": None, "predicted_probed_tps": None}
     if busy_ns and elapsed_ns:
         out["busy_cpus"] = round(busy_ns / elapsed_ns, 3)
         out["regime"] = "cpu-bound" if busy_ns / elapsed_ns >= CPU_BOUND_SHARE * ncpu else "latency-bound"
@@ -199,8 +205,9 @@ def cpu_view(cpu: pd.DataFrame, txns: int, busy_ns: int, elapsed_ns: int, ncpu: 
         else:
             name = str(r.comp)
         comp_ns[name] = comp_ns.get(name, 0.0) + float(r.ns)
+    probe_ns = _carve_probes(comp_ns, (probe_us or 0.0) * 1e3 * txns)
     comps = [{"component": n, "us_per_txn": round(ns / txns / 1e3, 3)} for n, ns in comp_ns.items() if ns > 0]
-    comps.sort(key=lambda c: (c["component"] == "other", -c["us_per_txn"]))
+    comps.sort(key=lambda c: (c["component"] in ("other", "probes"), -c["us_per_txn"]))
     out["components"] = comps
     total_ns = sum(comp_ns.values())
     out["total_us"] = round(total_ns / txns / 1e3, 3)
@@ -208,11 +215,29 @@ def cpu_view(cpu: pd.DataFrame, txns: int, busy_ns: int, elapsed_ns: int, ncpu: 
         out["closure_error_pct"] = round((total_ns - busy_ns) / busy_ns * 100.0, 2)
     run_ns = total_ns - comp_ns.get("other", 0.0)
     if out["regime"] == "latency-bound" and clients and latency_us:
-        out["predicted_tps"] = round(clients * 1e6 / latency_us, 1)
+        out["predicted_probed_tps"] = round(clients * 1e6 / latency_us, 1)
+        unprobed_us = latency_us - probe_ns / txns / 1e3
+        out["predicted_tps"] = round(clients * 1e6 / unprobed_us, 1) if unprobed_us > 0 else None
     elif run_ns > 0 and elapsed_ns:
-        run_cpus = (busy_ns or total_ns) / elapsed_ns - comp_ns.get("other", 0.0) / elapsed_ns
-        out["predicted_tps"] = round(max(run_cpus, 0.0) * 1e9 / (run_ns / txns), 1)
+        run_cpus = max((busy_ns or total_ns) / elapsed_ns - comp_ns.get("other", 0.0) / elapsed_ns, 0.0)
+        out["predicted_probed_tps"] = round(run_cpus * 1e9 / (run_ns / txns), 1)
+        if run_ns > probe_ns:
+            out["predicted_tps"] = round(run_cpus * 1e9 / ((run_ns - probe_ns) / txns), 1)
     return out
+
+
+def _carve_probes(comp_ns: dict[str, float], probe_ns: float) -> float:
+    """Move probe_ns out of the run's own components (not `other`) into `probes`, in proportion to their
+    time; returns what was moved (at most what they had)."""
+    own = {n: v for n, v in comp_ns.items() if n != "other" and v > 0}
+    total = sum(own.values())
+    probe_ns = min(max(probe_ns, 0.0), total)
+    if probe_ns <= 0:
+        return 0.0
+    for n, v in own.items():
+        comp_ns[n] = v - probe_ns * v / total
+    comp_ns["probes"] = probe_ns
+    return probe_ns
 
 
 def probe_cost_ns_per_txn(cost: dict | None, txns: int) -> float | None:

@@ -21,6 +21,7 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
 #include "conn.h"
+#include "hist.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -33,6 +34,9 @@ char LICENSE[] SEC("license") = "GPL";
 #define TCP_SYN_SENT 2
 
 const volatile __u32 pm_pid = 0;       /* the server process that accepts and forks (postmaster) */
+const volatile __u16 svc_ports[PP_MAX_PORTS] = {};   /* host order, 0-terminated: the run's service ports */
+
+static __always_inline int is_svc_port(__u16 port) { return port_in(svc_ports, port); }
 
 __u64 pm_accept_ts = 0;                /* last accept() return not yet followed by its fork */
 __u64 pm_on_ts = 0;                    /* postmaster switched in (single-threaded: one slot) */

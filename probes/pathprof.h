@@ -1,18 +1,18 @@
-/* Layout of pathprof.bpf.c's per-thread and per-socket state (mirrored in pathprof.agent.bpf.layout). */
+/* Layout of pathprof.bpf.c's per-thread, per-socket and in-flight state (mirrored in
+ * pathprof.agent.bpf.layout). Types only. */
 #ifndef PATHPROF_H
 #define PATHPROF_H
 #include "common.h"
 
-struct pp_task {            /* one per tracked thread (key: tid) */
+struct pp_task {            /* task-local storage of a tracked thread: its presence is what "tracked" means */
 	__u64 send_ts;          /* start of the send in progress (TCP: first tcp_sendmsg_locked) */
 	__u64 wake_ts;          /* last sched_wakeup */
 	__u64 oncpu_ts;         /* last switch-in (0 while off CPU) */
-	__u64 runnable_ts;      /* start of the current run-queue wait (wakeup or preemption) */
+	__u64 runnable_ts;      /* start of the current run-queue wait (wakeup or preemption); xchg'd at switch-in */
 	__u64 excl_snap;        /* cpust.excl_total at switch-in */
-	__u64 consume_ts;       /* hops: this thread's last consume not yet forwarded (qemu: on the tgid entry) */
+	__u64 consume_ts;       /* hops: this thread's last consume not yet forwarded */
 	__u64 last_utime;       /* task->utime/stime at the last switch-out */
 	__u64 last_stime;
-	struct pp_cpu_val acc;  /* monotonic; folded into `cpu` when the thread exits */
 	__u64 usdt_ts[PP_NUSDT];
 	__u64 win;              /* window the timestamps above belong to (see fresh_task) */
 	__u32 hop;              /* hop id, < PP_MAX_HOPS */
@@ -23,10 +23,9 @@ struct pp_task {            /* one per tracked thread (key: tid) */
 	__u8  pad[5];
 };
 
-struct pp_sock {            /* one per socket a tracked thread sent or received on (key: struct sock *) */
+struct pp_sock {            /* socket-local storage of a socket a tracked thread sent or received on */
 	__u64 ready_ts;         /* first sk_data_ready since the queue was last drained, 0 = nothing pending */
 	__u64 consume_ts;       /* last consuming receive, until the next send on this socket */
-	__u64 cookie;           /* socket cookie: a freed and reused struct sock address is a new socket */
 	__u32 hop;
 	__u8  role;             /* owner's role */
 	__u8  leg;              /* leg of messages *into* this socket */
@@ -35,10 +34,32 @@ struct pp_sock {            /* one per socket a tracked thread sent or received 
 	__u32 copied;           /* TCP copied_seq at the last consume: tcp_rcv_space_adjust without new data is none */
 };
 
-struct pp_devq {            /* a data skb in flight on a device (key: skb address) */
+/* A data skb in flight on a device: a direct-mapped slot of the `devq` array, chosen by the skb's address
+ * (no hash insert/delete per packet). The receive pairs only when skb and skb->head both match: a freed and
+ * reused skb carries another data buffer. Replaced and stale stamps are counted. */
+struct pp_devq {
+	__u64 skb;              /* 0 = free */
+	__u64 head;
 	__u64 ts;               /* net_dev_start_xmit */
+	__u64 send_ts;          /* the tracked sender's send start when it ran the xmit (tap: wire into qemu) */
 	__u32 ifindex, netns;
 	__u8  leg, pad[7];
-	__u64 send_ts;          /* the tracked sender's send start when it ran the xmit (tap: wire into qemu) */
+};
+#define PP_DEVQ_SLOTS 4096  /* power of two */
+
+/* Per-CPU netfilter bracket slots: the INT_MIN+1 program parks {skb, ts} in slot[hook] and the INT_MAX-1
+ * program picks it up. A softirq can interrupt a process-context traversal of the same hook (a TCP ACK sent
+ * from softirq during OUTPUT), so each hook has a second, nested slot; a third traversal (or a preempted
+ * one) is counted (nf_nested_full), never paired wrongly. */
+#define PP_NF_SLOTS 10
+
+struct pp_nf_slot {
+	__u64 skb;
+	__u64 ts;
+	__u32 saddr, daddr;     /* tuple at the first bracket: a change at the second one = NAT */
+	__u16 sport, dport;
+	__u8  leg;
+	__u8  data;             /* carries payload */
+	__u8  pad[2];
 };
 #endif

@@ -1,4 +1,5 @@
-"""ctypes mirrors of probes/common.h, probes/pathprof.h and probes/nf.h (same names, same order).
+"""ctypes mirrors of probes/common.h and probes/pathprof.h (same names, same order), and the constants
+Python shares with the BPF side (defined here once).
 
 tests/unit/test_bpf_layout.py compares every size here with the BTF clang emitted into the .bpf.o, so the
 C header stays the single definition and a drift fails a test instead of mis-reading maps.
@@ -7,9 +8,10 @@ from __future__ import annotations
 
 import ctypes as C
 
-HIST_SLOTS = 128
-MAX_PORTS = 8
-DEVNAME = 16
+HIST_SLOTS = 128            # PP_HIST_SLOTS: the one Python definition (views, frames, conn probe import it)
+HIST_WORDS = 2 + HIST_SLOTS  # u64 words of one struct pp_hist: sum_ns, count, slots
+MAX_PORTS = 16              # PP_MAX_PORTS
+MAX_NETNS = 16              # PP_MAX_NETNS: the last slot is "other"
 NUSDT = 6
 
 ROLES = {"pgbench": 1, "backend": 2, "postmaster": 3, "pg_aux": 4, "pooler": 5, "proxy": 6, "qemu": 7, "other": 8}
@@ -18,20 +20,26 @@ LEGS = {0: "", 1: "request", 2: "server", 3: "response", 4: "client"}
 STAGES = {1: "wire", 2: "wakeup", 3: "runqueue", 4: "recv", 5: "queued", 6: "proc", 8: "dev",
           12: "pg_query", 13: "pg_parse", 14: "pg_plan", 15: "pg_execute", 16: "pg_lock", 17: "pg_lwlock"}
 STATS = {0: "tasks_full", 1: "socks_full", 2: "stages_full", 3: "cpu_full", 4: "wire_unpaired",
-         5: "ready_unlearned", 6: "nf_unpaired", 7: "nf_nested_full", 8: "nf_nat", 9: "dev_full", 10: "messages",
-         11: "nf_packets", 12: "proc_unpaired", 13: "hop_overflow",
-         14: "wire_untimed", 15: "window_edge", 16: "trace_lost", 17: "traces"}
-NSTATS = 20
+         5: "ready_unlearned", 6: "nf_unpaired", 7: "nf_nested_full", 8: "nf_nat", 9: "dev_overwritten",
+         10: "messages", 11: "nf_packets", 12: "proc_unpaired", 13: "hop_overflow",
+         14: "wire_untimed", 15: "window_edge", 16: "trace_lost", 17: "traces", 18: "dev_stale", 19: "ready_race",
+         20: "switch_in_unseen"}
+NSTATS = 24
 NF_HOOK_NAMES = {0: "prerouting", 1: "input", 2: "forward", 3: "output", 4: "postrouting"}
-LAT_STAGES, NROLES, NLEGS, MAX_HOPS, MAX_NETNS = 6, 9, 5, 8, 8
-LAT_N = LAT_STAGES * NROLES * NLEGS * MAX_HOPS
-NF_N = MAX_NETNS * 5 * 2 * 2
+LAT_STAGES, NROLES, NLEGS, MAX_HOPS = 6, 9, 5, 8
+NF_PER_NETNS = 5 * 2 * 2
 NF_SLOTS = 10
+DEVQ_SLOTS = 4096
 
 
-def lat_key(idx: int) -> tuple[int, int, int, int]:
-    """(stage, role, leg, hop) of a `lat` array index (inverse of lat_add() in pathprof.bpf.c)."""
-    hop, idx = idx % MAX_HOPS, idx // MAX_HOPS
+def lat_entries(hop_slots: int) -> int:
+    """Entries of the `lat` array for a run with hop slots 0..hop_slots-1 (sized by what the run uses)."""
+    return LAT_STAGES * NROLES * NLEGS * hop_slots
+
+
+def lat_key(idx: int, hop_slots: int = MAX_HOPS) -> tuple[int, int, int, int]:
+    """(stage, role, leg, hop) of a `lat` array index (inverse of span() in pathprof.bpf.c)."""
+    hop, idx = idx % hop_slots, idx // hop_slots
     leg, idx = idx % NLEGS, idx // NLEGS
     role, stage = idx % NROLES, idx // NROLES
     return stage + 1, role, leg, hop
@@ -54,10 +62,6 @@ class Hist(C.Structure):
     _fields_ = [("sum_ns", C.c_uint64), ("count", C.c_uint64), ("slots", C.c_uint64 * HIST_SLOTS)]
 
 
-class CpuKey(C.Structure):
-    _fields_ = [("comp", C.c_uint8), ("role", C.c_uint8), ("pad", C.c_uint8 * 2), ("hop", C.c_uint32)]
-
-
 class CpuVal(C.Structure):
     _fields_ = [("oncpu_ns", C.c_uint64), ("utime_ns", C.c_uint64), ("stime_ns", C.c_uint64),
                 ("runq_ns", C.c_uint64), ("runq_cnt", C.c_uint64), ("switches", C.c_uint64)]
@@ -73,15 +77,14 @@ class CpuState(C.Structure):
 class Task(C.Structure):
     _fields_ = [("send_ts", C.c_uint64), ("wake_ts", C.c_uint64), ("oncpu_ts", C.c_uint64),
                 ("runnable_ts", C.c_uint64), ("excl_snap", C.c_uint64), ("consume_ts", C.c_uint64),
-                ("last_utime", C.c_uint64), ("last_stime", C.c_uint64), ("acc", CpuVal),
+                ("last_utime", C.c_uint64), ("last_stime", C.c_uint64),
                 ("usdt_ts", C.c_uint64 * NUSDT), ("win", C.c_uint64), ("hop", C.c_uint32),
                 ("consume_seq", C.c_uint32), ("role", C.c_uint8), ("consume_leg", C.c_uint8), ("in_send", C.c_uint8),
                 ("pad", C.c_uint8 * 5)]
 
 
 class Sock(C.Structure):
-    _fields_ = [("ready_ts", C.c_uint64), ("consume_ts", C.c_uint64), ("cookie", C.c_uint64), ("hop", C.c_uint32),
-                ("role", C.c_uint8),
+    _fields_ = [("ready_ts", C.c_uint64), ("consume_ts", C.c_uint64), ("hop", C.c_uint32), ("role", C.c_uint8),
                 ("leg", C.c_uint8), ("pad", C.c_uint8 * 2), ("seq", C.c_uint32), ("copied", C.c_uint32)]
 
 
@@ -96,8 +99,8 @@ class Trace(C.Structure):
 
 
 class DevQ(C.Structure):
-    _fields_ = [("ts", C.c_uint64), ("ifindex", C.c_uint32), ("netns", C.c_uint32), ("leg", C.c_uint8),
-                ("pad", C.c_uint8 * 7), ("send_ts", C.c_uint64)]
+    _fields_ = [("skb", C.c_uint64), ("head", C.c_uint64), ("ts", C.c_uint64), ("send_ts", C.c_uint64),
+                ("ifindex", C.c_uint32), ("netns", C.c_uint32), ("leg", C.c_uint8), ("pad", C.c_uint8 * 7)]
 
 
 class NfSlot(C.Structure):
@@ -107,7 +110,7 @@ class NfSlot(C.Structure):
 
 
 # C struct name -> mirror, for the layout test
-MIRRORS = {"pp_stage_key": StageKey, "pp_hist": Hist, "pp_cpu_key": CpuKey, "pp_cpu_val": CpuVal,
+MIRRORS = {"pp_stage_key": StageKey, "pp_hist": Hist, "pp_cpu_val": CpuVal,
            "pp_cpu_state": CpuState, "pp_task": Task, "pp_sock": Sock, "pp_devq": DevQ, "pp_nf_slot": NfSlot,
            "pp_win": Win, "pp_trace": Trace}
 

@@ -78,10 +78,13 @@ if _lib is not None:
         ("bpf_map__key_size", C.c_uint32, [_P]),
         ("bpf_map__value_size", C.c_uint32, [_P]),
         ("bpf_map__max_entries", C.c_uint32, [_P]),
+        ("bpf_map__set_max_entries", C.c_int, [_P, C.c_uint32]),
         ("bpf_map__reuse_fd", C.c_int, [_P, C.c_int]),
         ("bpf_map__set_autocreate", C.c_int, [_P, C.c_bool]),
         ("bpf_map__initial_value", _P, [_P, C.POINTER(C.c_size_t)]),
         ("btf__find_by_name_kind", C.c_int, [_P, C.c_char_p, C.c_uint32]),
+        ("btf__load_vmlinux_btf", _P, []),
+        ("btf__free", None, [_P]),
         ("btf__type_by_id", _P, [_P, C.c_uint32]),
         ("btf__name_by_offset", C.c_char_p, [_P, C.c_uint32]),
         ("bpf_map_lookup_elem", C.c_int, [C.c_int, _P, _P]),
@@ -211,6 +214,12 @@ class Map:
         rc = _lib.bpf_map__reuse_fd(self.ptr, fd)
         if rc:
             raise BpfError(f"reuse map {self.name}: {os.strerror(-rc)}")
+
+    def set_max_entries(self, n: int) -> None:
+        """Before load: size the map by what the run uses."""
+        rc = _lib.bpf_map__set_max_entries(self.ptr, int(n))
+        if rc:
+            raise BpfError(f"max_entries {self.name}: {os.strerror(-rc)}")
 
     def set_autocreate(self, on: bool) -> None:
         """Before load: do not create this map (an object that includes a shared header but never uses it)."""
@@ -448,6 +457,22 @@ class BpfObject:
         if self.ptr:
             _lib.bpf_object__close(self.ptr)
             self.ptr = None
+
+
+BTF_KIND_TYPEDEF = 8
+
+
+def kernel_has_tracepoint(name: str) -> bool:
+    """Does the running kernel's BTF describe tracepoint `name` (the `btf_trace_<name>` typedef a tp_btf
+    program attaches through)? No tracefs needed."""
+    _require_lib()
+    btf = _lib.btf__load_vmlinux_btf()
+    if not btf:
+        return False
+    try:
+        return _lib.btf__find_by_name_kind(btf, f"btf_trace_{name}".encode(), BTF_KIND_TYPEDEF) > 0
+    finally:
+        _lib.btf__free(btf)
 
 
 def enable_stats() -> int:

@@ -1,11 +1,13 @@
 """Each path's defining hop or rule shows up in what the probes measured (issue: every path, hop by hop)."""
 import json
+from pathlib import Path
 
 import pytest
 
 from conftest import machine_state, run_pathprof
 
 pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(topology, runs_dir, *extra, clients="2", duration="3"):
@@ -17,10 +19,35 @@ def _run(topology, runs_dir, *extra, clients="2", duration="3"):
     return doc, {s["name"] for s in doc["stages"]}, {c["component"] for c in doc["cpu"]}
 
 
-def test_nic_wire_has_netfilter_and_veth(runs_dir):
-    _, stages, _ = _run("nic", runs_dir)
-    assert any(s.startswith("netfilter.") and "pp-nic" in s for s in stages), stages
+def _hooks(doc) -> dict:
+    meta = json.loads((Path(doc["run_dir"]) / "run.json").read_text())
+    return meta["probes"]["cost"]["netfilter_hooks"]
+
+
+def test_nic_wire_has_veth_and_no_brackets_without_rules(runs_dir):
+    doc, stages, _ = _run("nic", runs_dir)
     assert any(s.startswith("dev.pp-nic") for s in stages), stages
+    # no rules, no conntrack in either namespace: nothing runs on their hooks, so nothing is bracketed
+    assert _hooks(doc) == {"pp-nic-cli": [], "pp-nic-srv": []}
+    assert not any(s.startswith("netfilter.") for s in stages), stages
+
+
+def test_injected_rules_get_brackets_on_their_hook_only(runs_dir, tmp_path):
+    """Ground truth: 300 non-matching filter rules on the server's INPUT hook (a known cost the spec adds);
+    the brackets go on that hook of that namespace only, and its stage appears on the request leg."""
+    spec = (ROOT / "topologies" / "nic.toml").read_text().replace('name = "nic"', 'name = "nic-rules"')
+    spec += '\n[[chains]]\nhost = "server"\ntable = "filter"\nname = "PP-TEST"\n'
+    spec += '\n[[rules]]\nhost = "server"\ntable = "filter"\nchain = "INPUT"\nargs = ["-j", "PP-TEST"]\n'
+    for i in range(300):
+        spec += (f'\n[[rules]]\nhost = "server"\ntable = "filter"\nchain = "PP-TEST"\n'
+                 f'args = ["-p", "udp", "--dport", "{10000 + i}", "-j", "DROP"]\n')
+    path = tmp_path / "nic-rules.toml"
+    path.write_text(spec)
+    doc, stages, _ = _run(str(path), runs_dir)
+    assert _hooks(doc) == {"pp-nic-cli": [], "pp-nic-srv": ["input"]}
+    nf = [s for s in doc["stages"] if s["name"].startswith("netfilter.")]
+    assert [(s["name"], s["leg"]) for s in nf] == [("netfilter.input.pp-nic-srv", "request")], nf
+    assert nf[0]["us_per_txn"] > 0
 
 
 def test_docker_dnat_proxy_is_a_hop_in_both_views(runs_dir):

@@ -10,7 +10,7 @@ import pytest
 from pathprof.agent.bpf import layout as L
 
 PROBES = Path(__file__).resolve().parents[2] / "probes"
-OBJS = ["pathprof.bpf.o", "nf.bpf.o"]
+OBJS = ["pathprof.bpf.o"]
 
 
 def btf_structs() -> dict:
@@ -54,6 +54,7 @@ def test_histogram_slots_round_trip():
 
 def test_lat_index_round_trip():
     for stage, role, leg, hop in [(1, 2, 1, 0), (6, 1, 4, 0), (3, 6, 3, 5)]:
-        idx = (((stage - 1) * L.NROLES + role) * L.NLEGS + leg) * L.MAX_HOPS + hop
-        assert L.lat_key(idx) == (stage, role, leg, hop)
+        for hop_slots in (hop + 1, L.MAX_HOPS):
+            idx = (((stage - 1) * L.NROLES + role) * L.NLEGS + leg) * hop_slots + hop
+            assert L.lat_key(idx, hop_slots) == (stage, role, leg, hop)
     assert L.nf_key(((2 * 5 + 3) * 2 + 1) * 2 + 1) == (2, 3, 3, True)

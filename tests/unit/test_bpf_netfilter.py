@@ -27,9 +27,12 @@ def hook_ctx(hook):
 @pytest.fixture
 def nf():
     from pathprof.agent.bpf import libbpf as lb
-    o = lb.BpfObject(str(PROBES / "nf.bpf.o"))
-    o.set_rodata(svc_ports=(C.c_uint16 * 8)(PORT))
-    for p in o.programs.values():
+    from pathprof.agent.bpf import layout as L
+    o = lb.BpfObject(str(PROBES / "pathprof.bpf.o"))
+    o.set_rodata(svc_ports=(C.c_uint16 * L.MAX_PORTS)(PORT))     # no namespaces: every packet is "other"
+    o.maps["nfagg"].set_max_entries(L.NF_PER_NETNS)
+    for name, p in o.programs.items():
+        p.set_autoload(name in ("nf_begin", "nf_end"))
         p.set_type(lb.BPF_PROG_TYPE_NETFILTER, lb.BPF_NETFILTER)
     o.load()
     open_window(o, 1)      # the brackets only work inside a measurement window (struct pp_win, common.h)
@@ -45,7 +48,7 @@ def nfagg(o):
     from pathprof.agent.bpf import layout as L
     out = {}
     for k, v in o.maps["nfagg"].items():
-        a = np.frombuffer(v, np.uint64).reshape(-1, 2 + L.HIST_SLOTS).sum(axis=0)
+        a = np.frombuffer(v, np.uint64).reshape(-1, L.HIST_WORDS).sum(axis=0)
         if a[1]:
             out[L.nf_key(int.from_bytes(k, "little"))] = int(a[1])
     return out
@@ -104,8 +107,8 @@ def test_begin_then_end_on_the_same_skb_closes_the_bracket(nf):
         os.sched_setaffinity(0, range(os.cpu_count()))
     if slot(nf, 0) is not None:
         pytest.skip("the kernel handed the second test run a different skb")
-    # netns slot 7 = "other": test runs carry no network namespace
-    assert nfagg(nf) == {(7, 0, 1, False): 1, (7, 0, 1, True): 1}
+    # netns slot 0 = "other" (the object was given no namespaces): test runs carry no network namespace
+    assert nfagg(nf) == {(0, 0, 1, False): 1, (0, 0, 1, True): 1}
     assert stat(nf, "nf_packets") == 1 and stat(nf, "nf_nat") == 0
     # an end for a packet that is not ours (no slot) changes nothing
     assert nf.programs["nf_end"].test_run(packet(40000, 22, b"x"), hook_ctx(0)) == 1
@@ -132,6 +135,16 @@ def test_stale_slot_is_reclaimed(nf):
     for _ in range(4):
         nf.programs["nf_begin"].test_run(req, hook_ctx(0))
     assert stat(nf, "nf_unpaired") >= 1
+
+
+def test_a_third_traversal_is_counted_not_paired(nf):
+    """Both slots of a hook busy (a preempted traversal, or softirq inside softirq): counted, never paired."""
+    req = packet(40000, PORT, b"Q")
+    for _ in range(2):
+        nf.programs["nf_begin"].test_run(req, hook_ctx(0))
+    assert stat(nf, "nf_nested_full") == 0
+    nf.programs["nf_begin"].test_run(req, hook_ctx(0))
+    assert stat(nf, "nf_nested_full") == 1
 
 
 def test_closed_window_does_nothing(nf):

@@ -129,7 +129,14 @@ def test_summary_divides_by_transactions_in_windows(tmp_path):
     # cycle at 8000 TPS, 1 client = 125 µs = the stages: closes; CPU: 1 s busy in windows = components
     assert d["closure"]["latency_error_pct"] == pytest.approx(0.0, abs=0.01)
     assert d["closure"]["cpu_error_pct"] == pytest.approx(0.0, abs=0.01)
-    assert d["cpu"] == [{"component": "backend.user", "us_per_txn": 100.0}]
+    # the probes' 2 µs ran inside the backend's time: carved out, the sum (the closure) unchanged
+    assert d["cpu"] == [{"component": "backend.user", "us_per_txn": 98.0}, {"component": "probes", "us_per_txn": 2.0}]
+    # latency-bound (1 of 2 CPUs busy): the model with probes gives the in-window 8000 TPS back; without
+    # them 1 / (125 - 2) µs, checked against the 10,000 TPS measured outside the windows
+    assert d["predicted_probed_tps"] == pytest.approx(8000.0)
+    assert d["prediction"]["unprobed_tps"] == pytest.approx(1e6 / 123, rel=1e-3)
+    assert d["prediction"]["measured_outside_tps"] == 10000.0
+    assert d["prediction"]["error_pct"] == pytest.approx((1e6 / 123 - 10000) / 100, abs=0.1)
     assert d["windows"]["count"] == 1 and d["windows"]["tps_in"] == 8000.0
     assert d["tps"] == 10000.0                       # the run's TPS stays pgbench's
 
