@@ -42,11 +42,23 @@ examples:
 """
 
 
-def _positive_int(text: str) -> int:
+def _whole_number(text: str) -> int:
+    """0, 1, 2, ..."""
     try:
-        return int(text)
+        n = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"'{text}' is negative")
+    return n
+
+
+def _positive_int(text: str) -> int:
+    """1, 2, ... (a count of clients, threads, ...: 0 is refused here, not deep inside pgbench)"""
+    n = _whole_number(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' must be at least 1")
+    return n
 
 
 def _number(text: str) -> float:
@@ -89,7 +101,7 @@ def add_workload_options(p: argparse.ArgumentParser, clients_default: int | None
     pr.add_argument("--probes", choices=["off", "basic", "deep"], default="basic",
                     help="off: pgbench only; basic: scheduler, syscalls, netfilter, devices (default); "
                          "deep: + PostgreSQL USDT (parse/plan/execute, locks, WAL)")
-    pr.add_argument("--trace-sample", type=_positive_int, default=0, metavar="N",
+    pr.add_argument("--trace-sample", type=_whole_number, default=0, metavar="N",
                     help="inside measurement windows, record 1 in N messages of each connection as spans "
                          "(traces.parquet) for `pathprof export`")
     pr.add_argument("--probe-window", type=_number, default=1.0, metavar="SECONDS",

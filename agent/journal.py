@@ -13,6 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from .netns import netns_argv
 from .proc import pid_alive, pid_start_time
 
 JOURNAL_DIR = Path(os.environ.get("PATHPROF_STATE", "/var/lib/pathprof")) / "journal"
@@ -25,8 +26,7 @@ def _quiet(argv: list[str]) -> bool:
     return subprocess.run(argv, capture_output=True, timeout=30, stdin=subprocess.DEVNULL).returncode == 0
 
 
-def _in_ns(netns: str | None, argv: list[str]) -> list[str]:
-    return argv if not netns else ["ip", "netns", "exec", netns, *argv]
+
 
 
 class Journal:
@@ -106,18 +106,18 @@ def undo(entry: dict) -> bool:
         return _quiet(["ip", "netns", "del", name])
     if k == "link":
         name = entry["name"]
-        if not _quiet(_in_ns(ns, ["ip", "link", "show", "dev", name])):
+        if not _quiet(netns_argv(ns, ["ip", "link", "show", "dev", name])):
             return True
-        return _quiet(_in_ns(ns, ["ip", "link", "del", "dev", name]))
+        return _quiet(netns_argv(ns, ["ip", "link", "del", "dev", name]))
     if k == "iptables":
         cmd = entry.get("tool", "iptables")
-        check = _in_ns(ns, [cmd, "-w", "-t", entry["table"], "-C", entry["chain"], *entry["args"]])
+        check = netns_argv(ns, [cmd, "-w", "-t", entry["table"], "-C", entry["chain"], *entry["args"]])
         if not _quiet(check):
             return True
-        return _quiet(_in_ns(ns, [cmd, "-w", "-t", entry["table"], "-D", entry["chain"], *entry["args"]]))
+        return _quiet(netns_argv(ns, [cmd, "-w", "-t", entry["table"], "-D", entry["chain"], *entry["args"]]))
     if k == "iptables_chain":
         cmd = entry.get("tool", "iptables")
-        base = _in_ns(ns, [cmd, "-w", "-t", entry["table"]])
+        base = netns_argv(ns, [cmd, "-w", "-t", entry["table"]])
         if not _quiet(base + ["-n", "-L", entry["chain"]]):
             return True
         _quiet(base + ["-F", entry["chain"]])
@@ -125,7 +125,7 @@ def undo(entry: dict) -> bool:
     if k == "sysctl":
         if entry.get("old") is None:
             return True
-        return _quiet(_in_ns(ns, ["sysctl", "-q", "-w", f"{entry['name']}={entry['old']}"]))
+        return _quiet(netns_argv(ns, ["sysctl", "-q", "-w", f"{entry['name']}={entry['old']}"]))
     if k == "dir":
         p = Path(entry["path"]).resolve()
         if not any(p.is_relative_to(r) and p != r for r in REMOVABLE_ROOTS):

@@ -13,6 +13,8 @@ import json
 import shutil
 import subprocess
 
+from pathprof.agent.netns import netns_argv
+
 HOOKS = ("prerouting", "input", "forward", "output", "postrouting")
 # built-in chains of iptables-legacy's tables -> the hook each is registered on
 _LEGACY_TABLE_HOOKS = {"raw": ("prerouting", "output"), "mangle": HOOKS, "nat": ("prerouting", "input", "output",
@@ -22,7 +24,7 @@ _CONNTRACK_HOOKS = ("prerouting", "input", "output", "postrouting")
 
 
 def _run(netns: str | None, argv: list[str]) -> str | None:
-    full = argv if not netns else ["ip", "netns", "exec", netns, *argv]
+    full = netns_argv(netns, argv)
     try:
         cp = subprocess.run(full, capture_output=True, text=True, timeout=15)
     except (OSError, subprocess.SubprocessError):

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from .errors import RequirementError, UserError
+from .netns import netns_argv  # noqa: F401  (proc.netns_argv is part of the documented seam)
 
 # Debian package that provides each external tool, for "missing tool" messages.
 PACKAGE_OF = {
@@ -41,11 +42,6 @@ def which(tool: str) -> str:
     raise RequirementError(f"'{tool}' not found; install the Debian package {pkg} (apt-get install {pkg.split()[0]})")
 
 
-def netns_argv(netns: str | None, argv: list[str]) -> list[str]:
-    """argv prefixed to run inside `netns` (None = the root namespace)."""
-    if netns is None:
-        return list(argv)
-    return ["ip", "netns", "exec", netns, *argv]
 
 
 def user_argv(user: str | None, argv: list[str]) -> list[str]:

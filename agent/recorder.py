@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 
+from pathprof.agent.netns import netns_argv
 from pathprof.analysis.rundir import RunDir
 
 
@@ -56,9 +57,7 @@ def live_sockets(topo) -> dict:
 
 
 def _established(netns: str | None) -> list[dict]:
-    argv = ["ss", "-Htnp", "state", "established"]
-    if netns:
-        argv = ["ip", "netns", "exec", netns, *argv]
+    argv = netns_argv(netns, ["ss", "-Htnp", "state", "established"])
     out = subprocess.run(argv, capture_output=True, text=True).stdout
     rows = []
     for line in out.splitlines():

@@ -23,7 +23,6 @@ NFPROTO_IPV4 = 2
 NF_HOOKS = {"prerouting": 0, "input": 1, "forward": 2, "output": 3, "postrouting": 4}
 NF_PRI_FIRST = -(2**31) + 1      # INT_MIN and INT_MAX themselves are refused by the kernel
 NF_PRI_LAST = 2**31 - 2
-CLONE_NEWNET = 0x40000000
 
 
 class BpfError(UserError):
@@ -110,9 +109,16 @@ _vsnprintf = _libc.vsnprintf
 _vsnprintf.argtypes = [C.c_char_p, C.c_size_t, C.c_char_p, C.c_void_p]
 
 
+LIBBPF_WARN, LIBBPF_DEBUG = 0, 2
+
+
 @_PRINT_FN
 def _print_cb(level, fmt, ap):  # x86_64 va_list decays to a pointer: vsnprintf can format it
-    buf = C.create_string_buffer(4096)
+    if level >= LIBBPF_DEBUG:
+        return 0
+    # a warning may carry the whole verifier log, whose last lines say why: room for all of it (the va_list
+    # can be formatted only once)
+    buf = C.create_string_buffer(4 << 20 if level == LIBBPF_WARN else 8192)
     _vsnprintf(buf, len(buf), fmt, ap)
     with _log_lock:
         _log.append(buf.value.decode(errors="replace"))

@@ -1,21 +1,21 @@
 """BPF netfilter links through a raw bpf(BPF_LINK_CREATE): libbpf 1.1 predates them (kernel >= 6.4).
 
 A link attaches in the caller's network namespace, so for another namespace a short-lived thread enters it
-with setns(CLONE_NEWNET) (which moves only that thread), creates the link and ends; the link fd is
-process-wide and stays valid.
+(pathprof.agent.netns), creates the link and ends; the link fd is process-wide and stays valid.
 """
 from __future__ import annotations
 
 import ctypes as C
+import errno
 import os
-import threading
+import platform
 
 from pathprof.agent.errors import UserError
+from pathprof.agent.netns import in_netns
 
 BPF_NETFILTER = 45
 BPF_LINK_CREATE = 28
 NFPROTO_IPV4 = 2
-CLONE_NEWNET = 0x40000000
 _libc = C.CDLL(None, use_errno=True)
 
 
@@ -25,10 +25,14 @@ class NetfilterLinkError(UserError):
 
 _syscall = _libc.syscall
 _syscall.restype = C.c_long
-SYS_BPF, SYS_SETNS = 321, 308
+# bpf(2) has no libc wrapper, and libbpf 1.1's bpf_link_create() predates netfilter links
+SYS_BPF = {"x86_64": 321, "aarch64": 280, "armv7l": 386, "ppc64le": 361, "s390x": 351,
+           "riscv64": 280}.get(platform.machine())
 
 
 def _link_create_nf(prog_fd: int, hooknum: int, priority: int) -> int:
+    if SYS_BPF is None:
+        raise OSError(errno.ENOSYS, f"bpf(2) syscall number unknown on {platform.machine()}")
     attr = (C.c_uint8 * 64)()
     # union bpf_attr.link_create: prog_fd, target_fd, attach_type, flags, then netfilter {pf, hooknum, priority, flags}
     C.memmove(C.addressof(attr), (C.c_uint32 * 4)(prog_fd, 0, BPF_NETFILTER, 0), 16)
@@ -42,31 +46,9 @@ def _link_create_nf(prog_fd: int, hooknum: int, priority: int) -> int:
 
 def netfilter_link(prog_fd: int, hooknum: int, priority: int, netns: str | None = None) -> int:
     """BPF_LINK_CREATE for a netfilter program; the link lives in `netns` (None = the caller's)."""
-    if netns is None:
-        try:
-            return _link_create_nf(prog_fd, hooknum, priority)
-        except OSError as e:
-            raise NetfilterLinkError(f"netfilter link (hook {hooknum}, priority {priority}): {e.strerror}") from None
-    result: dict = {}
-
-    def worker():   # setns(CLONE_NEWNET) moves only this thread; it ends right after
-        try:
-            nsfd = os.open(f"/run/netns/{netns}", os.O_RDONLY)
-            try:
-                if _syscall(C.c_long(SYS_SETNS), C.c_long(nsfd), C.c_long(CLONE_NEWNET)) != 0:
-                    raise OSError(C.get_errno(), "setns")
-            finally:
-                os.close(nsfd)
-            result["fd"] = _link_create_nf(prog_fd, hooknum, priority)
-        except OSError as e:
-            result["err"] = e
-
-    t = threading.Thread(target=worker, name=f"pp-netns-{netns}")
-    t.start()
-    t.join()
-    if "err" in result:
-        e = result["err"]
-        raise NetfilterLinkError(f"netfilter link in netns {netns} (hook {hooknum}): {e.strerror or e}")
-    return result["fd"]
-
-
+    try:
+        return in_netns(netns, lambda: _link_create_nf(prog_fd, hooknum, priority))
+    except OSError as e:
+        where = f" in netns {netns}" if netns else ""
+        raise NetfilterLinkError(f"netfilter link{where} (hook {hooknum}, priority {priority}): "
+                                 f"{e.strerror or e}") from None

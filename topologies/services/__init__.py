@@ -10,12 +10,10 @@ Service modules import only the standard library and `pathprof.agent.proc` at im
 """
 from __future__ import annotations
 
-import ctypes
 import importlib
 import os
 import socket
 import subprocess
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pathprof.agent import proc
 from pathprof.agent.errors import UserError
+from pathprof.agent.netns import in_netns
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathprof.topologies.builder import BuildContext
@@ -209,30 +208,13 @@ def sql_ping(netns: str | None, address: str, port: int, user: str = "postgres",
     return False, lines[-1] if lines else f"psql exit {cp.returncode}"
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-CLONE_NEWNET = 0x40000000
-
-
 def tcp_open(netns: str | None, address: str, port: int, timeout_s: float = 1.0) -> bool:
-    """Can a TCP connection to address:port be opened from inside `netns`? Done in a throwaway thread that
-    setns()es itself (a thread's namespace dies with it), so no process is forked per probe."""
-    result = [False]
-
+    """Can a TCP connection to address:port be opened from inside `netns`? (pathprof.agent.netns: a thread
+    enters the namespace, so no process is forked per probe.)"""
     def probe():
-        if netns:
-            fd = os.open(f"/run/netns/{netns}", os.O_RDONLY)
-            try:
-                if _libc.setns(fd, CLONE_NEWNET) != 0:
-                    return
-            finally:
-                os.close(fd)
-        try:
-            with socket.create_connection((address, port), timeout=timeout_s):
-                result[0] = True
-        except OSError:
-            pass
-
-    t = threading.Thread(target=probe, daemon=True)
-    t.start()
-    t.join(timeout_s + 1)
-    return result[0]
+        with socket.create_connection((address, port), timeout=timeout_s):
+            return True
+    try:
+        return bool(in_netns(netns, probe, timeout_s + 1))
+    except (OSError, TimeoutError):
+        return False
