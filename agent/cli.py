@@ -15,9 +15,10 @@ def _print_json(doc) -> None:
 
 
 def cmd_run(a) -> int:
+    from pathprof.analysis.summary import summarize
+
     from . import run as runmod
     from .console import make_reporter
-    from pathprof.analysis.summary import summarize
     opts = cli_args.run_options(a, a.topology)
     with make_reporter(a, opts.workload.duration_s) as ui:
         rd = runmod.execute(opts, ui)
@@ -142,7 +143,17 @@ COMMANDS = {"run": cmd_run, "report": cmd_report, "doctor": cmd_doctor, "topolog
             "export": cmd_export}
 
 
+def _quiet_loop_finalizers(unraisable) -> None:
+    """An asyncio loop that a Ctrl-C interrupted inside pyroute2 can fail to close when it is garbage
+    collected at exit ("Exception ignored in BaseEventLoop.__del__"): teardown has run by then, and that
+    traceback would only alarm. Everything else unraisable is reported as usual."""
+    if getattr(unraisable.object, "__qualname__", "") == "BaseEventLoop.__del__":
+        return
+    sys.__unraisablehook__(unraisable)
+
+
 def main(argv: list[str] | None = None) -> int:
+    sys.unraisablehook = _quiet_loop_finalizers
     parser = cli_args.build_parser()
     a = parser.parse_args(argv)
     if not a.command:

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from .errors import UserError
+from .probe_windows import DEFAULT_PERIOD_S, DEFAULT_WINDOW_S
 
 DESCRIPTION = """\
 pathprof builds a PostgreSQL connection path for real (unix socket, loopback, a veth wire, a docker bridge with
@@ -104,11 +105,12 @@ def add_workload_options(p: argparse.ArgumentParser, clients_default: int | None
     pr.add_argument("--trace-sample", type=_whole_number, default=0, metavar="N",
                     help="inside measurement windows, record 1 in N messages of each connection as spans "
                          "(traces.parquet) for `pathprof export`")
-    pr.add_argument("--probe-window", type=_number, default=1.0, metavar="SECONDS",
+    pr.add_argument("--probe-window", type=_number, default=DEFAULT_WINDOW_S, metavar="SECONDS",
                     help="attach the detailed probes for this long... (default: %(default)s)")
-    pr.add_argument("--probe-period", type=_number, default=20.0, metavar="SECONDS",
-                    help="...once every this long, fully detached in between, so they cost a fraction of their "
-                         "always-on overhead (the run reports TPS in vs out of the windows) (default: %(default)s)")
+    pr.add_argument("--probe-period", type=_number, default=DEFAULT_PERIOD_S, metavar="SECONDS",
+                    help="...once every this long, fully detached in between: the run reports TPS in vs out of the "
+                         "windows and checks its model of the unprobed system against the TPS outside them "
+                         "(default: %(default)s)")
     pr.add_argument("--probe-duty", type=_number, metavar="PCT",
                     help="share of the run the detailed probes are attached, instead of --probe-period "
                          "(period = window * 100 / PCT); 100 = always on, every transaction measured")
@@ -118,9 +120,17 @@ def add_workload_options(p: argparse.ArgumentParser, clients_default: int | None
     pr.add_argument("--no-live", action="store_true", help="plain progress lines instead of the live view")
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """Bad arguments read like every other user error: one `pathprof: error:` line naming the command, and
+    where to look (the usage block is one --help away), exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"pathprof: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
-    p = argparse.ArgumentParser(prog="pathprof", description=DESCRIPTION, epilog=EPILOG, formatter_class=fmt)
+    p = ArgumentParser(prog="pathprof", description=DESCRIPTION, epilog=EPILOG, formatter_class=fmt)
     import pathprof
     p.add_argument("--version", action="version", version=f"pathprof {pathprof.__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -214,9 +224,9 @@ def topo_options(a) -> dict[str, str]:
 
 def probe_period(a) -> float:
     """--probe-period, or the one --probe-duty implies (100 % = always on, period 0)."""
-    duty, window = getattr(a, "probe_duty", None), getattr(a, "probe_window", 1.0)
+    duty, window = getattr(a, "probe_duty", None), getattr(a, "probe_window", DEFAULT_WINDOW_S)
     if duty is None:
-        return getattr(a, "probe_period", 20.0)
+        return getattr(a, "probe_period", DEFAULT_PERIOD_S)
     if not 0 < duty <= 100:
         from .errors import UserError
         raise UserError(f"--probe-duty must be a percentage in (0, 100], not {duty:g}")
@@ -226,7 +236,7 @@ def probe_period(a) -> float:
 def run_options(a, topology: str, clients: int | None = None):
     from .pgbench import Workload
     from .postgres import parse_pg_set
-    from .run import RunOptions
+    from .run_options import RunOptions
     w = Workload(clients=clients if clients is not None else a.clients, threads=a.threads, duration_s=a.duration,
                  mode=a.mode, script=a.script, connect=a.connect, scale=a.scale, rate=a.rate)
     return RunOptions(topology=topology, workload=w, pg_settings=parse_pg_set(a.pg_set),

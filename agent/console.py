@@ -5,7 +5,7 @@ import sys
 import time
 from contextlib import contextmanager
 
-from .run import Reporter
+from .run_options import Reporter
 
 
 class PlainReporter(Reporter):
@@ -79,7 +79,9 @@ def print_report(summary: dict, stream=sys.stdout) -> None:
 
 def plain_report(s: dict) -> str:
     lat = s.get("latency_ms") or {}
-    fmt = lambda v: "-" if v is None else f"{v:.3f}"
+
+    def fmt(v):
+        return "-" if v is None else f"{v:.3f}"
     lines = [f"topology {s['topology']}  clients {s['clients']}  duration {s['duration_s']} s",
              f"tps {s['tps']:.1f}  latency ms: mean {fmt(lat.get('mean'))}  p50 {fmt(lat.get('p50'))}  "
              f"p95 {fmt(lat.get('p95'))}  p99 {fmt(lat.get('p99'))}",

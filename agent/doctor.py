@@ -111,8 +111,8 @@ def _bpf_checks(postgres_bin: str) -> list[Capability]:
 
     caps.append(Capability("tp_btf", *_try(lambda: with_prog("dr_tp_btf", lambda o: o.attach("dr_tp_btf") and
                                                                    "tp_btf/sched_wakeup_new attached"))))
-    caps.append(Capability("raw tracepoint", *_try(lambda: with_prog("dr_raw_tp", lambda o: o.attach("dr_raw_tp") and
-                                                                       "raw_tp/sched_wakeup_new attached")), required=False))
+    caps.append(Capability("raw tracepoint", *_try(lambda: with_prog(
+        "dr_raw_tp", lambda o: o.attach("dr_raw_tp") and "raw_tp/sched_wakeup_new attached")), required=False))
     caps.append(Capability("tracepoint (perf)", *_try(lambda: with_prog("dr_tracepoint", lambda o: o.attach(
         "dr_tracepoint") and "tracepoint/sched/sched_wakeup_new attached")), required=False))
     up = os.path.isdir("/sys/bus/event_source/devices/uprobe")
@@ -138,7 +138,8 @@ def check_capabilities(postgres_bin: str = POSTGRES_BIN) -> list[Capability]:
     caps = [Capability("root", os.geteuid() == 0, "running as root" if os.geteuid() == 0 else
                        "pathprof needs root (BPF, namespaces)")]
     btf = os.path.exists("/sys/kernel/btf/vmlinux")
-    caps.append(Capability("btf", btf, "/sys/kernel/btf/vmlinux" if btf else "kernel has no BTF (CONFIG_DEBUG_INFO_BTF)"))
+    caps.append(Capability("btf", btf, "/sys/kernel/btf/vmlinux" if btf else
+                           "kernel has no BTF (CONFIG_DEBUG_INFO_BTF)"))
     tok, tdetail = _tracefs_ok()
     caps.append(Capability("tracefs", tok, tdetail + " (bpftrace scripts only)", required=False))
     if btf:

@@ -12,11 +12,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from pathprof.analysis.render import bar
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
-
-from pathprof.analysis.render import bar
 
 MAX_STAGES = 12          # a frame taller than a laptop terminal scrolls and flickers
 MAX_COMPONENTS = 8

@@ -20,9 +20,10 @@ def _print(renderable) -> None:
 
 def _one_run(a, topology: str, clients: int | None, label: str) -> dict:
     from pathprof.analysis.summary import summarize
+    from pathprof.topologies import spec
+
     from . import run as runmod
     from .console import PlainReporter
-    from pathprof.topologies import spec
     opts = cli_args.run_options(a, topology, clients)
     # --userland-proxy/--target apply to the topologies that declare them; the others ignore them.
     declared = spec.load(topology).options

@@ -54,13 +54,12 @@ def _uses_conntrack(expr) -> bool:
     return False
 
 
-def _from_nft_ruleset(netns: str | None) -> set[str] | None:
-    text = _run(netns, ["nft", "-j", "list", "ruleset"])
-    if text is None:
-        return None
+def hooks_from_ruleset(text: str) -> set[str] | None:
+    """Hooks used by an `nft -j list ruleset` document (None if it is not one): the IPv4 base chains' hooks,
+    and conntrack's when a NAT chain or a conntrack match makes the namespace use it."""
     try:
         items = json.loads(text).get("nftables", [])
-    except ValueError:
+    except (ValueError, AttributeError):
         return None
     found, conntrack = set(), False
     for item in items:
@@ -73,6 +72,11 @@ def _from_nft_ruleset(netns: str | None) -> set[str] | None:
     if conntrack:
         found.update(_CONNTRACK_HOOKS)
     return found
+
+
+def _from_nft_ruleset(netns: str | None) -> set[str] | None:
+    text = _run(netns, ["nft", "-j", "list", "ruleset"])
+    return None if text is None else hooks_from_ruleset(text)
 
 
 def _from_legacy(netns: str | None) -> set[str]:

@@ -8,7 +8,6 @@ import subprocess
 
 import numpy as np
 import pandas as pd
-
 from pathprof.agent.bpf.layout import HIST_WORDS
 
 # stats that mean something was not measured (shown as lost events); window_edge is reported apart
@@ -41,7 +40,8 @@ def collect(main, objs=None) -> dict:
     cs = [L.CpuState.from_buffer_copy(raw, i * sz) for i in range(len(raw) // sz)]
     out["cpust"] = {"other": sum(c.other_ns for c in cs), "nf": sum(c.nf_ns for c in cs),
                     "softirq_cnt": sum(c.softirq_cnt for c in cs),
-                    **{f"softirq_{w}": sum(c.softirq_ns[i] for c in cs) for i, w in enumerate(("task", "idle", "other"))}}
+                    **{f"softirq_{w}": sum(c.softirq_ns[i] for c in cs)
+                       for i, w in enumerate(("task", "idle", "other"))}}
     return out
 
 

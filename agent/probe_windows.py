@@ -12,6 +12,8 @@ from __future__ import annotations
 import threading
 import time
 
+# The default schedule: half of the run probed, half not (README "Default schedule" says why)
+DEFAULT_WINDOW_S, DEFAULT_PERIOD_S = 2.0, 4.0
 END_MARGIN_S = 0.5     # no window closes within this of pgbench's end (the last transactions drain)
 MIN_WINDOW_S = 0.25     # shorter windows hold too few transactions (and /proc/stat ticks are 10 ms)
 POLL_S = 0.1           # ring-buffer drain interval inside windows (--trace-sample)

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-
 from pathprof.agent import probe_frames as F
 from pathprof.agent.errors import UserError
+from pathprof.agent.host import cpu_busy_ns
+from pathprof.agent.probe_windows import DEFAULT_PERIOD_S, DEFAULT_WINDOW_S
 
 PROBES_DIR = Path(__file__).resolve().parent.parent / "probes"
 TRACEFS = "/sys/kernel/tracing"
@@ -40,7 +41,6 @@ NETFILTER = ("nf_begin", "nf_end")      # BPF netfilter links, attached per (nam
 PIDFD_THREAD = os.O_EXCL                # pidfd_open flag: a pidfd for one thread (Linux >= 6.9)
 # attached (in windows) only when the run tracks a process of one of these roles: zero cost on other paths
 ONLY_FOR = {"pp_tcp_consume": {"pooler", "proxy", "qemu", "other"}, "pp_tap_read": {"qemu"}, "pp_tap_recv": {"qemu"}}
-DEFAULT_WINDOW_S, DEFAULT_PERIOD_S = 1.0, 20.0   # 5 %: ~35 % in-window cost -> <= 2 % on average
 
 
 def _probes_dir() -> Path:
@@ -82,16 +82,6 @@ def ensure_tracefs() -> bool:
         return True
     os.system(f"mount -t tracefs tracefs {TRACEFS} >/dev/null 2>&1")
     return os.path.exists(f"{TRACEFS}/events")
-
-
-def read_cpu_busy_ns() -> tuple[int, int]:
-    """(busy, total) CPU ns since boot from /proc/stat's cpu line; busy = total - idle - iowait."""
-    with open("/proc/stat") as f:
-        vals = [int(x) for x in f.readline().split()[1:]]
-    hz = os.sysconf("SC_CLK_TCK")
-    total = sum(vals[:8])          # guest/guest_nice are already inside user/nice
-    busy = total - vals[3] - vals[4]
-    return busy * 10**9 // hz, total * 10**9 // hz
 
 
 def _threads_and_children(pid: int) -> list[int]:
@@ -144,8 +134,13 @@ class ProbeSession:
         if self.config.level == "off" or self.started:
             return
         from pathprof.agent.bpf import layout as L
-        from pathprof.agent.bpf.libbpf import (BPF_NETFILTER, BPF_PROG_TYPE_NETFILTER, BpfObject, RingBuffer,
-                                                kernel_has_tracepoint)
+        from pathprof.agent.bpf.libbpf import (
+            BPF_NETFILTER,
+            BPF_PROG_TYPE_NETFILTER,
+            BpfObject,
+            RingBuffer,
+            kernel_has_tracepoint,
+        )
         ensure_tracefs()
         ports = sorted({int(p) for p in self.config.service_ports if p})
         if len(ports) > L.MAX_PORTS:
@@ -236,7 +231,7 @@ class ProbeSession:
             except BaseException:
                 self._detach()
                 raise
-            w["busy0"], w["total0"] = read_cpu_busy_ns()
+            w["busy0"], w["total0"] = cpu_busy_ns()
             w["start_mono_ns"], w["start_realtime_ns"] = time.monotonic_ns(), time.time_ns()
             self._set_window(w["start_mono_ns"])
             self._window = w
@@ -260,7 +255,7 @@ class ProbeSession:
             self.calibration.end(self.main)
             self._set_window(0)
             w["end_mono_ns"], w["end_realtime_ns"] = time.monotonic_ns(), time.time_ns()
-            busy1, total1 = read_cpu_busy_ns()
+            busy1, total1 = cpu_busy_ns()
             self._detach()
             w["detached_mono_ns"], w["detached_realtime_ns"] = time.monotonic_ns(), time.time_ns()
             w["busy_ns"], w["total_ns"] = busy1 - w.pop("busy0"), total1 - w.pop("total0")

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
 from pathprof.agent.bpf.layout import HIST_WORDS, MAX_PORTS
 from pathprof.agent.errors import UserError
 

@@ -1,13 +1,9 @@
-"""One profiled run: build the path, start the owned server and hops, attach probes, drive pgbench, record, tear down."""
+"""One profiled run: build the path, start the owned server and hops, attach probes, drive pgbench, record,
+tear down."""
 from __future__ import annotations
 
 import os
-import platform
-import signal
-import socket
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pathprof
@@ -16,85 +12,13 @@ from pathprof.topologies import spec as specmod
 
 from . import pgbench, proc
 from .errors import Interrupted, RequirementError, UserError
+from .host import cpu_busy_ns, host_info, require_root  # noqa: F401  (run.require_root: topology_cmd)
 from .journal import Journal
 from .postgres import ManagedPostgres
+from .run_options import Reporter, RunOptions
+from .signals import checkpoint, interrupted, sigterm_as_interrupt, uninterruptible
 
 STATE_ROOT = Path(os.environ.get("PATHPROF_STATE", "/var/lib/pathprof")) / "state"
-
-
-@dataclass
-class RunOptions:
-    topology: str
-    workload: pgbench.Workload
-    pg_settings: dict[str, str] = field(default_factory=dict)
-    dsn: str | None = None
-    probes: str = "basic"
-    runs_dir: Path = Path("runs")
-    topo_options: dict[str, str] = field(default_factory=dict)
-    trace_sample: int = 0
-    probe_window_s: float = 1.0      # detailed probes attached this long every probe_period_s (agent.probes)
-    probe_period_s: float = 20.0
-
-
-class Reporter:
-    """What a run tells the user while it works; the CLI supplies a live view or plain lines."""
-
-    def phase(self, text: str) -> None: ...
-    def progress(self, pr: pgbench.Progress, probe_snapshot: dict | None) -> None: ...
-    def note(self, text: str) -> None: ...
-
-
-def require_root() -> None:
-    if os.geteuid() != 0:
-        raise RequirementError("pathprof must run as root (it creates namespaces and loads BPF programs); "
-                               "try: sudo pathprof ...")
-
-
-def host_info() -> dict:
-    u = platform.uname()
-    osname = ""
-    try:
-        osname = next(l.split("=", 1)[1].strip('"\n') for l in open("/etc/os-release") if l.startswith("PRETTY_NAME"))
-    except (OSError, StopIteration):
-        pass
-    return {"kernel": u.release, "cpus": os.cpu_count(), "hostname": socket.gethostname(), "os": osname,
-            "machine": u.machine}
-
-
-def cpu_times() -> tuple[int, int]:
-    """(busy, total) jiffies from /proc/stat's first line: busy = total - idle - iowait."""
-    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-    total = sum(fields[:8])  # guest time is already inside user/nice
-    return total - fields[3] - fields[4], total
-
-
-_interrupted = {"flag": False}
-
-
-def checkpoint() -> None:
-    """Raise at a safe point if a signal arrived while Python was swallowing exceptions (e.g. inside fork
-    hooks, where a KeyboardInterrupt is only printed as 'Exception ignored')."""
-    if _interrupted["flag"]:
-        raise KeyboardInterrupt
-
-
-@contextmanager
-def sigterm_as_interrupt():
-    """SIGTERM takes the same teardown path as Ctrl-C, and neither can be lost."""
-    me = os.getpid()
-    _interrupted["flag"] = False
-
-    def handler(signum, frame):
-        if os.getpid() != me:  # a forked helper (pyroute2's) must not run the parent's teardown
-            os._exit(1)
-        _interrupted["flag"] = True
-        raise KeyboardInterrupt
-    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)
 
 
 class _Checked(Reporter):
@@ -113,18 +37,6 @@ class _Checked(Reporter):
 
     def progress(self, pr, snap) -> None:
         self.inner.progress(pr, snap)
-
-
-@contextmanager
-def uninterruptible():
-    """Teardown must finish even if the user presses Ctrl-C again."""
-    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
 
 
 def execute(opts: RunOptions, ui: Reporter) -> RunDir:
@@ -230,7 +142,8 @@ def _probe_session(opts: RunOptions, topo):
     if opts.probes == "off":
         return None
     try:
-        from . import doctor, probes as probes_mod
+        from . import doctor
+        from . import probes as probes_mod
     except ImportError:
         raise RequirementError("the probes are not built into this pathprof; use --probes off") from None
     doctor.require(opts.probes)
@@ -300,7 +213,7 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
         if conn_probe is not None:
             conn_probe.track_client(pid)
             conn_probe.reset()
-        clock["cpu0"], clock["t0"] = cpu_times(), time.monotonic_ns()
+        clock["cpu0"], clock["t0"] = cpu_busy_ns(), time.monotonic_ns()
 
     ui.phase(f"pgbench: {w.clients} clients, {w.duration_s} s")
     seen_sockets: dict = {}
@@ -322,18 +235,17 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
 
     try:
         result = pgbench.run(client_ns, argv, rd.file("pgbench"), on_progress=on_progress, on_start=started,
-                             should_stop=lambda: _interrupted["flag"])
+                             should_stop=interrupted)
         conn_frame = conn_probe.stop() if conn_probe is not None else None
     finally:
         if conn_probe is not None:
             conn_probe.close()
-    (busy1, total1), t1 = cpu_times(), time.monotonic_ns()
+    (busy1, total1), t1 = cpu_busy_ns(), time.monotonic_ns()
     if probes is not None:
         probes.stop_windows()        # pgbench is done: no window may outlive it
     (busy0, total0) = clock["cpu0"]
-    hz = os.sysconf("SC_CLK_TCK")
-    cpu = {"busy_ns": int((busy1 - busy0) * 1e9 / hz), "elapsed_ns": t1 - clock["t0"], "ncpu": os.cpu_count(),
-           "total_ns": int((total1 - total0) * 1e9 / hz)}
+    cpu = {"busy_ns": busy1 - busy0, "elapsed_ns": t1 - clock["t0"], "ncpu": os.cpu_count(),
+           "total_ns": total1 - total0}
     ui.phase("reading results")
     pgbench.finish(result, log_dir)
     meta_probes = {"level": opts.probes}

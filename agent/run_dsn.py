@@ -9,7 +9,9 @@ from pathprof.analysis.rundir import RunDir
 
 from . import pgbench
 from .errors import Interrupted, UserError
-from .run import Reporter, RunOptions, cpu_times, host_info, sigterm_as_interrupt
+from .host import cpu_busy_ns, host_info
+from .run_options import Reporter, RunOptions
+from .signals import sigterm_as_interrupt
 
 
 def execute_dsn(opts: RunOptions, ui: Reporter) -> RunDir:
@@ -51,14 +53,13 @@ def execute_dsn(opts: RunOptions, ui: Reporter) -> RunDir:
         try:
             result = pgbench.run(None, argv, rd.file("pgbench"),
                                  on_progress=lambda pr: ui.progress(pr, None),
-                                 on_start=lambda pid: clock.update(cpu0=cpu_times(), t0=time.monotonic_ns()))
+                                 on_start=lambda pid: clock.update(cpu0=cpu_busy_ns(), t0=time.monotonic_ns()))
         except KeyboardInterrupt:
             rd.update(status="interrupted")
             raise Interrupted("interrupted") from None
-    (busy1, _), t1 = cpu_times(), time.monotonic_ns()
-    hz = os.sysconf("SC_CLK_TCK")
+    (busy1, _), t1 = cpu_busy_ns(), time.monotonic_ns()
     pgbench.finish(result, log_dir)
     rd.update(pgbench={**rd.meta["pgbench"], "result": result.to_dict()},
-              cpu={"busy_ns": int((busy1 - clock["cpu0"][0]) * 1e9 / hz), "elapsed_ns": t1 - clock["t0"],
+              cpu={"busy_ns": busy1 - clock["cpu0"][0], "elapsed_ns": t1 - clock["t0"],
                    "ncpu": os.cpu_count()}, probes={"level": "off"}, status="complete")
     return rd

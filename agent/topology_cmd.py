@@ -6,8 +6,9 @@ from pathlib import Path
 
 from . import cli_args
 from .errors import UserError
+from .host import require_root
 from .journal import JOURNAL_DIR, Journal
-from .run import STATE_ROOT, require_root
+from .run import STATE_ROOT
 
 
 def _run_id(name: str) -> str:

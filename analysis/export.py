@@ -13,8 +13,7 @@ from numbers import Integral, Real
 from pathlib import Path
 
 import pandas as pd
-
-from pathprof.agent.errors import UserError
+from pathprof.errors import UserError
 
 # Synthetic pids for spans recorded without one (kernel-side stages, device hops): far above pid_max's default so
 # they never collide with a real process, one per role so each hop still gets its own track.

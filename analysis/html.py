@@ -13,10 +13,16 @@ import io
 from pathlib import Path
 
 from matplotlib.figure import Figure
-
 from pathprof import __version__
-from pathprof.analysis.explain import (_distinct_label, _num, connection_totals, cpu_totals, explain_text,
-                                       measured_cpu_us, run_label)
+from pathprof.analysis.explain import (
+    _distinct_label,
+    _num,
+    connection_totals,
+    cpu_totals,
+    explain_text,
+    measured_cpu_us,
+    run_label,
+)
 from pathprof.analysis.render import CLOSURE_WARN_PCT, LEG_ORDER
 from pathprof.analysis.sweep import sweep_text
 

@@ -8,14 +8,20 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from pathprof.analysis.explain import (
+    _distinct_label,
+    _num,
+    cpu_totals,
+    explain_text,
+    measured_cpu_us,
+    run_label,
+    stage_totals,
+)
+from pathprof.analysis.sweep import sweep_text
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
-
-from pathprof.analysis.explain import (_distinct_label, _num, cpu_totals, explain_text, measured_cpu_us,
-                                       run_label, stage_totals)
-from pathprof.analysis.sweep import sweep_text
 
 LEG_ORDER = ("request", "server", "response")
 # Above this closure error a view's per-stage figures should not be trusted to add up; say so next to them.

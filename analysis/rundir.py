@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from pathprof.agent.errors import UserError
+from pathprof.errors import UserError
 
 SCHEMA = "pathprof-run/1.0"
 SCHEMA_MAJOR = 1

@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from pyroute2 import IPRoute, NetNS, config as pr_config, netns as pr_netns
-
 from pathprof.agent import proc
 from pathprof.agent.errors import UserError
 from pathprof.agent.journal import Journal
+from pyroute2 import IPRoute, NetNS
+from pyroute2 import config as pr_config
+from pyroute2 import netns as pr_netns
 
 from .spec import Topology
-
 
 # pyroute2 forks helper children (netns.create, NetNS) and stops them with SIGTERM. A child inherits our signal
 # handlers; with the run's SIGTERM->KeyboardInterrupt handler the child would unwind through the *parent's*

@@ -62,7 +62,6 @@ if _lib is not None:
         ("bpf_program__set_type", C.c_int, [_P, C.c_int]),
         ("bpf_program__set_expected_attach_type", C.c_int, [_P, C.c_int]),
         ("bpf_program__set_autoload", C.c_int, [_P, C.c_bool]),
-        ("bpf_program__autoload", C.c_bool, [_P]),
         ("bpf_program__fd", C.c_int, [_P]),
         ("bpf_program__attach", _P, [_P]),
         ("bpf_program__attach_trace", _P, [_P]),
@@ -78,8 +77,6 @@ if _lib is not None:
         ("bpf_map__value_size", C.c_uint32, [_P]),
         ("bpf_map__max_entries", C.c_uint32, [_P]),
         ("bpf_map__set_max_entries", C.c_int, [_P, C.c_uint32]),
-        ("bpf_map__reuse_fd", C.c_int, [_P, C.c_int]),
-        ("bpf_map__set_autocreate", C.c_int, [_P, C.c_bool]),
         ("bpf_map__initial_value", _P, [_P, C.POINTER(C.c_size_t)]),
         ("btf__find_by_name_kind", C.c_int, [_P, C.c_char_p, C.c_uint32]),
         ("btf__load_vmlinux_btf", _P, []),
@@ -88,28 +85,28 @@ if _lib is not None:
         ("btf__name_by_offset", C.c_char_p, [_P, C.c_uint32]),
         ("bpf_map_lookup_elem", C.c_int, [C.c_int, _P, _P]),
         ("bpf_map_update_elem", C.c_int, [C.c_int, _P, _P, C.c_uint64]),
-        ("bpf_map_delete_elem", C.c_int, [C.c_int, _P]),
-        ("bpf_map_get_next_key", C.c_int, [C.c_int, _P, _P]),
         ("bpf_map_lookup_batch", C.c_int, [C.c_int, _P, _P, _P, _P, C.POINTER(C.c_uint32), _P]),
         ("bpf_obj_get_info_by_fd", C.c_int, [C.c_int, _P, C.POINTER(C.c_uint32)]),
         ("bpf_enable_stats", C.c_int, [C.c_int]),
         ("bpf_prog_test_run_opts", C.c_int, [C.c_int, _P]),
-        ("libbpf_num_possible_cpus", C.c_int, []),
         ("ring_buffer__new", _P, [C.c_int, _SAMPLE_FN, _P, _P]),
-        ("ring_buffer__poll", C.c_int, [_P, C.c_int]),
         ("ring_buffer__consume", C.c_int, [_P]),
         ("ring_buffer__free", None, [_P]),
     ]:
         _sig(_n, _r, *_a)
 
-# ---- libbpf's log: captured per thread, so an error can quote what libbpf/the verifier said ----
-_log_lock = threading.Lock()
-_log: list[str] = []
+# ---- libbpf's log: captured per thread (libbpf calls back in the thread that called it, and the window
+# thread attaches while the main thread reads maps), so an error quotes what libbpf/the verifier said to it ----
+_log = threading.local()
 _vsnprintf = _libc.vsnprintf
 _vsnprintf.argtypes = [C.c_char_p, C.c_size_t, C.c_char_p, C.c_void_p]
-
-
 LIBBPF_WARN, LIBBPF_DEBUG = 0, 2
+
+
+def _lines() -> list[str]:
+    if not hasattr(_log, "lines"):
+        _log.lines = []
+    return _log.lines
 
 
 @_PRINT_FN
@@ -120,9 +117,9 @@ def _print_cb(level, fmt, ap):  # x86_64 va_list decays to a pointer: vsnprintf 
     # can be formatted only once)
     buf = C.create_string_buffer(4 << 20 if level == LIBBPF_WARN else 8192)
     _vsnprintf(buf, len(buf), fmt, ap)
-    with _log_lock:
-        _log.append(buf.value.decode(errors="replace"))
-        del _log[:-400]
+    lines = _lines()
+    lines.append(buf.value.decode(errors="replace"))
+    del lines[:-400]
     return 0
 
 
@@ -132,9 +129,9 @@ def _require_lib():
 
 
 def _take_log() -> str:
-    with _log_lock:
-        text = "".join(_log)
-        _log.clear()
+    lines = _lines()
+    text = "".join(lines)
+    lines.clear()
     return text
 
 
@@ -185,53 +182,57 @@ class _ProgInfo(C.Structure):
 
 
 def num_possible_cpus() -> int:
-    _require_lib()
-    return _lib.libbpf_num_possible_cpus()
+    """CPUs a per-CPU map has a slot for (the kernel's possible mask, not os.cpu_count())."""
+    text = open("/sys/devices/system/cpu/possible").read().strip()
+    return sum(int(b) - int(a) + 1 if "-" in part else 1
+               for part in text.split(",") for a, _, b in [part.partition("-")])
 
 
-class Map:
+class _Handle:
+    """A map or program of a BpfObject: its pointer dies with the object, and using it after is an error."""
+    ptr = None
+    name = ""
+
+    def _p(self):
+        if not self.ptr:
+            raise BpfError(f"{self.name}: its BPF object is closed")
+        return self.ptr
+
+    def invalidate(self) -> None:
+        self.ptr = None
+
+
+class Map(_Handle):
     def __init__(self, ptr):
         self.ptr = ptr
         self.name = _lib.bpf_map__name(ptr).decode()
 
     @property
     def fd(self) -> int:
-        return _lib.bpf_map__fd(self.ptr)
+        return _lib.bpf_map__fd(self._p())
 
     @property
     def key_size(self) -> int:
-        return _lib.bpf_map__key_size(self.ptr)
+        return _lib.bpf_map__key_size(self._p())
 
     @property
     def value_size(self) -> int:
-        return _lib.bpf_map__value_size(self.ptr)
+        return _lib.bpf_map__value_size(self._p())
 
     @property
     def percpu(self) -> bool:
-        return _lib.bpf_map__type(self.ptr) in (5, 6, 10)   # PERCPU_HASH, PERCPU_ARRAY, LRU_PERCPU_HASH
+        return _lib.bpf_map__type(self._p()) in (5, 6, 10)   # PERCPU_HASH, PERCPU_ARRAY, LRU_PERCPU_HASH
 
     def _vbuf_size(self) -> int:
         if self.percpu:   # the kernel hands out one 8-byte-aligned slot per possible CPU
             return ((self.value_size + 7) & ~7) * num_possible_cpus()
         return self.value_size
 
-    def reuse_fd(self, fd: int) -> None:
-        """Before load: use an existing map (e.g. another object's) instead of creating this one."""
-        rc = _lib.bpf_map__reuse_fd(self.ptr, fd)
-        if rc:
-            raise BpfError(f"reuse map {self.name}: {os.strerror(-rc)}")
-
     def set_max_entries(self, n: int) -> None:
         """Before load: size the map by what the run uses."""
-        rc = _lib.bpf_map__set_max_entries(self.ptr, int(n))
+        rc = _lib.bpf_map__set_max_entries(self._p(), int(n))
         if rc:
             raise BpfError(f"max_entries {self.name}: {os.strerror(-rc)}")
-
-    def set_autocreate(self, on: bool) -> None:
-        """Before load: do not create this map (an object that includes a shared header but never uses it)."""
-        rc = _lib.bpf_map__set_autocreate(self.ptr, on)
-        if rc:
-            raise BpfError(f"autocreate {self.name}: {os.strerror(-rc)}")
 
     def lookup(self, key: bytes) -> bytes | None:
         v = C.create_string_buffer(self._vbuf_size())
@@ -244,17 +245,6 @@ class Map:
             e = C.get_errno()
             raise OSError(e, f"update {self.name}: {os.strerror(e)}")
 
-    def delete(self, key: bytes) -> bool:
-        return _lib.bpf_map_delete_elem(self.fd, C.c_char_p(key)) == 0
-
-    def keys(self) -> list[bytes]:
-        out, ks = [], self.key_size
-        cur, nxt = None, C.create_string_buffer(ks)
-        while _lib.bpf_map_get_next_key(self.fd, cur, nxt) == 0:
-            out.append(nxt.raw)
-            cur = C.create_string_buffer(nxt.raw, ks)
-        return out
-
     def items(self) -> list[tuple[bytes, bytes]]:
         """All (key, value) pairs: one BPF_MAP_LOOKUP_BATCH pass where the map supports it."""
         ks, vs = self.key_size, self._vbuf_size()
@@ -266,9 +256,7 @@ class Map:
             n = C.c_uint32(batch)
             rc = _lib.bpf_map_lookup_batch(self.fd, token_in, token_out, keys, vals, C.byref(n), C.byref(opts))
             e = C.get_errno() if rc else 0
-            if rc and e not in (errno.ENOENT,):
-                if not out and e in (errno.EINVAL, errno.EOPNOTSUPP, 524):   # 524: ENOTSUPP (no batch ops)
-                    return self._items_iter()
+            if rc and e != errno.ENOENT:     # every map type pathprof uses has batch ops (kernel >= 5.6)
                 raise OSError(e, f"batch lookup {self.name}: {os.strerror(e)}")
             raw_k, raw_v = keys.raw, vals.raw
             out += [(raw_k[i * ks:(i + 1) * ks], raw_v[i * vs:(i + 1) * vs]) for i in range(n.value)]
@@ -276,15 +264,8 @@ class Map:
                 return out
             token_in = C.create_string_buffer(token_out.raw)
 
-    def _items_iter(self):
-        return [(k, v) for k in self.keys() if (v := self.lookup(k)) is not None]
 
-    def clear(self) -> None:
-        for k in self.keys():
-            self.delete(k)
-
-
-class Program:
+class Program(_Handle):
     def __init__(self, ptr):
         self.ptr = ptr
         self.name = _lib.bpf_program__name(ptr).decode()
@@ -292,19 +273,20 @@ class Program:
 
     @property
     def fd(self) -> int:
-        return _lib.bpf_program__fd(self.ptr)
+        return _lib.bpf_program__fd(self._p())
 
     def set_type(self, prog_type: int, attach_type: int | None = None) -> None:
-        _lib.bpf_program__set_type(self.ptr, prog_type)
-        if attach_type is not None:
-            _lib.bpf_program__set_expected_attach_type(self.ptr, attach_type)
+        """Before load (libbpf 1.1 does not know netfilter programs by section name)."""
+        rc = _lib.bpf_program__set_type(self._p(), prog_type)
+        if not rc and attach_type is not None:
+            rc = _lib.bpf_program__set_expected_attach_type(self._p(), attach_type)
+        if rc:
+            raise BpfError(f"set type of {self.name}: {os.strerror(-rc)}")
 
     def set_autoload(self, on: bool) -> None:
-        _lib.bpf_program__set_autoload(self.ptr, on)
-
-    @property
-    def autoload(self) -> bool:
-        return bool(_lib.bpf_program__autoload(self.ptr))
+        rc = _lib.bpf_program__set_autoload(self._p(), on)
+        if rc:
+            raise BpfError(f"set autoload of {self.name}: {os.strerror(-rc)}")
 
     def info(self) -> _ProgInfo:
         info, n = _ProgInfo(), C.c_uint32(C.sizeof(_ProgInfo))
@@ -457,12 +439,21 @@ class BpfObject:
                 self.links.remove(link)
 
     def close(self) -> None:
+        """Detach everything and free the object; its Map and Program handles refuse further use."""
         for link in reversed(self.links):
             link.destroy()
         self.links.clear()
+        for h in [*self.maps.values(), *self.programs.values()]:
+            h.invalidate()
         if self.ptr:
             _lib.bpf_object__close(self.ptr)
             self.ptr = None
+
+    def __enter__(self) -> "BpfObject":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 BTF_KIND_TYPEDEF = 8
@@ -496,9 +487,6 @@ class RingBuffer:
     def __init__(self, map_fd: int, callback):
         self._cb = _SAMPLE_FN(lambda ctx, data, size: (callback(C.string_at(data, size)) or 0))
         self.ptr = _errno_ptr(_lib.ring_buffer__new(map_fd, self._cb, None, None), "ring buffer")
-
-    def poll(self, timeout_ms: int = 0) -> int:
-        return _lib.ring_buffer__poll(self.ptr, timeout_ms)
 
     def consume(self) -> int:
         return _lib.ring_buffer__consume(self.ptr)

@@ -6,7 +6,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import PATHPROF, machine_state, run_pathprof
 
 pytestmark = pytest.mark.integration
@@ -93,6 +92,7 @@ def test_dsn_unreachable(runs_dir):
 
 def test_dsn_rejecting_auth_and_working_dsn(runs_dir):
     import tempfile
+
     from pathprof.agent.postgres import ManagedPostgres
     state = Path(tempfile.mkdtemp(prefix="pp-test-dsn-", dir="/tmp"))
     state.chmod(0o755)  # the postgres user must reach its data directory

@@ -5,7 +5,6 @@ import os
 import time
 
 import pytest
-
 from conftest import run_pathprof
 from pathprof.analysis.conn_view import add_connection_setup
 from pathprof.analysis.rundir import RunDir

@@ -2,13 +2,11 @@
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-
 from conftest import PATHPROF, machine_state, run_pathprof
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from pathprof.agent.errors import UserError
 from pathprof.topologies.guest import GuestImage, GuestVM, Recipe
 from pathprof.topologies.guest import vm as vm_mod

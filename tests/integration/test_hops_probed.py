@@ -3,7 +3,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import machine_state, run_pathprof
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from pathprof.topologies import spec
 
 pytestmark = [pytest.mark.integration,

@@ -5,7 +5,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import run_pathprof
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ def test_doctor_all_required_present():
     assert {"root", "btf", "tracefs", "tp_btf", "netfilter links", "usdt notes", "kvm"} <= names
     assert "pathprof doctor" in doctor.render_capabilities(caps)
     assert not [l for l in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
-                if l.startswith(f"pp-doctor-")]
+                if l.startswith("pp-doctor-")]
 
 
 SCRIPT = r"""

@@ -2,7 +2,6 @@
 import os
 
 import pytest
-
 from probe_harness import ThrowawayPostgres, profile
 
 pytestmark = pytest.mark.integration

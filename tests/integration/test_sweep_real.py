@@ -2,7 +2,6 @@
 import json
 
 import pytest
-
 from conftest import machine_state, run_pathprof
 
 pytestmark = pytest.mark.integration

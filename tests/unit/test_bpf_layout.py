@@ -6,7 +6,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from pathprof.agent.bpf import layout as L
 
 PROBES = Path(__file__).resolve().parents[2] / "probes"

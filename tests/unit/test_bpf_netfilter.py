@@ -26,8 +26,8 @@ def hook_ctx(hook):
 
 @pytest.fixture
 def nf():
-    from pathprof.agent.bpf import libbpf as lb
     from pathprof.agent.bpf import layout as L
+    from pathprof.agent.bpf import libbpf as lb
     o = lb.BpfObject(str(PROBES / "pathprof.bpf.o"))
     o.set_rodata(svc_ports=(C.c_uint16 * L.MAX_PORTS)(PORT))     # no namespaces: every packet is "other"
     o.maps["nfagg"].set_max_entries(L.NF_PER_NETNS)

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from pathprof.analysis import conn_view as V
 from pathprof.analysis.rundir import RunDir
 

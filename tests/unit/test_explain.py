@@ -2,10 +2,8 @@
 import copy
 
 import pytest
-
 from fixtures_summaries import BASE_CPU, bridge, connect_run, dnat, long_conn_run, plus_stage, summary
-from pathprof.analysis.explain import (explain, explain_text, host_differences, is_real_gap, measured_cpu_us,
-                                       spread)
+from pathprof.analysis.explain import explain, explain_text, host_differences, is_real_gap, measured_cpu_us, spread
 
 
 def test_one_stage_slower_ranks_first_with_full_share():

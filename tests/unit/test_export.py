@@ -2,11 +2,15 @@ import json
 
 import pandas as pd
 import pytest
-
 from fixtures_summaries import dnat
 from pathprof.agent.errors import UserError
-from pathprof.analysis.export import (stages_to_csv, stages_to_parquet, to_perfetto, validate_trace_events,
-                                      write_perfetto)
+from pathprof.analysis.export import (
+    stages_to_csv,
+    stages_to_parquet,
+    to_perfetto,
+    validate_trace_events,
+    write_perfetto,
+)
 
 
 def traces():

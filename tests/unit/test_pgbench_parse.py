@@ -1,7 +1,6 @@
 from pathlib import Path
 
 import pytest
-
 from pathprof.agent import pgbench
 from pathprof.agent.errors import UserError
 

@@ -5,7 +5,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from pathprof.agent.errors import UserError
 from pathprof.analysis.explain import explain, explain_text
 from pathprof.analysis.render import render_to_string, report_view

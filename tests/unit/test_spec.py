@@ -5,7 +5,6 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
-
 from pathprof.agent.errors import UserError
 from pathprof.topologies import services, spec
 

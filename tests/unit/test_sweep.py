@@ -1,4 +1,4 @@
-from fixtures_summaries import sweep_runs, summary
+from fixtures_summaries import summary, sweep_runs
 from pathprof.analysis.sweep import sweep_analysis, sweep_text
 
 

@@ -1,7 +1,6 @@
 """The latency and CPU views on hand-made probe tables (no kernel needed)."""
 import pandas as pd
 import pytest
-
 from pathprof.analysis import views
 
 

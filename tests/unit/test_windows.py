@@ -3,7 +3,6 @@ summary divides by, and the ring-buffer span records -> traces table -> Perfetto
 import numpy as np
 import pandas as pd
 import pytest
-
 from pathprof.agent import probe_windows as pw
 from pathprof.analysis import windows as W
 

@@ -25,7 +25,8 @@ from pathprof.agent.netns import in_netns
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathprof.topologies.builder import BuildContext
-    from pathprof.topologies.spec import Service as SpecService, Topology
+    from pathprof.topologies.spec import Service as SpecService
+    from pathprof.topologies.spec import Topology
 
 # kind -> "module:Class"; modules are imported only when a service of that kind is created.
 KINDS = {
@@ -168,7 +169,8 @@ class Service:
         """A UserError carrying the tail of the service's log, after stopping it."""
         tail = log_tail(self.log_path)
         self.stop()
-        return UserError(f"{self.hop} ({self.kind}): {what}" + (f"; its log ({self.log_path}) ends: {tail}" if tail else ""))
+        return UserError(f"{self.hop} ({self.kind}): {what}"
+                         + (f"; its log ({self.log_path}) ends: {tail}" if tail else ""))
 
     def wait_sql(self, ctx: "BuildContext", address: str, port: int, timeout_s: float = 30.0) -> None:
         """Ready = a real `select 1` through the service from its own host (not just an open port)."""

@@ -1,0 +1,30 @@
+"""What a run is asked to do (RunOptions) and what it tells the user while it works (Reporter)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import pgbench
+from .probe_windows import DEFAULT_PERIOD_S, DEFAULT_WINDOW_S
+
+
+@dataclass
+class RunOptions:
+    topology: str
+    workload: pgbench.Workload
+    pg_settings: dict[str, str] = field(default_factory=dict)
+    dsn: str | None = None
+    probes: str = "basic"
+    runs_dir: Path = Path("runs")
+    topo_options: dict[str, str] = field(default_factory=dict)
+    trace_sample: int = 0
+    probe_window_s: float = DEFAULT_WINDOW_S   # detailed probes attached this long every probe_period_s
+    probe_period_s: float = DEFAULT_PERIOD_S
+
+
+class Reporter:
+    """What a run tells the user while it works; the CLI supplies a live view or plain lines."""
+
+    def phase(self, text: str) -> None: ...
+    def progress(self, pr: pgbench.Progress, probe_snapshot: dict | None) -> None: ...
+    def note(self, text: str) -> None: ...
