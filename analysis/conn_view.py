@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .views import hist_quantile
+from .histogram import quantile as hist_quantile
 
 SETUP_STEPS = ["connect.tcp_handshake", "connect.accept", "connect.fork", "connect.first_run",
                "connect.backend_init_auth", "connect.ready_delivery"]

@@ -47,37 +47,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-HIST_SLOTS = 128
+from .histogram import merge, quantile
+
 LAT_KINDS = ("wire", "wakeup", "runqueue", "recv", "queued", "proc", "netfilter", "dev")
 USDT_NAMES = {"pg_query": "backend.query", "pg_parse": "backend.parse", "pg_plan": "backend.plan",
               "pg_execute": "backend.executor", "pg_lock": "backend.lock_wait", "pg_lwlock": "backend.lwlock_wait"}
 LEG_ORDER = {"request": 0, "server": 1, "response": 2, "client": 3, "": 4}
 CPU_BOUND_SHARE = 0.9   # busy >= 90 % of all CPUs: throughput is CPU-limited
-
-
-def _bounds(i: int) -> tuple[float, float]:
-    if i < 4:
-        return float(i), float(i + 1)
-    octave, sub = i // 4 + 1, i % 4
-    low = (4 + sub) << (octave - 2)
-    return float(low), float(low + (1 << (octave - 2)))
-
-
-def hist_quantile(hist, q: float) -> float | None:
-    """q-quantile (ns) of a log-linear histogram, interpolated inside its slot."""
-    if hist is None:
-        return None
-    h = [int(x) for x in hist]
-    total = sum(h)
-    if not total:
-        return None
-    want, acc = q * total, 0
-    for i, c in enumerate(h):
-        if c and acc + c >= want:
-            lo, hi = _bounds(i)
-            return lo + (hi - lo) * (want - acc) / c
-        acc += c
-    return _bounds(len(h) - 1)[1]
 
 
 def _label(role: str, hop: str) -> str:
@@ -97,17 +73,6 @@ def stage_name(kind: str, role: str, hop: str = "", hook: str = "", netns: str =
     if kind in USDT_NAMES:
         return USDT_NAMES[kind]
     return f"{kind}.{_label(role, hop)}"
-
-
-def _merge_hist(hs) -> list | None:
-    hs = [h for h in hs if h is not None]
-    if not hs:
-        return None
-    out = [0] * HIST_SLOTS
-    for h in hs:
-        for i, c in enumerate(h):
-            out[i] += int(c)
-    return out
 
 
 def latency_view(stages: pd.DataFrame, txns: int, measured_mean_us: float, cycle_us: float | None = None) -> dict:
@@ -155,8 +120,8 @@ def latency_view(stages: pd.DataFrame, txns: int, measured_mean_us: float, cycle
         for e in wires:
             e["excl_ns"] = max(0.0, e["sum_ns"] - inner * e["sum_ns"] / total) if total else 0.0
     for e in rows.values():
-        h = _merge_hist(e["hists"])
-        p50, p99 = hist_quantile(h, 0.5), hist_quantile(h, 0.99)
+        h = merge(e["hists"])
+        p50, p99 = quantile(h, 0.5), quantile(h, 0.99)
         item = {"name": e["name"], "leg": e["leg"], "us_per_txn": round(e.get("excl_ns", e["sum_ns"]) / txns / 1e3, 3),
                 "p50_us": None if p50 is None else round(p50 / 1e3, 2),
                 "p99_us": None if p99 is None else round(p99 / 1e3, 2),

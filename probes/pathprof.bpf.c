@@ -410,15 +410,19 @@ int BPF_PROG(pp_fork, struct task_struct *parent, struct task_struct *child)
 }
 
 /* ---------------- NET softirqs: carved out of the task they interrupted ---------------- */
-SEC("tp_btf/softirq_entry")
-int BPF_PROG(pp_softirq_entry, unsigned int vec)
+/* this CPU's state when `vec` is a NET softirq inside an open window, else 0 */
+static __always_inline struct pp_cpu_state *net_softirq_state(unsigned int vec)
 {
 	if (vec != NET_RX_SOFTIRQ && vec != NET_TX_SOFTIRQ)
 		return 0;
 	__u64 ws = win_start();
-	if (!ws)
-		return 0;
-	struct pp_cpu_state *cs = cpu_state(ws);
+	return ws ? cpu_state(ws) : 0;
+}
+
+SEC("tp_btf/softirq_entry")
+int BPF_PROG(pp_softirq_entry, unsigned int vec)
+{
+	struct pp_cpu_state *cs = net_softirq_state(vec);
 	if (cs) {
 		cs->softirq_start = bpf_ktime_get_ns();
 		cs->nf_in_softirq = 0;
@@ -429,12 +433,7 @@ int BPF_PROG(pp_softirq_entry, unsigned int vec)
 SEC("tp_btf/softirq_exit")
 int BPF_PROG(pp_softirq_exit, unsigned int vec)
 {
-	if (vec != NET_RX_SOFTIRQ && vec != NET_TX_SOFTIRQ)
-		return 0;
-	__u64 ws = win_start();
-	if (!ws)
-		return 0;
-	struct pp_cpu_state *cs = cpu_state(ws);
+	struct pp_cpu_state *cs = net_softirq_state(vec);
 	if (!cs || !cs->softirq_start)
 		return 0;
 	__u64 d = bpf_ktime_get_ns() - cs->softirq_start;

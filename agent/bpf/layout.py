@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import ctypes as C
 
-HIST_SLOTS = 128            # PP_HIST_SLOTS: the one Python definition (views, frames, conn probe import it)
-HIST_WORDS = 2 + HIST_SLOTS  # u64 words of one struct pp_hist: sum_ns, count, slots
+from pathprof.analysis.histogram import HIST_SLOTS, HIST_WORDS, slot_bounds  # noqa: F401  (one definition)
+
 MAX_PORTS = 16              # PP_MAX_PORTS
 MAX_NETNS = 16              # PP_MAX_NETNS: the last slot is "other"
 NUSDT = 6
@@ -113,12 +113,3 @@ class NfSlot(C.Structure):
 MIRRORS = {"pp_stage_key": StageKey, "pp_hist": Hist, "pp_cpu_val": CpuVal,
            "pp_cpu_state": CpuState, "pp_task": Task, "pp_sock": Sock, "pp_devq": DevQ, "pp_nf_slot": NfSlot,
            "pp_win": Win, "pp_trace": Trace}
-
-
-def slot_bounds(i: int) -> tuple[float, float]:
-    """[low, high) in ns of histogram slot i (inverse of hist_slot() in common.h)."""
-    if i < 4:
-        return float(i), float(i + 1)
-    octave, sub = i // 4 + 1, i % 4
-    low = (4 + sub) << (octave - 2)
-    return float(low), float(low + (1 << (octave - 2)))

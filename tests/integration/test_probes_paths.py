@@ -1,5 +1,6 @@
 """Probes on a real PostgreSQL + pgbench: stages present where the path has them, closure, ground truth."""
 import os
+import subprocess
 
 import pytest
 from probe_harness import ThrowawayPostgres, profile
@@ -69,3 +70,25 @@ def test_deep_adds_usdt_breakdown(pg):
     assert "backend.query" in kids or "backend.executor" in kids, sorted(r["names"])
     q = kids.get("backend.query") or kids["backend.executor"]
     assert 1500 <= q["us_per_txn"] <= 2600
+
+
+def test_untracked_postgres_never_enters_the_figures(pg):
+    """USDT probes are attached to the binary (every postgres mapping it takes the traps), but only tracked
+    threads are counted: a second, untracked server under the same load leaves the per-transaction counts of
+    the run's own stages where they are (one executor span and one request per transaction, not two)."""
+    other = ThrowawayPostgres(55438).start()
+    load = None
+    try:
+        load = subprocess.Popen(["runuser", "-u", "postgres", "--", "pgbench", "-n", "-M", "prepared", "-f",
+                                 str(other.dir / "select1.sql"), "-c", "1", "-T", "6", "-h", "127.0.0.1",
+                                 "-p", str(other.port), "postgres"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        r = profile(pg, level="deep", clients=1, duration=3)
+    finally:
+        if load is not None:
+            load.kill()
+            load.wait()
+        other.stop()
+    per_txn = {s["name"]: s["count_per_txn"] for s in r["latency"]["stages"]}
+    assert 0.9 <= per_txn["backend.executor"] <= 1.1, per_txn
+    assert 0.9 <= per_txn["backend.execute"] <= 1.1, per_txn

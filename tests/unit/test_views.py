@@ -2,13 +2,14 @@
 import pandas as pd
 import pytest
 from pathprof.analysis import views
+from pathprof.analysis.histogram import HIST_SLOTS, quantile, slot_bounds
 
 
 def hist_at(ns: float, n: int) -> list[int]:
     """A histogram with n samples in the slot holding `ns`."""
-    h = [0] * views.HIST_SLOTS
-    for i in range(views.HIST_SLOTS):
-        lo, hi = views._bounds(i)
+    h = [0] * HIST_SLOTS
+    for i in range(HIST_SLOTS):
+        lo, hi = slot_bounds(i)
         if lo <= ns < hi:
             h[i] = n
             return h
@@ -68,7 +69,7 @@ def test_percentiles_from_histogram():
     v = views.latency_view(stages_1client(), 1000, 34.0)
     ex = by_name(v)[("backend.execute", "server")]
     assert 4.0 <= ex["p50_us"] <= 6.5 and 4.0 <= ex["p99_us"] <= 6.5
-    assert views.hist_quantile([0] * 128, 0.5) is None
+    assert quantile([0] * 128, 0.5) is None
 
 
 def test_ground_truth_shift_moves_only_execute():
