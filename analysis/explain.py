@@ -19,6 +19,13 @@ from typing import Iterable
 
 # Below this many µs per transaction two runs are "the same" and shares would only amplify noise.
 _MIN_GAP_US = 1e-6
+# A share beyond this means the measured gap is smaller than its parts: items moved in opposite directions by
+# more than the gap itself, and ranking them by share would be ranking noise.
+MAX_SHARE_PCT = 150.0
+# Without repeats, a TPS gap below this is within what two identical runs differ by on a small machine.
+NOISE_TPS_PCT = 5.0
+# Foreign CPU (`other`) above this share of the CPU components: the run was limited by someone else's load.
+FOREIGN_SHARE = 0.25
 # Items smaller than this share are folded into "other stages" in the sentence (the table still lists them).
 _SENTENCE_MIN_SHARE = 2.0
 _SENTENCE_MAX_ITEMS = 4
@@ -58,9 +65,12 @@ def _num(value, default: float = 0.0) -> float:
 
 def stage_totals(summary: dict) -> dict[str, float]:
     """µs per transaction per stage name, summed over legs (a hop appears on the request and response leg, and a
-    DBA asks about "the docker-proxy hop", not about one of its legs)."""
+    DBA asks about "the docker-proxy hop", not about one of its legs). Parts of a stage (backend.execute's USDT
+    split) are not counted again."""
     out: dict[str, float] = {}
     for st in summary.get("stages") or []:
+        if st.get("parent"):
+            continue
         name = str(st.get("name", "?"))
         out[name] = out.get(name, 0.0) + _num(st.get("us_per_txn"))
     return out
@@ -122,13 +132,57 @@ def measured_cpu_us(summary: dict) -> float:
     return total
 
 
-def explain(baseline: dict, other: dict) -> dict:
-    """Why `other`'s TPS differs from `baseline`'s: ranked per-stage or per-component deltas with their shares.
+def limiter(summary: dict) -> str:
+    """What limited a run: "cpu" (its own work saturated the CPUs), "foreign-cpu" (saturated, but a large share
+    of the CPU went to processes that are not the run's) or "latency" (CPUs left idle: clients waited)."""
+    if not is_cpu_bound(summary):
+        return "latency"
+    comps = cpu_totals(summary)
+    total = sum(comps.values())
+    return "foreign-cpu" if total > 0 and comps.get("other", 0.0) / total >= FOREIGN_SHARE else "cpu"
 
-    Basis: CPU view when either run is CPU-bound (then TPS = busy CPUs / CPU per txn, so CPU per txn is what
-    moves throughput), latency view otherwise (then TPS ≈ clients / latency).
+
+_LIMITER_WORDS = {"cpu": "limited by its own CPU work", "foreign-cpu": "limited by other processes' CPU load",
+                  "latency": "latency-bound (CPUs left idle)"}
+
+
+def choose_basis(baseline: dict, other: dict) -> tuple[str, str]:
+    """(basis, why). The CPU basis only when both runs were limited by their own CPU work (then TPS = busy CPUs /
+    CPU per transaction, and CPU per transaction is what moves throughput); otherwise the latency basis (TPS ≈
+    clients / cycle), said plainly when the two runs were limited by different things."""
+    la, lb = limiter(baseline), limiter(other)
+    if la == lb == "cpu":
+        return "cpu", "both runs were limited by their own CPU work"
+    if la == lb:
+        return "latency", f"both runs were {_LIMITER_WORDS[la]}"
+    return "latency", (f"{run_label(baseline)} was {_LIMITER_WORDS[la]} and {_distinct_label(baseline, other)} "
+                       f"{_LIMITER_WORDS[lb]}: limited by different things, so the gap is explained by where each "
+                       "transaction's time went")
+
+
+def explain(baseline: dict, other: dict, basis: str | None = None, noise_pct: float = NOISE_TPS_PCT) -> dict:
+    """Why `other`'s TPS differs from `baseline`'s: causes and per-stage or per-component items with their shares.
+
+    The basis is choose_basis()'s unless given. The answer is ranked only when it can be: a gap within the noise,
+    or one smaller than its parts (a share beyond ±MAX_SHARE_PCT), is said so instead (`ranked` false, `verdict`);
+    on the CPU basis such a gap is tried on the latency basis first.
     """
-    basis = "cpu" if (is_cpu_bound(baseline) or is_cpu_bound(other)) else "latency"
+    why = None
+    if basis is None:
+        basis, why = choose_basis(baseline, other)
+    e = _explain_on(baseline, other, basis, noise_pct)
+    e["basis_reason"] = why or f"{basis} basis requested"
+    if basis == "cpu" and e["verdict"] == "smaller than its parts":
+        alt = _explain_on(baseline, other, "latency", noise_pct)
+        if alt["ranked"] and abs(alt["gap_us_per_txn"]) > _MIN_GAP_US:
+            alt["basis_reason"] = (f"{why or 'cpu basis requested'}, but the CPU gap "
+                                   f"({e['gap_us_per_txn']:+.1f} µs) is smaller than its parts; the latency view "
+                                   "splits it")
+            return alt
+    return e
+
+
+def _explain_on(baseline: dict, other: dict, basis: str, noise_pct: float) -> dict:
     if basis == "cpu":
         a, b = cpu_totals(baseline), cpu_totals(other)
         gap = measured_cpu_us(other) - measured_cpu_us(baseline)
@@ -164,6 +218,14 @@ def explain(baseline: dict, other: dict) -> dict:
 
     base_tps, other_tps = _num(baseline.get("tps")), _num(other.get("tps"))
     tps_delta = (other_tps - base_tps) / base_tps * 100.0 if base_tps else 0.0
+    from .causes import group, hop_names
+    causes = group(items, gap if abs(gap) > _MIN_GAP_US else 0.0, hop_names(baseline), hop_names(other))
+    verdict = _verdict(items, causes, gap, tps_delta, noise_pct)
+    if verdict:                  # not rankable: keep the moves, drop the shares that would mislead
+        for row in (*items, *causes):
+            row["share_pct"] = None
+        items.sort(key=lambda it: -abs(it["delta_us_per_txn"]))
+        causes.sort(key=lambda c: -abs(c["delta_us_per_txn"]))
     return {
         "run": _distinct_label(baseline, other),
         "baseline": run_label(baseline),
@@ -171,9 +233,24 @@ def explain(baseline: dict, other: dict) -> dict:
         "basis": basis,
         "gap_us_per_txn": round(gap, 3),
         "measure": measure,     # what the gap is a difference of; client_cycle_us = clients / TPS, under -C
+        "causes": causes,
         "items": items,
-        "unexplained_pct": round(unexplained, 1),
+        "unexplained_pct": round(unexplained, 1) if not verdict else None,
+        "ranked": not verdict,
+        "verdict": verdict,
     }
+
+
+def _verdict(items: list[dict], causes: list[dict], gap: float, tps_delta: float, noise_pct: float) -> str | None:
+    """Why the gap cannot be ranked, or None when it can."""
+    if abs(gap) <= _MIN_GAP_US or not items:
+        return None              # nothing to split: the sentence says so
+    if abs(tps_delta) < noise_pct:
+        return "within noise"
+    shares = [r["share_pct"] for r in (*items, *causes) if r.get("share_pct") is not None]
+    if any(abs(x) > MAX_SHARE_PCT for x in shares):
+        return "smaller than its parts"
+    return None
 
 
 def _item_phrase(name: str) -> str:
@@ -185,6 +262,17 @@ def _item_phrase(name: str) -> str:
     return name
 
 
+def _cause_phrase(cause: dict) -> str:
+    name = str(cause.get("name", "?"))
+    if name.startswith("hop "):
+        hop = name[4:]
+        extra = [i for i in cause.get("items") or [] if not (str(i).startswith("hop.") or str(i).endswith("." + hop))]
+        return f"the {hop} hop" + (" (with the network work of its second connection)" if extra else "")
+    return {"scheduler": "the scheduler", "backend": "the backend", "client": "the client (pgbench)",
+            "network stack": "the network stack", "devices": "the device path",
+            "foreign load": "other processes' CPU load", "probes": "pathprof's probes"}.get(name, name)
+
+
 def _fmt_pct(x: float) -> str:
     x = x + 0.0  # turns -0.0 into 0.0 so a sentence never says "-0 %"
     if abs(x) < 0.05:
@@ -193,9 +281,10 @@ def _fmt_pct(x: float) -> str:
 
 
 def explain_text(expl: dict) -> str:
-    """One sentence a DBA reads, e.g. "docker-dnat is 60 % slower than docker-bridge; 91 % of that is the
-    docker-proxy hop (+14 µs CPU per transaction), 6 % netfilter, 3 % unexplained". With `real_gap` set (by
-    compare --repeat, from is_real_gap) the sentence also says whether the gap stands out of the noise."""
+    """One sentence a DBA can repeat, causes first, e.g. "docker-dnat is 60 % slower than docker-bridge; the
+    docker-proxy hop (with the network work of its second connection) causes 99 % of that (+45.0 µs CPU per
+    transaction), 0.9 % unexplained". With `real_gap` set (by compare --repeat, from is_real_gap) the sentence
+    also says whether the gap stands out of the noise."""
     text = _explain_sentence(expl)
     if expl.get("real_gap") is True:
         return text + " (the gap exceeds the run-to-run spread)"
@@ -224,23 +313,34 @@ def _explain_sentence(expl: dict) -> str:
     if not items:
         what = "component" if expl.get("basis") == "cpu" else "stage"
         return f"{head}; these runs have no per-{what} figures to split it (were probes off?)"
-    shown = [it for it in items if _num(it.get("share_pct")) >= _SENTENCE_MIN_SHARE][:_SENTENCE_MAX_ITEMS]
+    moves = ", ".join(f"{it['name']} {_num(it['delta_us_per_txn']):+,.1f}" for it in items[:3])
+    if expl.get("verdict") == "within noise" and expl.get("real_gap") is not True:
+        return (f"{head}, which is within what two identical runs differ by here (< {NOISE_TPS_PCT:g} % TPS): not "
+                f"ranked (repeat the runs with --repeat to tell); the largest moves were {moves} {unit}")
+    if expl.get("verdict") == "smaller than its parts":
+        return (f"{head}, but the measured gap ({gap:+,.1f} {unit}) is smaller than its parts ({moves}): they "
+                "moved in opposite directions by more than the gap, so they are not ranked")
+    causes = [c for c in expl.get("causes") or [] if c.get("share_pct") is not None]
+    shown = [c for c in causes if _num(c["share_pct"]) >= _SENTENCE_MIN_SHARE][:_SENTENCE_MAX_ITEMS]
     parts = []
-    for i, it in enumerate(shown):
-        name = _item_phrase(str(it["name"]))
+    for i, c in enumerate(shown):
         if i == 0:
-            parts.append(f"{_fmt_pct(_num(it['share_pct']))} of that is {name}"
-                         f" ({_num(it['delta_us_per_txn']):+,.1f} {unit})")
+            delta = {it["name"]: _num(it["delta_us_per_txn"]) for it in items}
+            under = sorted((n for n in c.get("items") or [] if abs(delta.get(n, 0.0)) >= 0.05),
+                           key=lambda n: -abs(delta[n]))[:3]
+            detail = (": " + ", ".join(f"{n} {delta[n]:+,.1f}" for n in under)) if len(under) > 1 else ""
+            parts.append(f"{_cause_phrase(c)} causes {_fmt_pct(_num(c['share_pct']))} of that "
+                         f"({_num(c['delta_us_per_txn']):+,.1f} {unit}{detail})")
         else:
-            parts.append(f"{_fmt_pct(_num(it['share_pct']))} {name}")
-    rest = [it for it in items if it not in shown and abs(_num(it.get("share_pct"))) >= 0.5]
+            parts.append(f"{_cause_phrase(c)} {_fmt_pct(_num(c['share_pct']))}")
+    rest = [c for c in causes if c not in shown and abs(_num(c.get("share_pct"))) >= 0.5]
     if rest:
-        rest_share = sum(_num(it.get("share_pct")) for it in rest)
-        parts.append(f"{_fmt_pct(rest_share)} {len(rest)} other {'item' if len(rest) == 1 else 'items'}")
+        rest_share = sum(_num(c.get("share_pct")) for c in rest)
+        parts.append(f"{_fmt_pct(rest_share)} {len(rest)} other {'cause' if len(rest) == 1 else 'causes'}")
     parts.append(f"{_fmt_pct(_num(expl.get('unexplained_pct')))} unexplained")
     if not shown:
         # Nothing dominates: say so rather than inventing a culprit.
-        return f"{head}; no single stage accounts for it: " + ", ".join(parts)
+        return f"{head}; no single cause accounts for it: " + ", ".join(parts)
     return f"{head}; " + ", ".join(parts)
 
 

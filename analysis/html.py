@@ -316,12 +316,25 @@ def write_html(summaries: list[dict], path: Path, explanations=None, sweep=None,
     expl_tables = []
     for e in explanations or []:
         unit = "CPU µs/txn" if e.get("basis") == "cpu" else "µs/txn"
-        rows = [[it["name"], f"{_num(it['delta_us_per_txn']):+,.1f}", f"{_num(it['share_pct']):.1f} %"]
-                for it in e.get("items") or [] if abs(_num(it.get("delta_us_per_txn"))) >= 0.05]
+        delta = {it["name"]: _num(it["delta_us_per_txn"]) for it in e.get("items") or []}
+        share = {it["name"]: it.get("share_pct") for it in e.get("items") or []}
+
+        def pct(x):
+            return "–" if x is None else f"{_num(x):.1f} %"
+        rows = []
+        for c in e.get("causes") or []:   # each cause, then the items that moved under it
+            if abs(_num(c.get("delta_us_per_txn"))) < 0.05:
+                continue
+            rows.append([f"{c['name']}", f"{_num(c['delta_us_per_txn']):+,.1f}", pct(c.get("share_pct"))])
+            rows += [[f"\u2003{n}", f"{delta[n]:+,.1f}", pct(share.get(n))]
+                     for n in sorted(c.get("items") or [], key=lambda n: -abs(delta.get(n, 0.0)))
+                     if abs(delta.get(n, 0.0)) >= 0.05]
+        total = (["unexplained", "", f"{_num(e.get('unexplained_pct')):.1f} %"]
+                 if e.get("unexplained_pct") is not None else None)
         expl_tables.append(f"<h3>{_e(e.get('run'))} vs {_e(e.get('baseline', 'baseline'))} "
                            f"({'CPU' if e.get('basis') == 'cpu' else 'latency'} view)</h3>"
-                           + _table(["item", f"Δ {unit}", "share of gap"], rows,
-                                    ["unexplained", "", f"{_num(e.get('unexplained_pct')):.1f} %"]))
+                           + (f"<p class=\"note\">basis: {_e(e['basis_reason'])}</p>" if e.get("basis_reason") else "")
+                           + _table(["cause / item", f"Δ {unit}", "share of gap"], rows, total))
     title = "pathprof report — " + ", ".join(dict.fromkeys(run_label(s) for s in summaries))
     doc = "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',

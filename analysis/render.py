@@ -238,27 +238,42 @@ def _compare_table(summaries: list[dict], spreads: dict | None = None) -> Table:
     return t
 
 
+def _share_text(share) -> str:
+    return "–" if share is None else f"{_num(share):.1f} %"
+
+
 def explanation_view(expl: dict, max_items: int = 8):
-    """The sentence, then the ranked items that moved (shares of the measured gap), then the remainder."""
+    """The sentence, then the causes ranked by share of the measured gap with the items that moved under each,
+    then the remainder. An unranked gap (within noise, smaller than its parts) lists the moves by size, no shares."""
     unit = "CPU µs/txn" if expl.get("basis") == "cpu" else "µs/txn"
     t = Table(show_edge=False, box=None, padding=(0, 2))
     for col, kw in (("", {}), (f"Δ {unit}", {"justify": "right"}), ("share", {"justify": "right"}),
                     ("", {"no_wrap": True})):
         t.add_column(col, **kw)
-    items = [it for it in expl.get("items") or [] if abs(_num(it.get("delta_us_per_txn"))) >= 0.05][:max_items]
-    top = max((abs(_num(it.get("share_pct"))) for it in items), default=0.0)
-    for it in items:
-        share = _num(it.get("share_pct"))
-        t.add_row(f"  {it.get('name')}", f"{_num(it.get('delta_us_per_txn')):+,.1f}", f"{share:.1f} %",
-                  Text(bar(abs(share), top, 20), style="green" if share >= 0 else "red"))
-    t.add_row("  unexplained", "", f"{_num(expl.get('unexplained_pct')):.1f} %", "", style="dim")
+    delta = {it["name"]: _num(it.get("delta_us_per_txn")) for it in expl.get("items") or []}
+    share = {it["name"]: it.get("share_pct") for it in expl.get("items") or []}
+    causes = [c for c in expl.get("causes") or [] if abs(_num(c.get("delta_us_per_txn"))) >= 0.05]
+    top = max((abs(_num(c.get("share_pct"))) for c in causes), default=0.0)
+    shown = 0
+    for c in causes:
+        cs = c.get("share_pct")
+        t.add_row(Text(str(c.get("name")), style="bold"), f"{_num(c.get('delta_us_per_txn')):+,.1f}", _share_text(cs),
+                  Text(bar(abs(_num(cs)), top, 20), style="green" if _num(cs) >= 0 else "red") if cs is not None
+                  else "")
+        for name in sorted(c.get("items") or [], key=lambda n: -abs(delta.get(n, 0.0))):
+            if abs(delta.get(name, 0.0)) >= 0.05 and shown < max_items * 2:
+                t.add_row(f"    {name}", f"{delta[name]:+,.1f}", _share_text(share.get(name)), "", style="dim")
+                shown += 1
+    if expl.get("unexplained_pct") is not None:
+        t.add_row("unexplained", "", f"{_num(expl.get('unexplained_pct')):.1f} %", "", style="dim")
     basis = "CPU view" if expl.get("basis") == "cpu" else "latency view"
     gap = expl.get("gap_us_per_txn")
     measure = {"client_cycle_us": " of client time per transaction (clients / TPS, connection setup included)",
                "mean_latency_us": " of mean latency"}.get(expl.get("measure"), "")
     title = Text(f"{expl.get('run')} vs {expl.get('baseline', 'baseline')} — {basis}"
                  + (f", measured gap {_num(gap):+,.1f} {unit}{measure}" if gap is not None else ""), style="bold")
-    return Group(title, Text(explain_text(expl)), t)
+    why = Text(f"basis: {expl['basis_reason']}", style="dim") if expl.get("basis_reason") else Text("")
+    return Group(title, Text(explain_text(expl)), why, t)
 
 
 def compare_view(summaries: list[dict], explanations: list[dict], spreads: dict[str, dict] | None = None):

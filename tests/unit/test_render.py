@@ -60,10 +60,20 @@ def test_compare_view():
     assert out.index("docker-bridge") < out.index("docker-dnat")
     assert "baseline" in out and "-59.5 %" in out and "64,765" in out and "26,232" in out
     assert "docker-dnat is 60 % slower than docker-bridge" in out
-    expl = out[out.index("unexplained\n") + 12:]             # the ranked table, after the sentence
-    assert expl.index("hop.docker-proxy") < expl.index("softirq.net") < expl.index("netfilter") \
-        < expl.index("unexplained")
-    assert "+40.0" in expl and "88.1 %" in expl and "n=2" in out
+    expl = out[out.index("basis: "):]                      # the ranked table, after the sentence
+    # the cause first, then the items under it by size, then the remainder
+    assert expl.index("hop docker-proxy") < expl.index("hop.docker-proxy") < expl.index("softirq.net") \
+        < expl.index("netfilter") < expl.index("unexplained")
+    assert "+45.0" in expl and "99.1 %" in expl and "+40.0" in expl and "88.1 %" in expl and "n=2" in out
+
+
+def test_unranked_explanation_shows_moves_without_shares():
+    from fixtures_summaries import plus_stage, summary
+    a = summary("loopback")
+    b = plus_stage(a, "recv.backend", 1.0, topology="nic", tps=63000.0)      # -2.7 %: within single-run noise
+    out = render_to_string(compare_view([a, b], [explain(a, b)]), width=160)
+    table = out[out.index("basis: "):]
+    assert "not ranked" in out and "recv.backend" in table and "–" in table and "unexplained" not in table
 
 
 def test_sweep_view():

@@ -1,0 +1,94 @@
+"""Causes: the per-stage and per-component differences of an explanation, grouped into what a user can act on.
+
+A line item (`softirq.net`, `wire.backend`, `hop.docker-proxy.sys`) answers "where"; a cause answers "why":
+
+  hop <name>          a process on the path (docker-proxy, pgbouncer, pgpool, qemu): its own stages and CPU, and,
+                      when only one of the two runs has it, the extra kernel network work its second connection
+                      brings (the network stack, devices and netfilter of every message now crossing two
+                      connections instead of one)
+  netfilter           netfilter.* stages and the `netfilter` CPU component (rules, conntrack, NAT)
+  devices             dev.* (veth, bridge, tap, lo queues)
+  network stack       wire.* and softirq.net: protocol processing between the send and the receiver's socket
+  scheduler           wakeup.*, idle_exit.*, runqueue.*, recv.*, queued.* of the run's own processes: waiting to
+                      be woken, for a CPU to leave idle, for a CPU, behind other work
+  backend             backend.* (execute and its USDT parts, user/sys CPU), postmaster.*, pg_aux.*
+  client              client.pgbench and pgbench's CPU
+  connection setup    connect.* (new connection per transaction)
+  probes              pathprof's own BPF programs
+  foreign load        `other`: CPU of processes that are not the run's
+
+Everything here is a pure function of an explanation's items.
+"""
+from __future__ import annotations
+
+KERNEL_NETWORK = ("network stack", "devices", "netfilter")
+_SCHED = ("wakeup.", "idle_exit.", "runqueue.", "recv.", "queued.")
+
+
+def cause_of(name: str, hops: set[str]) -> str:
+    """The cause an item belongs to; `hops` are the hop names on either path."""
+    if name.startswith("hop."):
+        return f"hop {name.split('.')[1]}"
+    if name.startswith(_SCHED) or name.startswith("wire."):
+        role = name.split(".", 1)[1]
+        if role in hops:                     # a hop's receive side belongs to the hop
+            return f"hop {role}"
+        return "network stack" if name.startswith("wire.") else "scheduler"
+    if name.startswith("netfilter"):
+        return "netfilter"
+    if name.startswith("dev."):
+        return "devices"
+    if name == "softirq.net":
+        return "network stack"
+    if name.startswith(("backend.", "postmaster.", "pg_aux.")):
+        return "backend"
+    if name.startswith(("client.", "pgbench.")):
+        return "client"
+    if name.startswith("connect."):
+        return "connection setup"
+    if name == "probes":
+        return "probes"
+    if name == "other":
+        return "foreign load"
+    return "other stages"
+
+
+def hop_names(summary: dict) -> set[str]:
+    """Hops of a run, from its stage and CPU names (hop.<name>[.user|.sys])."""
+    names = [s.get("name", "") for s in summary.get("stages") or []]
+    names += [c.get("component", "") for c in summary.get("cpu") or []]
+    return {n.split(".")[1] for n in names if n.startswith("hop.") and n.count(".") >= 1}
+
+
+def group(items: list[dict], gap: float, base_hops: set[str], other_hops: set[str]) -> list[dict]:
+    """Causes, ranked by share of the gap: [{name, delta_us_per_txn, share_pct, items}]. A hop that only one
+    run has takes the kernel network causes with it (see the module doc); with several such hops they are
+    shared in proportion to the hops' own deltas."""
+    hops = base_hops | other_hops
+    new_hops = sorted(hops - (base_hops & other_hops))
+    causes: dict[str, dict] = {}
+    for it in items:
+        c = cause_of(str(it["name"]), hops)
+        entry = causes.setdefault(c, {"name": c, "delta_us_per_txn": 0.0, "items": []})
+        entry["delta_us_per_txn"] += float(it.get("delta_us_per_txn") or 0.0)
+        entry["items"].append(it["name"])
+    if new_hops:
+        own = {h: abs(causes.get(f"hop {h}", {}).get("delta_us_per_txn", 0.0)) for h in new_hops}
+        total_own = sum(own.values())
+        for kn in KERNEL_NETWORK:
+            moved = causes.pop(kn, None)
+            if not moved:
+                continue
+            for h in new_hops:
+                w = own[h] / total_own if total_own else 1.0 / len(new_hops)
+                entry = causes.setdefault(f"hop {h}", {"name": f"hop {h}", "delta_us_per_txn": 0.0, "items": []})
+                entry["delta_us_per_txn"] += moved["delta_us_per_txn"] * w
+                entry["items"] += [n for n in moved["items"] if n not in entry["items"]]
+    out = []
+    for c in causes.values():
+        d = c["delta_us_per_txn"]
+        out.append({"name": c["name"], "delta_us_per_txn": round(d, 3),
+                    "share_pct": round(d / gap * 100.0, 1) if gap else None, "items": c["items"]})
+    out.sort(key=lambda c: (-(c["share_pct"] if c["share_pct"] is not None else 0.0),
+                            -abs(c["delta_us_per_txn"])))
+    return out
