@@ -152,10 +152,18 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--html", metavar="FILE", help="write an HTML report (PNG figures are written next to it)")
     rep.add_argument("--json", action="store_true")
 
-    c = sub.add_parser("compare", help="run several topologies and explain their gaps", formatter_class=fmt,
-                       description="Run the same workload on each topology (interleaved when --repeat > 1) and "
-                                   "explain each one's TPS gap against the first.")
-    c.add_argument("topologies", nargs="+", metavar="TOPOLOGY")
+    c = sub.add_parser("compare", help="run several topologies or variants and explain their gaps",
+                       formatter_class=fmt,
+                       description="Run the same workload on each entry (interleaved when --repeat > 1) and explain "
+                                   "each one's TPS gap against the first. An entry is a topology, optionally with "
+                                   "settings of its own: TOPOLOGY[:KEY=VALUE]..., where KEY is any `pathprof run` "
+                                   "option without its dashes.",
+                       epilog="examples:\n"
+                              "  pathprof compare unix loopback docker-bridge docker-dnat pgpool --clients 16\n"
+                              "  pathprof compare docker-dnat:userland-proxy=on docker-dnat:userland-proxy=off\n"
+                              "  pathprof compare unix:clients=16 unix:clients=96 --repeat 3\n"
+                              "  pathprof compare loopback loopback:pg-set=fsync=off --script tpcb-like\n")
+    c.add_argument("topologies", nargs="+", metavar="ENTRY", help="TOPOLOGY[:KEY=VALUE]... (the first is the baseline)")
     c.add_argument("--repeat", type=_positive_int, default=1, metavar="K",
                    help="run each topology K times, interleaved, and report the spread")
     c.add_argument("--html", metavar="FILE", help="also write an HTML report")

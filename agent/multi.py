@@ -18,19 +18,24 @@ def _print(renderable) -> None:
     sys.stdout.write(render_to_string(renderable))
 
 
-def _one_run(a, topology: str, clients: int | None, label: str) -> dict:
+def _one_run(a, topology: str, clients: int | None, label: str, own_options: dict | None = None,
+             run_label: str | None = None) -> dict:
     from pathprof.analysis.summary import summarize
     from pathprof.topologies import spec
 
     from . import run as runmod
     from .console import PlainReporter
     opts = cli_args.run_options(a, topology, clients)
-    # --userland-proxy/--target apply to the topologies that declare them; the others ignore them.
+    # Command-wide --userland-proxy/--target apply to the topologies that declare them, the others ignore them;
+    # what a compare entry sets for itself (own_options) was validated against its topology already.
     declared = spec.load(topology).options
-    opts.topo_options = {k: v for k, v in opts.topo_options.items() if k in declared}
+    opts.topo_options = {k: v for k, v in opts.topo_options.items() if k in declared or k in (own_options or {})}
     ui = PlainReporter(sys.stderr, opts.workload.duration_s, every_s=5.0)
     ui.phase(f"--- {label} ---")
-    return summarize(runmod.execute(opts, ui))
+    s = summarize(runmod.execute(opts, ui))
+    if run_label:
+        s["label"] = run_label
+    return s
 
 
 def _median_run(runs: list[dict]) -> dict:
@@ -39,35 +44,49 @@ def _median_run(runs: list[dict]) -> dict:
 
 
 def compare(a) -> int:
-    from pathprof.analysis.explain import explain, is_real_gap, spread
+    from pathprof.analysis.explain import cause_spread, explain, is_real_gap, spread
     from pathprof.topologies import spec
+
+    from .variants import apply, parse_variant
     if len(a.topologies) < 2:
-        raise UserError("compare needs at least two topologies (the first is the baseline)")
-    for t in a.topologies:
-        spec.load(t)  # fail fast on an unknown name, before any run
-    runs: dict[str, list[dict]] = {t: [] for t in a.topologies}
-    total = len(a.topologies) * a.repeat
+        raise UserError("compare needs at least two entries (the first is the baseline)")
+    variants = [parse_variant(t) for t in a.topologies]
+    labels = [v.label for v in variants]
+    if len(set(labels)) != len(labels):
+        raise UserError("compare entries must differ: " + ", ".join(sorted({x for x in labels if labels.count(x) > 1})))
+    planned = []
+    for v in variants:   # fail fast on an unknown name or setting, before any run
+        ns, own = apply(a, v)
+        spec.load(v.topology, own)
+        planned.append((v, ns, own))
+    runs: dict[str, list[dict]] = {v.label: [] for v in variants}
+    total = len(variants) * a.repeat
     n = 0
-    for k in range(a.repeat):  # interleaved: A B C A B C, so drift hits every topology alike
-        for t in a.topologies:
+    for k in range(a.repeat):  # interleaved: A B C A B C, so drift hits every entry alike
+        for v, ns, own in planned:
             n += 1
-            runs[t].append(_one_run(a, t, None, f"run {n}/{total}: {t} (repeat {k + 1})"))
-    chosen = [_median_run(runs[t]) for t in a.topologies]
+            runs[v.label].append(_one_run(ns, v.topology, None, f"run {n}/{total}: {v.label} (repeat {k + 1})",
+                                          own, run_label=v.label if v.settings else None))
+    chosen = [_median_run(runs[lb]) for lb in labels]
     base = chosen[0]
     explanations = []
-    for t, s in zip(a.topologies[1:], chosen[1:]):
-        e = explain(base, s)
+    for lb, s in zip(labels[1:], chosen[1:]):
+        real = is_real_gap(runs[labels[0]], runs[lb]) if a.repeat > 1 else None
+        # repeats that show the gap stands out of the spread overrule the single-run noise rule
+        e = explain(base, s, noise_pct=0.0) if real else explain(base, s)
         if a.repeat > 1:
-            e["real_gap"] = is_real_gap(runs[a.topologies[0]], runs[t])
+            e["real_gap"] = real
+            cause_spread(e, [explain(b, o, basis=e["basis"], noise_pct=0.0)
+                             for b, o in zip(runs[labels[0]], runs[lb])])
         explanations.append(e)
-    spreads = {t: spread(runs[t]) for t in a.topologies} if a.repeat > 1 else None
+    spreads = {lb: spread(runs[lb]) for lb in labels} if a.repeat > 1 else None
     if a.html:
         from pathprof.analysis.html import write_html
         write_html(chosen, Path(a.html), explanations=explanations)
         print(f"pathprof: wrote {a.html}", file=sys.stderr)
     if a.json:
-        _out_json({"runs": chosen, "baseline": base["topology"], "explanations": explanations,
-                   "spread": spreads, "all_runs": {t: [r["run_dir"] for r in rs] for t, rs in runs.items()}})
+        _out_json({"runs": chosen, "baseline": labels[0], "explanations": explanations,
+                   "spread": spreads, "all_runs": {lb: [r["run_dir"] for r in rs] for lb, rs in runs.items()}})
     else:
         from pathprof.analysis.render import compare_view
         _print(compare_view(chosen, explanations, spreads))

@@ -410,6 +410,26 @@ def spread(summaries: Iterable[dict]) -> dict:
     }
 
 
+def cause_spread(expl: dict, repeats: list[dict]) -> dict:
+    """With --repeat: each cause's (and item's) delta over the pairwise explanations of the repeats (k-th
+    baseline run vs k-th other run), as `spread` {min, max} of µs per transaction; a cause whose spread covers
+    zero is marked `uncertain` (it may not have moved at all). Returns expl, updated."""
+    def ranges(rows_of):
+        out: dict[str, list[float]] = {}
+        for e in repeats:
+            for row in rows_of(e):
+                out.setdefault(row["name"], []).append(_num(row.get("delta_us_per_txn")))
+        return out
+    for rows, key in ((expl.get("causes") or [], "causes"), (expl.get("items") or [], "items")):
+        seen = ranges(lambda e, key=key: e.get(key) or [])
+        for row in rows:
+            vals = seen.get(row["name"], [])
+            if len(vals) >= 2:
+                row["spread"] = {"min": round(min(vals), 3), "max": round(max(vals), 3), "n": len(vals)}
+                row["uncertain"] = min(vals) <= 0.0 <= max(vals)
+    return expl
+
+
 def is_real_gap(base_runs: list[dict], other_runs: list[dict]) -> bool:
     """True when the TPS gap exceeds the run-to-run spread: the two sets' [min, max] ranges do not overlap.
 

@@ -257,7 +257,10 @@ def explanation_view(expl: dict, max_items: int = 8):
     shown = 0
     for c in causes:
         cs = c.get("share_pct")
-        t.add_row(Text(str(c.get("name")), style="bold"), f"{_num(c.get('delta_us_per_txn')):+,.1f}", _share_text(cs),
+        name = str(c.get("name"))
+        if c.get("uncertain"):        # --repeat: its move changed sign between repeats
+            name += f" (repeats: {_num(c['spread']['min']):+,.1f} … {_num(c['spread']['max']):+,.1f}, may be noise)"
+        t.add_row(Text(name, style="bold"), f"{_num(c.get('delta_us_per_txn')):+,.1f}", _share_text(cs),
                   Text(bar(abs(_num(cs)), top, 20), style="green" if _num(cs) >= 0 else "red") if cs is not None
                   else "")
         for name in sorted(c.get("items") or [], key=lambda n: -abs(delta.get(n, 0.0))):

@@ -64,3 +64,20 @@ def test_compare_unix_loopback_then_diff_and_report(runs_dir, tmp_path):
     assert list(tmp_path.glob("r-*.png"))
     rep = json.loads(run_pathprof("report", b, "--json", check=True).stdout)
     assert rep["tps"] == doc["runs"][1]["tps"] and rep["stages"] == doc["runs"][1]["stages"]
+
+
+def test_compare_variants_of_one_topology(runs_dir):
+    """Variants in one command: labels name them, each run got its own settings, and a bad entry is refused
+    before anything runs."""
+    before = machine_state()
+    cp = run_pathprof("compare", "unix", "unix:clients=2:mode=simple", "--clients", "1", "--duration", "2",
+                      "--probes", "off", "--json", runs_dir=runs_dir, check=True, timeout=600)
+    doc = json.loads(cp.stdout)
+    assert doc["baseline"] == "unix"
+    assert [r.get("label") or r["topology"] for r in doc["runs"]] == ["unix", "unix:clients=2:mode=simple"]
+    assert [r["clients"] for r in doc["runs"]] == [1, 2]
+    assert [r["workload"]["mode"] for r in doc["runs"]] == ["prepared", "simple"]
+    assert doc["explanations"][0]["run"] == "unix:clients=2:mode=simple"
+    assert machine_state() == before
+    bad = run_pathprof("compare", "unix", "unix:clientz=2", "--duration", "2", runs_dir=runs_dir)
+    assert bad.returncode == 2 and "unknown setting 'clientz'" in bad.stderr and "Traceback" not in bad.stderr
