@@ -140,6 +140,7 @@ class ProbeSession:
             BpfObject,
             RingBuffer,
             kernel_has_tracepoint,
+            num_possible_cpus,
         )
         ensure_tracefs()
         ports = sorted({int(p) for p in self.config.service_ports if p})
@@ -155,6 +156,7 @@ class ProbeSession:
                                  trace_every=C.c_uint32(max(int(self.config.trace_sample or 0), 0)))
             self.main.maps["lat"].set_max_entries(L.lat_entries(hop_slots))
             self.main.maps["nfagg"].set_max_entries((len(self.netns_names) + 1) * L.NF_PER_NETNS)
+            self.main.maps["cpu_idle"].set_max_entries(num_possible_cpus())
             self.hop_slots = hop_slots
             for name, prog in self.main.programs.items():
                 prog.set_autoload(deep or not name.startswith("pg_"))

@@ -12,7 +12,9 @@ message the probes measure, back to back, so the stages tile the connection's ti
                        pathprof's INT_MIN+1 and INT_MAX-1 brackets, i.e. iptables/nftables, conntrack, NAT
   dev.<device>         net_dev_start_xmit -> netif_receive_skb of the same data skb (lo, veth, bridge...);
                        for a tap into qemu, -> qemu's read of it
-  wakeup.<receiver>    sk_data_ready -> sched_wakeup of the consuming thread
+  wakeup.<receiver>    sk_data_ready -> sched_wakeup of the consuming thread, onto a CPU that was busy
+  idle_exit.<receiver> the same, onto a CPU that was idle: the wakeup IPI and the CPU leaving idle (on a VM
+                       ~20-30 µs; what makes 1-client paths slow on an idle machine)
   runqueue.<receiver>  woken -> switched onto a CPU (run-queue wait)
   recv.<receiver>      on CPU -> the receive returned the data (poll/epoll return + recv syscall)
   queued.<receiver>    the receiver was already awake when the data arrived: ready -> consumed, i.e. the
@@ -49,7 +51,7 @@ import pandas as pd
 
 from .histogram import merge, quantile
 
-LAT_KINDS = ("wire", "wakeup", "runqueue", "recv", "queued", "proc", "netfilter", "dev")
+LAT_KINDS = ("wire", "wakeup", "idle_exit", "runqueue", "recv", "queued", "proc", "netfilter", "dev")
 USDT_NAMES = {"pg_query": "backend.query", "pg_parse": "backend.parse", "pg_plan": "backend.plan",
               "pg_execute": "backend.executor", "pg_lock": "backend.lock_wait", "pg_lwlock": "backend.lwlock_wait"}
 LEG_ORDER = {"request": 0, "server": 1, "response": 2, "client": 3, "": 4}

@@ -19,11 +19,12 @@ enum pp_leg { PP_LEG_NONE = 0, PP_LEG_REQUEST = 1, PP_LEG_SERVER = 2, PP_LEG_RES
 enum pp_stage {
 	/* per-message stages: the `lat` per-CPU array, indexed by lat_index() in pathprof.bpf.c */
 	PP_ST_WIRE = 1,        /* start of the sender's send -> sk_data_ready on the receiving socket */
-	PP_ST_WAKEUP = 2,      /* sk_data_ready -> receiver's sched_wakeup */
+	PP_ST_WAKEUP = 2,      /* sk_data_ready -> receiver's sched_wakeup, onto a CPU that was busy */
 	PP_ST_RUNQUEUE = 3,    /* wakeup -> switched onto a CPU */
 	PP_ST_RECV = 4,        /* on CPU -> consuming receive returned data */
 	PP_ST_QUEUED = 5,      /* receiver was already awake: ready -> consumed (busy with other work) */
 	PP_ST_PROC = 6,        /* consuming receive -> next send syscall entry (backend/hop/client work) */
+	PP_ST_IDLE_EXIT = 7,   /* as WAKEUP, onto a CPU that was idle: the IPI and the CPU leaving idle */
 	/* rarer ones: the `stages` per-CPU hash */
 	PP_ST_DEV = 8,         /* net_dev_start_xmit -> netif_receive_skb of the same data skb (hop = ifindex) */
 	PP_ST_PG_QUERY = 12,   /* USDT (deep): query__start/done and the phases below */
@@ -32,8 +33,8 @@ enum pp_stage {
 };
 #define PP_NUSDT 6
 
-/* lat array geometry: stage (6) x role (9) x leg (5) x hop slot (lat_hops, set at load: a run's hops + 1) */
-#define PP_LAT_STAGES 6
+/* lat array geometry: stage (7) x role (9) x leg (5) x hop slot (lat_hops, set at load: a run's hops + 1) */
+#define PP_LAT_STAGES 7
 #define PP_NROLES     9
 #define PP_NLEGS      5
 #define PP_MAX_HOPS   8

@@ -117,6 +117,13 @@ struct {
 } cpust SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);      /* per CPU id, read across CPUs: when it went idle, 0 = busy */
+	__uint(max_entries, 1024);             /* set at load: the possible CPUs */
+	__type(key, __u32);
+	__type(value, __u64);
+} cpu_idle SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, PP_NSTATS);
 	__type(key, __u32);
@@ -358,6 +365,10 @@ int BPF_PROG(pp_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	}
 	cs->last_switch = now;
 	cs->excl_at_switch = cs->excl_total;
+	__u32 cpu = bpf_get_smp_processor_id();
+	__u64 *idle = bpf_map_lookup_elem(&cpu_idle, &cpu);
+	if (idle)
+		*idle = next->pid == 0 ? now : 0;    /* pid 0: this CPU's idle task */
 	struct pp_task *nt = task_of(next, ws);
 	cs->cur_tracked = nt != 0;
 	if (nt) {
@@ -383,6 +394,10 @@ static __always_inline void on_wakeup(struct task_struct *p)
 		__u64 now = bpf_ktime_get_ns();
 		t->wake_ts = now;
 		t->runnable_ts = now;
+		/* woken onto an idle CPU? (a queued wakeup runs on that CPU once it left idle: still idle here) */
+		__u32 cpu = BPF_CORE_READ(p, thread_info.cpu);
+		__u64 *idle = bpf_map_lookup_elem(&cpu_idle, &cpu);
+		t->wake_idle = idle && *idle != 0;
 	}
 }
 
@@ -561,7 +576,7 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 	if (r && now >= r) {
 		__u64 w = t->wake_ts;
 		if (w > r && w <= now) {
-			span(PP_ST_WAKEUP, s->role, s->leg, s->hop, r, w - r, s->seq);
+			span(t->wake_idle ? PP_ST_IDLE_EXIT : PP_ST_WAKEUP, s->role, s->leg, s->hop, r, w - r, s->seq);
 			__u64 on = t->oncpu_ts >= w ? t->oncpu_ts : w;
 			span(PP_ST_RUNQUEUE, s->role, s->leg, s->hop, w, on - w, s->seq);
 			span(PP_ST_RECV, s->role, s->leg, s->hop, on, now - on, s->seq);

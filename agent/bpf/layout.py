@@ -17,7 +17,7 @@ NUSDT = 6
 ROLES = {"pgbench": 1, "backend": 2, "postmaster": 3, "pg_aux": 4, "pooler": 5, "proxy": 6, "qemu": 7, "other": 8}
 ROLE_NAMES = {v: k for k, v in ROLES.items()} | {0: "kernel"}
 LEGS = {0: "", 1: "request", 2: "server", 3: "response", 4: "client"}
-STAGES = {1: "wire", 2: "wakeup", 3: "runqueue", 4: "recv", 5: "queued", 6: "proc", 8: "dev",
+STAGES = {1: "wire", 2: "wakeup", 3: "runqueue", 4: "recv", 5: "queued", 6: "proc", 7: "idle_exit", 8: "dev",
           12: "pg_query", 13: "pg_parse", 14: "pg_plan", 15: "pg_execute", 16: "pg_lock", 17: "pg_lwlock"}
 STATS = {0: "tasks_full", 1: "socks_full", 2: "stages_full", 3: "cpu_full", 4: "wire_unpaired",
          5: "ready_unlearned", 6: "nf_unpaired", 7: "nf_nested_full", 8: "nf_nat", 9: "dev_overwritten",
@@ -26,7 +26,7 @@ STATS = {0: "tasks_full", 1: "socks_full", 2: "stages_full", 3: "cpu_full", 4: "
          20: "switch_in_unseen"}
 NSTATS = 24
 NF_HOOK_NAMES = {0: "prerouting", 1: "input", 2: "forward", 3: "output", 4: "postrouting"}
-LAT_STAGES, NROLES, NLEGS, MAX_HOPS = 6, 9, 5, 8
+LAT_STAGES, NROLES, NLEGS, MAX_HOPS = 7, 9, 5, 8
 NF_PER_NETNS = 5 * 2 * 2
 NF_SLOTS = 10
 DEVQ_SLOTS = 4096
@@ -80,7 +80,7 @@ class Task(C.Structure):
                 ("last_utime", C.c_uint64), ("last_stime", C.c_uint64),
                 ("usdt_ts", C.c_uint64 * NUSDT), ("win", C.c_uint64), ("hop", C.c_uint32),
                 ("consume_seq", C.c_uint32), ("role", C.c_uint8), ("consume_leg", C.c_uint8), ("in_send", C.c_uint8),
-                ("pad", C.c_uint8 * 5)]
+                ("wake_idle", C.c_uint8), ("pad", C.c_uint8 * 4)]
 
 
 class Sock(C.Structure):

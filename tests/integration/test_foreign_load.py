@@ -1,0 +1,51 @@
+"""Ground truth by injection: the same 1-client path alone and while two busy loops keep both CPUs busy.
+
+Alone, every wakeup lands on an idle CPU, which must first leave idle (the `idle_exit` stage, tens of µs on a
+VM); under foreign load the CPUs never idle, so that stage vanishes, throughput rises, the CPU view shows the
+load as `other`, and the explanation must use the latency basis (the runs are limited by different things),
+rank the scheduler first and keep every share within ±150 %."""
+import json
+import os
+import subprocess
+
+import pytest
+from conftest import machine_state, run_pathprof
+
+pytestmark = pytest.mark.integration
+
+
+def _run(runs_dir) -> dict:
+    cp = run_pathprof("run", "--topology", "nic", "--clients", "1", "--duration", "4", "--probe-duty", "100",
+                      "--json", runs_dir=runs_dir, check=True, timeout=300)
+    return json.loads(cp.stdout)
+
+
+def _per_txn(doc, kind) -> float:
+    return sum(s["us_per_txn"] for s in doc["stages"] if s["name"].startswith(kind + "."))
+
+
+def test_foreign_cpu_load_removes_idle_exits_and_is_explained_on_latency(runs_dir):
+    before = machine_state()
+    alone = _run(runs_dir)
+    n = os.cpu_count() or 2
+    loops = [subprocess.Popen(["timeout", "40", "sh", "-c", "while :; do :; done"]) for _ in range(n)]
+    try:
+        loaded = _run(runs_dir)
+    finally:
+        for p in loops:
+            p.kill()
+            p.wait()
+    assert machine_state() == before
+    # alone: idle exits are the bulk of waking up; loaded: (almost) none
+    assert _per_txn(alone, "idle_exit") > 2 * _per_txn(alone, "wakeup"), alone["stages"]
+    assert _per_txn(loaded, "idle_exit") < 0.25 * _per_txn(alone, "idle_exit"), loaded["stages"]
+    cpu = {c["component"]: c["us_per_txn"] for c in loaded["cpu"]}
+    assert max(cpu, key=cpu.get) == "other", cpu
+    assert loaded["tps"] > alone["tps"]
+    d = json.loads(run_pathprof("diff", alone["run_dir"], loaded["run_dir"], "--json", check=True).stdout)
+    e = d["explanations"][0]
+    assert e["basis"] == "latency" and "other processes' CPU load" in e["basis_reason"], e["basis_reason"]
+    assert e["ranked"], e
+    assert all(abs(r["share_pct"]) <= 150 for r in (*e["items"], *e["causes"])), e
+    assert e["causes"][0]["name"] == "scheduler", e["causes"]
+    assert {"idle_exit.backend", "idle_exit.pgbench"} <= set(e["causes"][0]["items"])
