@@ -78,7 +78,7 @@ class Target:
 
 def build_argv(w: Workload, target: Target, log_dir: Path, script_dir: Path) -> list[str]:
     argv = [proc.which("pgbench"), "-n", "-M", w.mode, "-c", str(w.clients), "-j", str(w.threads),
-            "-T", str(w.duration_s), "-P", "1", "-l", f"--log-prefix={log_dir / 'pgbench_log'}"]
+            "-T", str(w.duration_s), "-P", "1", "-r", "-l", f"--log-prefix={log_dir / 'pgbench_log'}"]
     if w.connect:
         argv.append("-C")
     if w.rate:
@@ -117,13 +117,52 @@ class PgbenchResult:
     version: str = ""
     progress: list = field(default_factory=list)
     exit_code: int = 0
+    # pgbench -r: per script (one unless several were weighted), its transactions, latency and statements
+    # [{name, weight, transactions, tps, latency_ms {mean, stddev}, statements [{latency_ms, failures, sql}]}]
+    scripts: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
+_STATEMENT_RE = re.compile(r"^\s+([\d.]+)\s+(\d+)\s+(.*)$")
+
+
+def parse_scripts(stdout: str) -> list[dict]:
+    """pgbench -r's per-script blocks (or the one implicit script) with their statement latencies."""
+    scripts: list[dict] = []
+    cur: dict | None = None
+    in_statements = False
+    for raw in stdout.splitlines():
+        line = raw.strip()
+        if m := re.match(r"SQL script (\d+): (.+)$", line):
+            cur = {"name": m.group(2), "weight": None, "transactions": None, "tps": None, "latency_ms": {},
+                   "statements": []}
+            scripts.append(cur)
+            in_statements = False
+        elif cur is not None and (m := re.match(r"- weight: (\d+)", line)):
+            cur["weight"] = int(m.group(1))
+        elif cur is not None and (m := re.match(r"- (\d+) transactions .*tps = ([\d.]+)", line)):
+            cur["transactions"], cur["tps"] = int(m.group(1)), float(m.group(2))
+        elif cur is not None and (m := re.match(r"- latency (average|stddev) = ([\d.]+) ms", line)):
+            cur["latency_ms"]["mean" if m.group(1) == "average" else "stddev"] = float(m.group(2))
+        elif "statement latencies in milliseconds" in line:
+            if cur is None:          # a single script: no "SQL script" header
+                cur = {"name": "", "weight": None, "transactions": None, "tps": None, "latency_ms": {},
+                       "statements": []}
+                scripts.append(cur)
+            in_statements = True
+        elif in_statements and (m := _STATEMENT_RE.match(raw)):
+            cur["statements"].append({"latency_ms": float(m.group(1)), "failures": int(m.group(2)),
+                                      "sql": m.group(3).strip()})
+        else:
+            in_statements = False
+    return scripts
+
+
 def parse_summary(stdout: str) -> PgbenchResult:
     r = PgbenchResult()
+    r.scripts = parse_scripts(stdout)
     for line in stdout.splitlines():
         line = line.strip()
         if m := re.match(r"pgbench \((.+)\)$", line):

@@ -127,8 +127,11 @@ def cpu_frame(now: dict, base: dict, hops: dict) -> pd.DataFrame:
         oncpu, ut, st = max(d[0], 0.0), max(d[1], 0.0), max(d[2], 0.0)
         # on-CPU time is exact (sched_switch); the user/system split is the tick-sampled utime:stime ratio
         user_share = ut / (ut + st) if ut + st > 0 else 1.0
+        name = L.ROLE_NAMES.get(role, "")
+        if name == "pg_aux" and hop:           # the slot is the auxiliary process's kind, not a hop
+            name, hop = f"pg_aux.{L.AUX_NAMES.get(hop, 'other')}", 0
         for comp, ns in (("user", oncpu * user_share), ("sys", oncpu * (1 - user_share))):
-            rows.append({"comp": comp, "role": L.ROLE_NAMES.get(role, ""), "hop": hop_names.get(hop, ""),
+            rows.append({"comp": comp, "role": name, "hop": hop_names.get(hop, ""),
                          "where": "", "ns": int(ns), "count": int(d[5])})
     c, b = now["cpust"], base.get("cpust", {})
     for where in ("task", "idle", "other"):

@@ -33,8 +33,12 @@ from pathprof.agent.probe_windows import DEFAULT_PERIOD_S, DEFAULT_WINDOW_S
 PROBES_DIR = Path(__file__).resolve().parent.parent / "probes"
 TRACEFS = "/sys/kernel/tracing"
 LEVELS = ("off", "basic", "deep")
+# (program pair prefix, exported function) timed by entry/return uprobes
+UPROBE_CALLS = [("wal_flush", "XLogFlush")]
 # (program pair prefix, USDT probe base name) on provider "postgresql"
 USDT_PAIRS = [("query", "query"), ("parse", "query__parse"), ("plan", "query__plan"), ("execute", "query__execute"),
+              ("data_read", "smgr__md__read"), ("dirty_write", "buffer__write__dirty"),
+              ("wal_full", "wal__buffer__write__dirty"),
               ("lock", "lock__wait"), ("lwlock", "lwlock__wait")]
 ALWAYS_ON = ("pp_fork",)               # attached for the whole session; everything else only in windows
 NETFILTER = ("nf_begin", "nf_end")      # BPF netfilter links, attached per (namespace, hook) with functions
@@ -204,6 +208,12 @@ class ProbeSession:
                     for end in ("start", "done"):
                         out.append(self.main.attach(f"pg_{prefix}_{end}", "usdt", -1, binary, "postgresql",
                                                     f"{probe}__{end}"))
+                for prefix, func in UPROBE_CALLS:
+                    try:
+                        out.append(self.main.attach_uprobe(f"pg_{prefix}_start", -1, binary, func))
+                        out.append(self.main.attach_uprobe(f"pg_{prefix}_done", -1, binary, func, retprobe=True))
+                    except UserError as e:      # a build without the symbol: that stage only is missing
+                        self._note(f"deep: {func} not found in {binary}: backend.{prefix} not measured ({e})")
         for ns, hooks in self.nf_hooks.items():
             try:
                 for hook in hooks:
@@ -291,8 +301,9 @@ class ProbeSession:
             if self._ring is not None:
                 self._ring.consume()
 
-    def track(self, pid: int, role: str, hop: str | None = None) -> None:
-        """Follow pid (its threads and children) as `role`; forks are then followed in the kernel."""
+    def track(self, pid: int, role: str, hop: str | None = None, aux: str | None = None) -> None:
+        """Follow pid (its threads and children) as `role` (a hop's processes with its name, PostgreSQL's
+        auxiliary processes with their kind, layout.AUX_KINDS); forks are then followed in the kernel."""
         if not self.started:
             return
         from pathprof.agent.bpf import layout as L
@@ -300,7 +311,9 @@ class ProbeSession:
             raise UserError(f"unknown probe role {role!r} (one of {', '.join(L.ROLES)})")
         self.roles.add(role)
         hop_id = 0
-        if hop:
+        if aux:
+            hop_id = L.AUX_KINDS.get(aux, L.AUX_KINDS["other"])
+        elif hop:
             hop_id = self.hops.setdefault(hop, len(self.hops) + 1)
             if hop_id >= self.hop_slots:
                 raise UserError(f"at most {self.hop_slots - 1} distinct hops can be profiled on this path "

@@ -15,11 +15,34 @@ def track_path(probes, pg, services) -> None:
         probes.track(pg.pid, "postmaster")
         for child in pg.postmaster_children():
             # A pooler's server connections already exist: they are backends, not auxiliary processes.
-            probes.track(child, "pg_aux" if is_aux_process(child) else "backend")
+            kind = aux_kind(child)
+            if kind:
+                probes.track(child, "pg_aux", aux=kind)
+            else:
+                probes.track(child, "backend")
     for svc in services:
         role = getattr(svc, "role", "proxy")
         for pid in svc.pids():
             probes.track(pid, role, hop=svc.hop)
+
+
+def checkpoints(pg) -> dict | None:
+    """The server's checkpoint counters (pg_stat_bgwriter), or None where they cannot be read (a guest)."""
+    if pg is None:
+        return None
+    try:
+        (timed, req), = pg.query("select checkpoints_timed, checkpoints_req from pg_stat_bgwriter")
+    except Exception:     # a server that went away: the run reports that elsewhere
+        return None
+    return {"timed": int(timed), "requested": int(req)}
+
+
+def checkpoints_during(before: dict | None, after: dict | None) -> dict | None:
+    """run.json postgres.checkpoints: checkpoints that ran during the measured interval, by kind."""
+    if not before or not after:
+        return None
+    d = {k: after[k] - before[k] for k in ("timed", "requested")}
+    return {**d, "during_run": d["timed"] + d["requested"]}
 
 
 AUX_TITLES = ("checkpointer", "background writer", "walwriter", "autovacuum launcher", "autovacuum worker",
@@ -27,14 +50,22 @@ AUX_TITLES = ("checkpointer", "background writer", "walwriter", "autovacuum laun
               "walsender", "logger")
 
 
-def is_aux_process(pid: int) -> bool:
-    """Postgres auxiliary process, from its process title ("postgres: checkpointer ")."""
+def aux_kind(pid: int) -> str | None:
+    """The kind of a PostgreSQL auxiliary process from its title ("postgres: checkpointer "), None for a
+    backend (layout.AUX_KINDS names the kinds; the rest of AUX_TITLES are "other")."""
     try:
         title = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
-        return True
+        return "other"
     title = title.removeprefix("postgres: ").strip()
-    return title.startswith(AUX_TITLES)
+    if not title.startswith(AUX_TITLES):
+        return None
+    for prefix, kind in (("checkpointer", "checkpointer"), ("background writer", "bgwriter"),
+                         ("walwriter", "walwriter"), ("autovacuum", "autovacuum"), ("logger", "logger")):
+        if title.startswith(prefix):
+            return kind
+    return "other"
+
 
 
 def save_probe_result(rd: RunDir, result) -> dict:

@@ -203,7 +203,7 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
     rd.update(pgbench={"argv": argv, "version": pgbench.pgbench_version()},
               postgres=pg.describe() if pg else {"owned": True, "kind": "guest"},
               services=[s.describe() for s in services])
-    clock = {}
+    clock = {"checkpoints0": recorder.checkpoints(pg)}
 
     def started(pid: int) -> None:
         if probes is not None:
@@ -259,7 +259,9 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
         rd.write_frame("connect.parquet", conn_frame)
         meta_probes["conn_cost"] = conn_probe.cost()
         meta_probes["notes"] = list(meta_probes.get("notes") or []) + conn_probe.notes
-    rd.update(pgbench={**rd.meta["pgbench"], "result": result.to_dict()}, cpu=cpu, probes=meta_probes)
+    rd.update(pgbench={**rd.meta["pgbench"], "result": result.to_dict()}, cpu=cpu, probes=meta_probes,
+              postgres={**rd.meta.get("postgres", {}),
+                        "checkpoints": recorder.checkpoints_during(clock["checkpoints0"], recorder.checkpoints(pg))})
     rd.write_json("topology.json", recorder.discovered_path(topo, ctx, pg, services, seen_sockets))
 
 

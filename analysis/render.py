@@ -124,7 +124,8 @@ def latency_table(summary: dict, bar_width: int = 30) -> Table | Text:
     stages = summary.get("stages") or []
     if not stages:
         return _no_data(summary, "Latency view")
-    total = sum(_num(st.get("us_per_txn")) for st in stages)
+    # parts of a stage (backend.execute's deep split) are inside it: shown under it, not summed again
+    total = sum(_num(st.get("us_per_txn")) for st in stages if not st.get("parent"))
     biggest = max((_num(st.get("us_per_txn")) for st in stages), default=0.0)
     t = Table(title="Latency view: µs per transaction per stage", title_justify="left", show_edge=False)
     for col, kw in (("leg", {}), ("stage", {}), ("µs/txn", {"justify": "right"}), ("p99 µs", {"justify": "right"}),
@@ -135,8 +136,11 @@ def latency_table(summary: dict, bar_width: int = 30) -> Table | Text:
             t.add_section()
         for j, st in enumerate(rows):
             us = _num(st.get("us_per_txn"))
-            t.add_row(leg if j == 0 else "", str(st.get("name")), _fmt(us), _fmt(st.get("p99_us")),
-                      f"{us / total * 100:.1f} %" if total else "–", Text(bar(us, biggest, bar_width), style="cyan"))
+            part = bool(st.get("parent"))
+            t.add_row(leg if j == 0 else "", ("  ↳ " if part else "") + str(st.get("name")), _fmt(us),
+                      _fmt(st.get("p99_us")), f"{us / total * 100:.1f} %" if total else "–",
+                      Text(bar(us, biggest, bar_width), style="dim cyan" if part else "cyan"),
+                      style="dim" if part else None)
     t.add_section()
     mean_us = (summary.get("latency_ms") or {}).get("mean")
     cycle = (summary.get("closure") or {}).get("cycle_us")
@@ -197,11 +201,34 @@ def _notes(summary: dict) -> Text | None:
     return Text("Notes:\n" + "\n".join(f"  • {n}" for n in notes), style="italic")
 
 
+def statements_table(summary: dict) -> Table | None:
+    """pgbench -r: per script (transaction type) its share and latency, and each statement's mean latency."""
+    scripts = [s for s in summary.get("scripts") or [] if s.get("statements")]
+    if not scripts:
+        return None
+    t = Table(title="Statements (pgbench -r): mean ms per statement", title_justify="left", show_edge=False)
+    t.add_column("script / statement", overflow="fold")
+    t.add_column("ms", justify="right")
+    t.add_column("", justify="right")
+    for s in scripts:
+        if len(scripts) > 1 or s.get("name"):
+            lat = (s.get("latency_ms") or {}).get("mean")
+            t.add_row(Text(str(s.get("name")), style="bold"), _fmt(lat, ",.3f"),
+                      f"{_fmt(s.get('tps'), ',.0f')} TPS" if s.get("tps") is not None else "")
+        for st in s["statements"]:
+            t.add_row(f"  {st['sql'][:100]}", _fmt(st["latency_ms"], ",.3f"),
+                      f"{st['failures']} failed" if st.get("failures") else "")
+    return t
+
+
 def report_view(summary: dict):
     parts = [header(summary), latency_table(summary), Text(""), cpu_table(summary)]
     conn = connection_table(summary)
     if conn is not None:
         parts += [Text(""), conn]
+    stmts = statements_table(summary)
+    if stmts is not None:
+        parts += [Text(""), stmts]
     notes = _notes(summary)
     if notes is not None:
         parts += [Text(""), notes]

@@ -22,6 +22,7 @@ def summarize(rd: RunDir) -> dict:
         "failed": res.get("failed"),
         "latency_ms": {k: lat.get(k) for k in ("mean", "p50", "p95", "p99")},
         "connection_time_ms": res.get("connection_time_ms"),
+        "scripts": res.get("scripts") or [],
         "regime": None,
         "predicted_tps": None,
         "stages": [],
@@ -39,6 +40,12 @@ def summarize(rd: RunDir) -> dict:
         "notes": list(probes.get("notes") or []),
         "run_dir": str(rd.path),
     }
+    cps = ((m.get("postgres") or {}).get("checkpoints") or {})
+    if cps.get("during_run"):
+        out["checkpoints"] = cps
+        out["notes"].append(f"{cps['during_run']} checkpoint(s) ran during the measured interval ({cps['timed']} "
+                            f"timed, {cps['requested']} requested by WAL volume): their writes and fsyncs are in "
+                            "these figures")
     for svc in m.get("services") or []:
         if svc.get("accelerator"):
             out["accelerator"] = svc["accelerator"]

@@ -34,11 +34,15 @@ message the probes measure, back to back, so the stages tile the connection's ti
 a hop on its service port), `server`, `response` (into pgbench, or into a hop from upstream), `client`.
 A stage name can occur on both legs (a hop, netfilter on loopback): (name, leg) identifies a row.
 `--probes deep` adds PostgreSQL USDT breakdowns with `parent: "backend.execute"` (not summed again):
-backend.query, backend.parse, backend.plan, backend.executor, backend.lock_wait, backend.lwlock_wait.
+backend.query, backend.parse, backend.plan, backend.executor, backend.lock_wait, backend.lwlock_wait, and the
+backend's I/O: backend.wal_flush (a commit waiting for its WAL to be written and flushed, fsync included;
+XLogFlush), backend.data_read (blocks read from the kernel on shared_buffers misses),
+backend.dirty_write (dirty buffers written out to make room), backend.wal_buffers_full (WAL buffers full).
 
 CPU view components (CPU µs per transaction; they add up to the CPUs' busy time):
   <role>.user / <role>.sys      on-CPU time of the run's threads by role (pgbench, backend, postmaster,
-                                pg_aux), from sched_switch, minus the softirq/netfilter time carved out of
+                                pg_aux.<kind>: walwriter, checkpointer, ...), from sched_switch, minus the
+                                softirq/netfilter time carved out of
                                 it; the user/sys split is the tick-sampled utime:stime ratio
   hop.<name>.user / .sys        the same for each hop's processes
   softirq.net                   NET_RX/NET_TX softirq time, wherever it ran (inside a task, idle, ksoftirqd)
@@ -53,6 +57,9 @@ from .histogram import merge, quantile
 
 LAT_KINDS = ("wire", "wakeup", "idle_exit", "runqueue", "recv", "queued", "proc", "netfilter", "dev")
 USDT_NAMES = {"pg_query": "backend.query", "pg_parse": "backend.parse", "pg_plan": "backend.plan",
+              "pg_wal_flush": "backend.wal_flush",
+              "pg_data_read": "backend.data_read", "pg_dirty_write": "backend.dirty_write",
+              "pg_wal_full": "backend.wal_buffers_full",
               "pg_execute": "backend.executor", "pg_lock": "backend.lock_wait", "pg_lwlock": "backend.lwlock_wait"}
 LEG_ORDER = {"request": 0, "server": 1, "response": 2, "client": 3, "": 4}
 CPU_BOUND_SHARE = 0.9   # busy >= 90 % of all CPUs: throughput is CPU-limited
@@ -107,6 +114,8 @@ def latency_view(stages: pd.DataFrame, txns: int, measured_mean_us: float, cycle
             continue
         if kind not in LAT_KINDS and kind not in USDT_NAMES:
             continue
+        if kind in USDT_NAMES and r.role != "backend":
+            continue                  # the walwriter's or checkpointer's own I/O is not on a transaction's path
         name = stage_name(kind, r.role, r.hop, r.hook, r.netns, r.dev)
         key = (name, r.leg)
         e = rows.setdefault(key, {"name": name, "leg": r.leg, "kind": kind, "sum_ns": 0, "count": 0, "hists": []})

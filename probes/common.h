@@ -30,8 +30,14 @@ enum pp_stage {
 	PP_ST_PG_QUERY = 12,   /* USDT (deep): query__start/done and the phases below */
 	PP_ST_PG_PARSE = 13, PP_ST_PG_PLAN = 14, PP_ST_PG_EXECUTE = 15,
 	PP_ST_PG_LOCK = 16, PP_ST_PG_LWLOCK = 17,
+	/* the backend's I/O (deep): uprobes on XLogFlush, USDT smgr and dirty-buffer writes. (issue_xlog_fsync, the
+	 * fsync itself, is exported but inlined into its caller in Debian's build: an uprobe on it never fires.) */
+	PP_ST_PG_WAL_FLUSH = 18,   /* XLogFlush: a commit waiting for its WAL to be written and flushed */
+	PP_ST_PG_DATA_READ = 20,   /* smgr__md__read: a data block read from the kernel (a shared_buffers miss) */
+	PP_ST_PG_DIRTY_WRITE = 21, /* buffer__write__dirty: a dirty buffer written out to make room */
+	PP_ST_PG_WAL_FULL = 22,    /* wal__buffer__write__dirty: WAL buffers full, written out before inserting */
 };
-#define PP_NUSDT 6
+#define PP_NUSDT 11
 
 /* lat array geometry: stage (7) x role (9) x leg (5) x hop slot (lat_hops, set at load: a run's hops + 1) */
 #define PP_LAT_STAGES 7

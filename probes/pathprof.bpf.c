@@ -926,3 +926,13 @@ PG_PAIR(plan, 2, PP_ST_PG_PLAN)
 PG_PAIR(execute, 3, PP_ST_PG_EXECUTE)
 PG_PAIR(lock, 4, PP_ST_PG_LOCK)
 PG_PAIR(lwlock, 5, PP_ST_PG_LWLOCK)
+PG_PAIR(data_read, 8, PP_ST_PG_DATA_READ)
+PG_PAIR(dirty_write, 9, PP_ST_PG_DIRTY_WRITE)
+PG_PAIR(wal_full, 10, PP_ST_PG_WAL_FULL)
+
+/* functions without a USDT pair: entry and return uprobes (exported symbols of the postgres binary) */
+#define PG_CALL(name, i, stage) \
+	SEC("uprobe") int BPF_KPROBE(pg_##name##_start) { return usdt_mark(i, 0, stage); } \
+	SEC("uretprobe") int BPF_KRETPROBE(pg_##name##_done) { return usdt_mark(i, 1, stage); }
+
+PG_CALL(wal_flush, 6, PP_ST_PG_WAL_FLUSH)

@@ -7,6 +7,7 @@ rank the scheduler first and keep every share within ±150 %."""
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 from conftest import machine_state, run_pathprof
@@ -28,7 +29,9 @@ def test_foreign_cpu_load_removes_idle_exits_and_is_explained_on_latency(runs_di
     before = machine_state()
     alone = _run(runs_dir)
     n = os.cpu_count() or 2
-    loops = [subprocess.Popen(["timeout", "40", "sh", "-c", "while :; do :; done"]) for _ in range(n)]
+    # bounded in time by the loop itself, and killed (the whole loop, not a wrapper around it) when done
+    burn = "import time\nend = time.time() + 60\nwhile time.time() < end: pass"
+    loops = [subprocess.Popen([sys.executable, "-c", burn]) for _ in range(n)]
     try:
         loaded = _run(runs_dir)
     finally:

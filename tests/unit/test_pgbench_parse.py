@@ -65,3 +65,45 @@ def test_argv(tmp_path):
     w2 = pgbench.Workload(script="tpcb-like").validate(2)
     assert w2.needs_tables
     assert "-b" in pgbench.build_argv(w2, pgbench.Target("/tmp/s", 5432), tmp_path, tmp_path)
+
+
+MULTI = """tps = 647.648296 (without initial connection time)
+SQL script 1: <builtin: TPC-B (sort of)>
+ - weight: 5 (targets 50.0% of total)
+ - 668 transactions (51.6% of total, tps = 334.334669)
+ - number of failed transactions: 0 (0.000%)
+ - latency average = 2.725 ms
+ - latency stddev = 2.126 ms
+ - statement latencies in milliseconds and failures:
+         0.002           0  \\set aid random(1, 100000 * :scale)
+         0.041           0  UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;
+         2.471           3  END;
+SQL script 2: <builtin: select only>
+ - weight: 5 (targets 50.0% of total)
+ - 626 transactions (48.4% of total, tps = 313.313627)
+ - number of failed transactions: 0 (0.000%)
+ - latency average = 0.048 ms
+ - latency stddev = 0.130 ms
+ - statement latencies in milliseconds and failures:
+         0.046           0  SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
+"""
+
+
+def test_per_script_and_per_statement_latencies():
+    from pathprof.agent.pgbench import parse_summary
+    r = parse_summary(MULTI)
+    assert r.tps == pytest.approx(647.648296)
+    a, b = r.scripts
+    assert (a["name"], a["weight"], a["transactions"], a["tps"]) == ("<builtin: TPC-B (sort of)>", 5, 668, 334.334669)
+    assert a["latency_ms"] == {"mean": 2.725, "stddev": 2.126}
+    assert [s["sql"] for s in a["statements"]][-1] == "END;" and a["statements"][-1]["failures"] == 3
+    assert a["statements"][0]["sql"] == "\\set aid random(1, 100000 * :scale)"
+    assert b["statements"] == [{"latency_ms": 0.046, "failures": 0,
+                                "sql": "SELECT abalance FROM pgbench_accounts WHERE aid = :aid;"}]
+
+
+def test_statements_render_in_the_report():
+    from pathprof.agent.pgbench import parse_scripts
+    from pathprof.analysis.render import render_to_string, statements_table
+    out = render_to_string(statements_table({"scripts": parse_scripts(MULTI)}))
+    assert "TPC-B" in out and "2.471" in out and "3 failed" in out and "334 TPS" in out
