@@ -1,0 +1,52 @@
+"""Ground truth inside the server: known I/O changes land in the backend's I/O stages (--probes deep)."""
+import json
+import os
+import time
+
+import pytest
+from conftest import machine_state, run_pathprof
+
+pytestmark = pytest.mark.integration
+STATE = "/var/lib/pathprof"
+
+
+def _fsync_us() -> float:
+    """What one fsync of a small write costs on the disk pathprof's servers live on (best of 5)."""
+    os.makedirs(STATE, exist_ok=True)
+    path = os.path.join(STATE, f".pp-fsync-probe-{os.getpid()}")
+    best = float("inf")
+    try:
+        with open(path, "wb") as f:
+            for _ in range(5):
+                f.write(b"x" * 8192)
+                t0 = time.perf_counter()
+                f.flush()
+                os.fsync(f.fileno())
+                best = min(best, (time.perf_counter() - t0) * 1e6)
+    finally:
+        os.unlink(path)
+    return best
+
+
+def _run(runs_dir, *extra) -> dict:
+    cp = run_pathprof("run", "--topology", "loopback", "--clients", "2", "--duration", "4", "--script", "tpcb-like",
+                      "--probes", "deep", "--probe-duty", "100", "--json", *extra, runs_dir=runs_dir, check=True,
+                      timeout=600)
+    doc = json.loads(cp.stdout)
+    return {s["name"]: s["us_per_txn"] for s in doc["stages"]} | {"_doc": doc}
+
+
+def test_fsync_off_removes_the_wal_flush_wait(runs_dir):
+    if _fsync_us() < 50:
+        pytest.skip("fsync is nearly free on this disk: nothing for fsync=off to remove")
+    before = machine_state()
+    on = _run(runs_dir, "--pg-set", "fsync=on")
+    off = _run(runs_dir, "--pg-set", "fsync=off")
+    assert machine_state() == before
+    assert on["backend.wal_flush"] > 50, on
+    assert off.get("backend.wal_flush", 0.0) < 0.2 * on["backend.wal_flush"], (on, off)
+    for st in ("wire.backend", "wire.pgbench"):          # the network stages stay about where they were
+        assert abs(on[st] - off[st]) < 50, (st, on[st], off[st])
+    # pgbench -r: the commit (END) is where tpcb-like pays for the flush
+    end = [s for s in on["_doc"]["scripts"][0]["statements"] if s["sql"].startswith("END")]
+    assert end and end[0]["latency_ms"] * 1000 > 0.5 * on["backend.wal_flush"] / 2, end
