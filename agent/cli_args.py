@@ -83,9 +83,11 @@ def add_workload_options(p: argparse.ArgumentParser, clients_default: int | None
     g.add_argument("-C", "--connect", action="store_true",
                    help="open a new connection for every transaction (pgbench -C); adds the connection-setup split")
     g.add_argument("--script", default="select1", metavar="NAME|@FILE",
-                   help="select1 (default), tpcb-like, simple-update, select-only, or @FILE for your own script")
+                   help="select1 (default), tpcb-like, simple-update, select-only, tpcc (TPC-C-like: five "
+                        "transaction types in the standard mix, --scale = warehouses), or @FILE for your own script")
     g.add_argument("-s", "--scale", type=_positive_int, default=1, metavar="N",
-                   help="pgbench scale factor for scripts that use its tables (default: %(default)s)")
+                   help="pgbench scale factor for scripts that use its tables; warehouses for tpcc "
+                        "(default: %(default)s)")
     g.add_argument("-R", "--rate", type=_number, metavar="TPS", help="throttle to this many transactions per second")
     s = p.add_argument_group("server and path")
     s.add_argument("--pg-set", action="append", default=[], metavar="KEY=VALUE",

@@ -17,7 +17,7 @@ from . import proc
 from .errors import UserError
 
 MODES = ("simple", "extended", "prepared")
-BUILTIN_SCRIPTS = {"tpcb-like": True, "simple-update": True, "select-only": True, "select1": False}
+BUILTIN_SCRIPTS = {"tpcb-like": True, "simple-update": True, "select-only": True, "select1": False, "tpcc": True}
 PROGRESS_RE = re.compile(r"progress: ([\d.]+) s, ([\d.]+) tps, lat ([\d.]+) ms stddev ([\d.]+|NaN)"
                          r"(?:, (\d+) failed)?")
 
@@ -87,6 +87,9 @@ def build_argv(w: Workload, target: Target, log_dir: Path, script_dir: Path) -> 
         path = script_dir / "select1.sql"
         path.write_text("select 1;\n")
         argv += ["-f", str(path)]
+    elif w.script == "tpcc":
+        from . import tpcc
+        argv += tpcc.script_args(script_dir, w.scale)
     elif w.script.startswith("@"):
         src = Path(w.script[1:])
         dst = script_dir / src.name

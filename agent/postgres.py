@@ -141,6 +141,15 @@ class ManagedPostgres:
         proc.run(self.netns, [pgbench, "-i", "-q", "-s", str(scale), "-h", str(self.socket_dir), "-p",
                               str(self.port), "-U", PG_USER, "postgres"], timeout=timeout)
 
+    def load_sql(self, sql: str, timeout: float = 900) -> None:
+        """Run a loader script with psql (stops at the first error, which the UserError quotes)."""
+        path = self.state_dir / "load.sql"
+        path.write_text(sql)
+        os.chmod(path, 0o644)
+        proc.run(self.netns, [proc.which("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", str(self.socket_dir),
+                              "-p", str(self.port), "-U", PG_USER, "-d", "postgres", "-f", str(path)],
+                 timeout=timeout)
+
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
             # SIGINT = fast shutdown: backends are told to exit, no checkpoint wait beyond what is needed.

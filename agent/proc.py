@@ -15,6 +15,7 @@ from .netns import netns_argv  # noqa: F401  (proc.netns_argv is part of the doc
 PACKAGE_OF = {
     "ip": "iproute2", "iptables": "iptables", "iptables-save": "iptables", "nft": "nftables",
     "pgbench": "postgresql-contrib (postgresql-15)", "initdb": "postgresql-15", "pg_ctl": "postgresql-15",
+    "psql": "postgresql-client-15",
     "postgres": "postgresql-15", "pgbouncer": "pgbouncer", "pgpool": "pgpool2", "docker-proxy": "docker.io",
     "qemu-system-x86_64": "qemu-system-x86", "conntrack": "conntrack", "bpftool": "bpftool",
     "runuser": "util-linux", "setpriv": "util-linux", "debootstrap": "debootstrap",

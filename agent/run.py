@@ -173,7 +173,11 @@ def _start_postgres(opts, topo, ctx, journal, state_dir, ui):
     pg.initdb()
     ui.phase(f"starting postgres in {topo.postgres.host}")
     pg.start()
-    if opts.workload.needs_tables:
+    if opts.workload.script == "tpcc":
+        from . import tpcc
+        ui.phase(f"loading TPC-C tables: {opts.workload.scale} warehouse(s)")
+        pg.load_sql(tpcc.load_sql(opts.workload.scale))
+    elif opts.workload.needs_tables:
         ui.phase(f"pgbench -i -s {opts.workload.scale}")
         pg.init_pgbench(opts.workload.scale)
     ctx.postgres = PostgresEndpoint(topo.postgres.host, None if topo.postgres.listen == "unix" else

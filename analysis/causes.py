@@ -14,7 +14,8 @@ A line item (`softirq.net`, `wire.backend`, `hop.docker-proxy.sys`) answers "whe
   backend             backend.* (execute and its USDT parts, user/sys CPU), postmaster.*, pg_aux.*
   client              client.pgbench and pgbench's CPU
   connection setup    connect.* (new connection per transaction)
-  probes              pathprof's own BPF programs
+  probes              pathprof's own BPF programs (the CPU basis leaves them out of the gap: they are not the
+                      system's; explain.py)
   foreign load        `other`: CPU of processes that are not the run's
 
 Everything here is a pure function of an explanation's items.

@@ -184,8 +184,10 @@ def explain(baseline: dict, other: dict, basis: str | None = None, noise_pct: fl
 
 def _explain_on(baseline: dict, other: dict, basis: str, noise_pct: float) -> dict:
     if basis == "cpu":
+        # pathprof's own probes are not a cause of the system's gap: out of the items and of the measured gap
         a, b = cpu_totals(baseline), cpu_totals(other)
-        gap = measured_cpu_us(other) - measured_cpu_us(baseline)
+        pa, pb = a.pop("probes", 0.0), b.pop("probes", 0.0)
+        gap = (measured_cpu_us(other) - pb) - (measured_cpu_us(baseline) - pa)
         measure = "cpu_us_per_txn"
     elif opens_connections(baseline) or opens_connections(other):
         a = {**stage_totals(baseline), **connection_totals(baseline)}

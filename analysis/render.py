@@ -201,6 +201,14 @@ def _notes(summary: dict) -> Text | None:
     return Text("Notes:\n" + "\n".join(f"  • {n}" for n in notes), style="italic")
 
 
+def script_label(name) -> str:
+    """A script file's transaction type (tpcc_new_order.sql -> new_order); builtin names as pgbench gives them."""
+    name = str(name or "")
+    if name.startswith("<") or "/" not in name:
+        return name
+    return name.rsplit("/", 1)[1].removesuffix(".sql").removeprefix("tpcc_")
+
+
 def statements_table(summary: dict) -> Table | None:
     """pgbench -r: per script (transaction type) its share and latency, and each statement's mean latency."""
     scripts = [s for s in summary.get("scripts") or [] if s.get("statements")]
@@ -213,7 +221,7 @@ def statements_table(summary: dict) -> Table | None:
     for s in scripts:
         if len(scripts) > 1 or s.get("name"):
             lat = (s.get("latency_ms") or {}).get("mean")
-            t.add_row(Text(str(s.get("name")), style="bold"), _fmt(lat, ",.3f"),
+            t.add_row(Text(script_label(s.get("name")), style="bold"), _fmt(lat, ",.3f"),
                       f"{_fmt(s.get('tps'), ',.0f')} TPS" if s.get("tps") is not None else "")
         for st in s["statements"]:
             t.add_row(f"  {st['sql'][:100]}", _fmt(st["latency_ms"], ",.3f"),

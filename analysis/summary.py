@@ -93,7 +93,9 @@ def summarize(rd: RunDir) -> dict:
             out["probe_cost_ns_per_txn"] = cost["run_time_ns"] / txns
         if cpu is not None and busy:
             cv = views.cpu_view(cpu, txns, busy, elapsed, ncpu, clients=clients,
-                                latency_us=mean_ms * 1000.0 if mean_ms else None,
+                                # the stages' cycle (they tile it), else pgbench's mean latency
+                                latency_us=(out["closure"].get("stages_sum_us")
+                                            or (mean_ms * 1000.0 if mean_ms else None)),
                                 probe_us=(out["probe_cost_ns_per_txn"] or 0.0) / 1e3)
             out["cpu"] = cv["components"]
             # What the components close against (busy CPU over the same transactions): explanations use it.
@@ -109,7 +111,23 @@ def summarize(rd: RunDir) -> dict:
     if (m.get("workload") or {}).get("connect") and rd.file("connect.parquet").exists():
         from .conn_view import add_connection_setup
         add_connection_setup(out, rd)
+        _predict_with_connection_setup(out, probes)
     return out
+
+
+def _predict_with_connection_setup(out: dict, probes: dict) -> None:
+    """A new connection per transaction: a latency-bound client's cycle is the stages plus the connection setup
+    (pgbench's transaction latency leaves the setup out), so the model must include it."""
+    setup = sum(float(s.get("us_per_conn") or 0.0) for s in out.get("connection_setup") or [])
+    stages = (out.get("closure") or {}).get("stages_sum_us")
+    if out.get("regime") != "latency-bound" or not setup or not stages:
+        return
+    probe_us = (out.get("probe_cost_ns_per_txn") or 0.0) / 1e3
+    cycle = stages + setup - probe_us
+    out["predicted_tps"] = round((out.get("clients") or 1) * 1e6 / cycle, 1) if cycle > 0 else None
+    out["predicted_probed_tps"] = round((out.get("clients") or 1) * 1e6 / (stages + setup), 1)
+    if out.get("prediction"):
+        out["prediction"] = _prediction(out["predicted_tps"], probes)
 
 
 def _prediction(unprobed_tps: float | None, probes: dict) -> dict:
