@@ -249,6 +249,10 @@ def _verdict(items: list[dict], causes: list[dict], gap: float, tps_delta: float
         return None              # nothing to split: the sentence says so
     if abs(tps_delta) < noise_pct:
         return "within noise"
+    if noise_pct and tps_delta * gap > 0:
+        # slower overall but cheaper per transaction where the stages were measured (or the reverse): the
+        # windows and the whole run disagree, which is what noise looks like
+        return "within noise"
     shares = [r["share_pct"] for r in (*items, *causes) if r.get("share_pct") is not None]
     if any(abs(x) > MAX_SHARE_PCT for x in shares):
         return "smaller than its parts"
@@ -317,8 +321,11 @@ def _explain_sentence(expl: dict) -> str:
         return f"{head}; these runs have no per-{what} figures to split it (were probes off?)"
     moves = ", ".join(f"{it['name']} {_num(it['delta_us_per_txn']):+,.1f}" for it in items[:3])
     if expl.get("verdict") == "within noise" and expl.get("real_gap") is not True:
-        return (f"{head}, which is within what two identical runs differ by here (< {NOISE_TPS_PCT:g} % TPS): not "
-                f"ranked (repeat the runs with --repeat to tell); the largest moves were {moves} {unit}")
+        why = (f"within what two identical runs differ by here (< {NOISE_TPS_PCT:g} % TPS)"
+               if abs(tps_delta) < NOISE_TPS_PCT else
+               "noise: where the stages were measured the gap points the other way")
+        return (f"{head}, which is {why}: not ranked (repeat the runs with --repeat to tell); the largest moves "
+                f"were {moves} {unit}")
     if expl.get("verdict") == "smaller than its parts":
         return (f"{head}, but the measured gap ({gap:+,.1f} {unit}) is smaller than its parts ({moves}): they "
                 "moved in opposite directions by more than the gap, so they are not ranked")

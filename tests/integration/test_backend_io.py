@@ -50,3 +50,18 @@ def test_fsync_off_removes_the_wal_flush_wait(runs_dir):
     # pgbench -r: the commit (END) is where tpcb-like pays for the flush
     end = [s for s in on["_doc"]["scripts"][0]["statements"] if s["sql"].startswith("END")]
     assert end and end[0]["latency_ms"] * 1000 > 0.5 * on["backend.wal_flush"] / 2, end
+
+
+def test_data_larger_than_shared_buffers_is_read_block_by_block(runs_dir):
+    """select-only on a table that fits in shared_buffers reads nothing from the kernel once warm; on ten times
+    the rows with 16 MB of shared_buffers most lookups miss and read a block (backend.data_read)."""
+    def reads(*extra):
+        cp = run_pathprof("run", "--topology", "unix", "--clients", "2", "--duration", "3", "--script", "select-only",
+                          "--probes", "deep", "--probe-duty", "100", "--json", *extra, runs_dir=runs_dir, check=True,
+                          timeout=600)
+        st = {s["name"]: s for s in json.loads(cp.stdout)["stages"]}
+        return st.get("backend.data_read", {}).get("count_per_txn", 0.0)
+    fits = reads("--scale", "1", "--pg-set", "shared_buffers=128MB")
+    misses = reads("--scale", "10", "--pg-set", "shared_buffers=16MB")
+    assert fits < 0.05, fits
+    assert misses > 0.3, misses

@@ -113,6 +113,13 @@ def test_a_gap_within_noise_is_said_so():
     assert explain(a, b, noise_pct=0.0)["ranked"]
 
 
+def test_a_gap_pointing_against_the_tps_change_is_noise():
+    a = summary("loopback")
+    b = plus_stage(a, "recv.backend", -4.0, topology="nic", tps=58000.0)   # 10 % slower, yet 4 µs cheaper
+    e = explain(a, b)
+    assert e["verdict"] == "within noise" and "points the other way" in explain_text(e)
+
+
 def test_measured_cpu_prefers_busy_time():
     s = summary(cpu=dict(BASE_CPU), tps=50000.0)
     s["busy_cpus"] = 2.0
