@@ -267,6 +267,29 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
               postgres={**rd.meta.get("postgres", {}),
                         "checkpoints": recorder.checkpoints_during(clock["checkpoints0"], recorder.checkpoints(pg))})
     rd.write_json("topology.json", recorder.discovered_path(topo, ctx, pg, services, seen_sockets))
+    dead = _dead_parts(pg, services, history)
+    if dead:
+        rd.update(failure=dead)
+        raise UserError("the path broke during the run: " + "; ".join(dead) + f". Everything recorded until then "
+                        f"is in {rd.path} (status failed); `pathprof report {rd.path}` shows it")
+
+
+def _dead_parts(pg, services, history: list) -> list[str]:
+    """The parts of the path that are gone after pgbench ended (the server, a hop), with when throughput
+    stopped: a run whose path broke must not read as a good one."""
+    gone = []
+    if pg is not None and pg.process is not None and pg.process.poll() is not None:
+        gone.append(f"the PostgreSQL server (postmaster pid {pg.process.pid}) exited with code {pg.process.returncode}")
+    for svc in services:
+        p = getattr(svc, "popen", None)
+        if p is not None and p.poll() is not None:
+            gone.append(f"{svc.kind} ({getattr(svc, 'hop', '?')}, pid {p.pid}) exited with code {p.returncode}")
+    if gone:
+        stalled = next((pr.elapsed_s for i, pr in enumerate(history)
+                        if pr.tps == 0 and any(h.tps > 0 for h in history[:i])), None)
+        if stalled is not None:
+            gone.append(f"throughput stopped about {stalled:.0f} s into pgbench")
+    return gone
 
 
 def _conn_probe(opts, probes, pg, ui):

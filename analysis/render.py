@@ -77,6 +77,9 @@ def header(summary: dict) -> Panel:
     tps_line = f"{_fmt(summary.get('tps'), ',.0f')} TPS measured"
     if summary.get("predicted_tps") is not None:
         tps_line += f", {_fmt(summary['predicted_tps'], ',.0f')} predicted by the model without probes"
+    if summary.get("status") not in (None, "complete"):
+        grid.add_row("status", Text(f"{summary['status']}" + (": " + "; ".join(summary["failure"])
+                                                              if summary.get("failure") else ""), style="bold red"))
     grid.add_row("throughput", tps_line)
     pred = summary.get("prediction") or {}
     if pred.get("error_pct") is not None:

@@ -40,6 +40,10 @@ def summarize(rd: RunDir) -> dict:
         "notes": list(probes.get("notes") or []),
         "run_dir": str(rd.path),
     }
+    if m.get("failure"):
+        out["failure"] = list(m["failure"])
+        out["notes"].insert(0, "THE PATH BROKE DURING THIS RUN: " + "; ".join(m["failure"]) + " — its figures "
+                            "cover a broken system")
     cps = ((m.get("postgres") or {}).get("checkpoints") or {})
     if cps.get("during_run"):
         out["checkpoints"] = cps
