@@ -26,7 +26,7 @@ def collect(main, objs=None) -> dict:
     st = {}
     for k, v in main.maps["stages"].items():
         key = L.StageKey.from_buffer_copy(k)
-        st[(key.stage, key.role, key.leg, key.hop, key.netns)] = hist_sum(v)
+        st[(key.stage, key.role, key.leg, key.hop, key.netns, key.sub)] = hist_sum(v)
     out["stages"] = st
     roles: dict[tuple, np.ndarray] = {}
     for k, v in main.maps["cpuacc"].items():
@@ -81,6 +81,18 @@ def devnames(netns_names: dict) -> dict:
     return out
 
 
+def block_name(dev: int) -> str:
+    """A kernel dev_t (major << 20 | minor) as its device name (/sys/dev/block), else MAJ:MIN."""
+    major, minor = dev >> 20, dev & 0xFFFFF
+    try:
+        for line in open(f"/sys/dev/block/{major}:{minor}/uevent"):
+            if line.startswith("DEVNAME="):
+                return line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    return f"{major}:{minor}"
+
+
 def stage_frame(now: dict, base: dict, devs: dict, hops: dict, netns_names: dict, hop_slots: int) -> pd.DataFrame:
     from pathprof.agent.bpf import layout as L
     hop_names = {v: k for k, v in hops.items()}
@@ -101,9 +113,12 @@ def stage_frame(now: dict, base: dict, devs: dict, hops: dict, netns_names: dict
         slot, hook, leg, data = L.nf_key(idx)
         row("netfilter" if data else "nf_all", hdiff(d, base.get("nf", {}).get(idx)), 0, leg,
             hook=L.NF_HOOK_NAMES[hook], netns=ns_by_slot.get(slot, "other"))
-    for (stage, role, leg, hop, netns), d in now["stages"].items():
-        d = hdiff(d, base.get("stages", {}).get((stage, role, leg, hop, netns)))
+    for (stage, role, leg, hop, netns, sub), d in now["stages"].items():
+        d = hdiff(d, base.get("stages", {}).get((stage, role, leg, hop, netns, sub)))
         kind = L.STAGES.get(stage, str(stage))
+        if kind == "block":
+            row(kind, d, 0, 0, hook=L.BLOCK_OPS.get(sub, f"op{sub}"), dev=block_name(hop))
+            continue
         if kind == "dev":
             row(kind, d, 0, leg, dev=devs.get((hop, netns), f"if{hop}"), netns=netns_names.get(netns, str(netns)))
         else:

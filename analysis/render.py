@@ -204,6 +204,21 @@ def _notes(summary: dict) -> Text | None:
     return Text("Notes:\n" + "\n".join(f"  • {n}" for n in notes), style="italic")
 
 
+def disk_table(summary: dict) -> Table | None:
+    """The block devices' own time during the probe windows (all requests on the machine)."""
+    rows = [d for d in summary.get("disk") or [] if d.get("requests_per_txn")]
+    if not rows:
+        return None
+    t = Table(title="Disk: block device time while probed (every request on the machine)", title_justify="left",
+              show_edge=False)
+    for col in ("device", "op", "requests/txn", "µs/txn", "mean µs", "p99 µs"):
+        t.add_column(col, justify="left" if col in ("device", "op") else "right")
+    for d in rows:
+        t.add_row(str(d["device"]), str(d["op"]), _fmt(d["requests_per_txn"], ",.3f"), _fmt(d["us_per_txn"]),
+                  _fmt(d["mean_us"]), _fmt(d.get("p99_us")))
+    return t
+
+
 def script_label(name) -> str:
     """A script file's transaction type (tpcc_new_order.sql -> new_order); builtin names as pgbench gives them."""
     name = str(name or "")
@@ -237,9 +252,9 @@ def report_view(summary: dict):
     conn = connection_table(summary)
     if conn is not None:
         parts += [Text(""), conn]
-    stmts = statements_table(summary)
-    if stmts is not None:
-        parts += [Text(""), stmts]
+    for extra in (statements_table(summary), disk_table(summary)):
+        if extra is not None:
+            parts += [Text(""), extra]
     notes = _notes(summary)
     if notes is not None:
         parts += [Text(""), notes]

@@ -83,6 +83,7 @@ def summarize(rd: RunDir) -> dict:
             out["closure"]["cycle_us"] = cycle_us
             out["closure"]["stages_sum_us"] = lv.get("total_us")
             out["scheduler"] = lv.get("scheduler")
+            out["disk"] = views.disk_view(stages, txns)
             client_us = sum(x["us_per_txn"] for x in lv["stages"] if x.get("leg") == "client" and not x.get("parent"))
             if cycle_us and mean_ms * 1000.0 < 0.5 * (cycle_us - client_us):
                 out["notes"].append(

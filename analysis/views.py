@@ -216,6 +216,23 @@ def _carve_probes(comp_ns: dict[str, float], probe_ns: float) -> float:
     return probe_ns
 
 
+def disk_view(stages: pd.DataFrame, txns: int) -> list[dict]:
+    """The block devices' own time while the probes were attached (kind "block": every request the machine
+    completed, not only the run's): per device and operation, requests and µs of device time per transaction,
+    and the mean and p99 of one request."""
+    if stages is None or not len(stages) or not txns or "kind" not in stages:
+        return []
+    out = []
+    for r in stages[stages.kind == "block"].itertuples(index=False):
+        if not r.count:
+            continue
+        p99 = quantile(getattr(r, "hist", None), 0.99)
+        out.append({"device": r.dev, "op": r.hook, "requests_per_txn": round(r.count / txns, 4),
+                    "us_per_txn": round(r.sum_ns / txns / 1e3, 3), "mean_us": round(r.sum_ns / r.count / 1e3, 1),
+                    "p99_us": None if p99 is None else round(p99 / 1e3, 1)})
+    return sorted(out, key=lambda d: -d["us_per_txn"])
+
+
 def probe_cost_ns_per_txn(cost: dict | None, txns: int) -> float | None:
     """Total BPF program run time (bpf_stats) per transaction."""
     if not cost or not txns or cost.get("run_time_ns") is None:

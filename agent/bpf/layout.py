@@ -22,7 +22,7 @@ AUX_KINDS = {"checkpointer": 1, "bgwriter": 2, "walwriter": 3, "autovacuum": 4, 
 AUX_NAMES = {v: k for k, v in AUX_KINDS.items()}
 LEGS = {0: "", 1: "request", 2: "server", 3: "response", 4: "client"}
 STAGES = {1: "wire", 2: "wakeup", 3: "runqueue", 4: "recv", 5: "queued", 6: "proc", 7: "idle_exit", 8: "dev",
-          12: "pg_query", 13: "pg_parse", 14: "pg_plan", 15: "pg_execute", 16: "pg_lock", 17: "pg_lwlock",
+          9: "block", 12: "pg_query", 13: "pg_parse", 14: "pg_plan", 15: "pg_execute", 16: "pg_lock", 17: "pg_lwlock",
           18: "pg_wal_flush", 20: "pg_data_read", 21: "pg_dirty_write", 22: "pg_wal_full"}
 STATS = {0: "tasks_full", 1: "socks_full", 2: "stages_full", 3: "cpu_full", 4: "wire_unpaired",
          5: "ready_unlearned", 6: "nf_unpaired", 7: "nf_nested_full", 8: "nf_nat", 9: "dev_overwritten",
@@ -31,6 +31,7 @@ STATS = {0: "tasks_full", 1: "socks_full", 2: "stages_full", 3: "cpu_full", 4: "
          20: "switch_in_unseen"}
 NSTATS = 24
 NF_HOOK_NAMES = {0: "prerouting", 1: "input", 2: "forward", 3: "output", 4: "postrouting"}
+BLOCK_OPS = {0: "read", 1: "write", 2: "flush", 3: "discard", 5: "secure_erase", 9: "write_zeroes"}
 LAT_STAGES, NROLES, NLEGS, MAX_HOPS = 7, 9, 5, 8
 NF_PER_NETNS = 5 * 2 * 2
 NF_SLOTS = 10

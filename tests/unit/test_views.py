@@ -135,3 +135,18 @@ def test_closure_against_cycle_time_when_given():
     v = views.latency_view(stages_1client(), 1000, 30.0, cycle_us=34.0)
     assert v["closure_basis"] == "cycle" and v["closure_error_pct"] == pytest.approx(0.0, abs=0.05)
     assert views.latency_view(stages_1client(), 1000, 34.0)["closure_basis"] == "latency"
+
+
+def test_disk_view_per_device_and_operation():
+    stages = pd.DataFrame([
+        {"kind": "block", "role": "kernel", "hop": "", "leg": "", "hook": "flush", "netns": "", "dev": "vda",
+         "count": 1000, "sum_ns": 1000 * 50_000, "hist": None},
+        {"kind": "block", "role": "kernel", "hop": "", "leg": "", "hook": "write", "netns": "", "dev": "vda",
+         "count": 2000, "sum_ns": 2000 * 60_000, "hist": None},
+        {"kind": "wire", "role": "backend", "hop": "", "leg": "request", "hook": "", "netns": "", "dev": "",
+         "count": 1000, "sum_ns": 1000 * 5_000, "hist": None}])
+    d = views.disk_view(stages, 1000)
+    assert [(x["device"], x["op"], x["requests_per_txn"], x["us_per_txn"], x["mean_us"]) for x in d] == [
+        ("vda", "write", 2.0, 120.0, 60.0), ("vda", "flush", 1.0, 50.0, 50.0)]
+    # the disk is not a stage of the transaction's timeline: the latency view leaves it out
+    assert [s["name"] for s in views.latency_view(stages, 1000, 5.0)["stages"]] == ["wire.backend"]
