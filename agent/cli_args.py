@@ -92,6 +92,9 @@ def add_workload_options(p: argparse.ArgumentParser, clients_default: int | None
     s = p.add_argument_group("server and path")
     s.add_argument("--pg-set", action="append", default=[], metavar="KEY=VALUE",
                    help="a postgresql.conf setting for the owned server (repeatable), e.g. fsync=off")
+    s.add_argument("--wal-device", type=_whole_number, default=0, metavar="MB",
+                   help="put the owned server's WAL on a block device of its own: a loop device of this size over "
+                        "a file in the run's state directory (0, the default: with the data)")
     s.add_argument("--userland-proxy", choices=["on", "off"],
                    help="docker topologies: carry published ports with docker-proxy (on, dockerd's default) or "
                         "hairpin NAT only (off)")
@@ -252,4 +255,5 @@ def run_options(a, topology: str, clients: int | None = None):
     return RunOptions(topology=topology, workload=w, pg_settings=parse_pg_set(a.pg_set),
                       dsn=getattr(a, "dsn", None), probes=a.probes, runs_dir=Path(a.runs_dir),
                       topo_options=topo_options(a), trace_sample=a.trace_sample,
+                      wal_device_mb=getattr(a, "wal_device", 0) or 0,
                       probe_window_s=a.probe_window, probe_period_s=probe_period(a))

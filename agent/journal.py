@@ -126,6 +126,12 @@ def undo(entry: dict) -> bool:
         if entry.get("old") is None:
             return True
         return _quiet(netns_argv(ns, ["sysctl", "-q", "-w", f"{entry['name']}={entry['old']}"]))
+    if k == "mount":
+        from .storage import undo_mount
+        return undo_mount(entry["path"])
+    if k == "loop":
+        from .storage import undo_loop
+        return undo_loop(entry["path"])
     if k == "dir":
         p = Path(entry["path"]).resolve()
         if not any(p.is_relative_to(r) and p != r for r in REMOVABLE_ROOTS):

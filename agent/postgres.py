@@ -43,6 +43,7 @@ class ManagedPostgres:
         self.socket_dir = self.state_dir / "sock"
         self.log_path = self.state_dir / "postgres.log"
         self.process = None
+        self.wal_device = None      # agent.storage.WalDevice when the WAL has a device of its own
 
     @property
     def pid(self) -> int | None:
@@ -55,7 +56,7 @@ class ManagedPostgres:
             raise RequirementError("no 'postgres' system user; install the Debian package postgresql-15") from None
         return pw.pw_uid, pw.pw_gid
 
-    def initdb(self) -> None:
+    def initdb(self, waldir: Path | None = None) -> None:
         initdb = proc.which("initdb")
         uid, gid = self._uid()
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -67,7 +68,8 @@ class ManagedPostgres:
         os.chown(self.log_path, uid, gid)
         # --no-sync: the cluster is thrown away after the run, so durability of initdb's files does not matter.
         proc.run(None, [initdb, "-D", str(self.data_dir), "-U", PG_USER, "--auth=trust", "--no-sync",
-                        "-E", "UTF8", "--locale=C"], user=PG_USER, timeout=120)
+                        "-E", "UTF8", "--locale=C", *(["--waldir", str(waldir)] if waldir else [])],
+                 user=PG_USER, timeout=120)
         with open(self.data_dir / "pg_hba.conf", "a") as f:
             f.write("host all all 198.18.0.0/15 trust\n")
 
@@ -124,7 +126,8 @@ class ManagedPostgres:
         changed = self.query("select name, current_setting(name) from pg_settings where source not in "
                              "('default', 'override') order by name")
         return {"owned": True, "version": version, "pid": self.pid, "port": self.port, "listen": self.listen,
-                "settings": {n: s for n, s in changed}}
+                "settings": {n: s for n, s in changed},
+                "wal_device": self.wal_device.describe() if self.wal_device else None}
 
     def postmaster_children(self) -> list[int]:
         """Auxiliary processes (checkpointer, walwriter, ...) present now; backends come later."""

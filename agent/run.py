@@ -57,6 +57,9 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
                 check(opts.workload.mode, opts.workload.connect)
     ncpu = os.cpu_count() or 1
     opts.workload.validate(ncpu)
+    if opts.wal_device_mb:
+        from .storage import check_size
+        check_size(opts.wal_device_mb)
     _check_pg_limits(opts)
     probes = _probe_session(opts, topo)
     rd = RunDir.create(opts.runs_dir, topo.name)
@@ -169,8 +172,14 @@ def _start_postgres(opts, topo, ctx, journal, state_dir, ui):
         max_conn = int(settings.pop("max_connections"))
     pg = ManagedPostgres(state_dir / "pg", netns, topo.postgres.listen, topo.postgres.port, settings, max_conn,
                          journal)
+    waldir = None
+    if opts.wal_device_mb:
+        from .storage import make_wal_device
+        ui.phase(f"WAL device: {opts.wal_device_mb} MB loop device")
+        wal = make_wal_device(journal, state_dir, opts.wal_device_mb, *pg._uid())
+        waldir, pg.wal_device = wal.waldir, wal
     ui.phase("initdb (owned PostgreSQL)")
-    pg.initdb()
+    pg.initdb(waldir)
     ui.phase(f"starting postgres in {topo.postgres.host}")
     pg.start()
     if opts.workload.script == "tpcc":

@@ -18,6 +18,7 @@ class RunOptions:
     runs_dir: Path = Path("runs")
     topo_options: dict[str, str] = field(default_factory=dict)
     trace_sample: int = 0
+    wal_device_mb: int = 0           # the WAL on a loop device of its own (agent.storage); 0 = with the data
     probe_window_s: float = DEFAULT_WINDOW_S   # detailed probes attached this long every probe_period_s
     probe_period_s: float = DEFAULT_PERIOD_S
 

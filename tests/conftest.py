@@ -24,7 +24,9 @@ def machine_state() -> dict:
     if ignore:
         netns = [n for n in netns if not re.match(ignore, n)]
         links = [n for n in links if not re.match(ignore, n)]
-    return {"netns": netns, "links": links, "iptables": rules}
+    loops = sorted(l for l in out(["losetup", "-a"]).splitlines() if "pathprof" in l)
+    mounts = sorted(l.split()[1] for l in open("/proc/mounts").read().splitlines() if "pathprof" in l)
+    return {"netns": netns, "links": links, "iptables": rules, "loops": loops, "mounts": mounts}
 
 
 def run_pathprof(*args, timeout=300, check=False, **kw) -> subprocess.CompletedProcess:

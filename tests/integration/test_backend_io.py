@@ -2,6 +2,7 @@
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 from conftest import machine_state, run_pathprof
@@ -69,3 +70,22 @@ def test_data_larger_than_shared_buffers_is_read_block_by_block(runs_dir):
     misses = reads("--scale", "10", "--pg-set", "shared_buffers=16MB")
     assert fits < 0.05, fits
     assert misses > 0.3, misses
+
+
+def test_wal_on_its_own_device(runs_dir):
+    """--wal-device: the WAL's writes and flushes land on a loop device of its own (seen by the disk view),
+    and the loop device, its file and its mount are gone after the run."""
+    before = machine_state()
+    doc = _run(runs_dir, "--wal-device", "128")["_doc"]
+    assert machine_state() == before
+    meta = json.loads((Path(doc["run_dir"]) / "run.json").read_text())
+    dev = meta["postgres"]["wal_device"]["device"].rsplit("/", 1)[1]          # e.g. loop0
+    flush = {d["device"]: d["requests_per_txn"] for d in doc["disk"] if d["op"] == "flush"}
+    assert flush.get(dev, 0) > 0.5, doc["disk"]
+
+
+def test_wal_device_too_small_is_refused_before_anything_is_built(runs_dir):
+    before = machine_state()
+    cp = run_pathprof("run", "--wal-device", "10", "--probes", "off", "--duration", "2", runs_dir=runs_dir)
+    assert cp.returncode == 2 and "at least 64 MB" in cp.stderr and "Traceback" not in cp.stderr
+    assert machine_state() == before and not (runs_dir.exists() and any(runs_dir.iterdir()))
