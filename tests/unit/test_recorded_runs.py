@@ -75,3 +75,21 @@ def test_unknown_schema_and_corruption_are_refused(tmp_path):
     (d / "stages.parquet").write_bytes(b"PAR1 truncated")
     with pytest.raises(UserError, match="corrupt"):
         summarize(RunDir.open(d))
+
+
+def test_diff_across_kernels_lists_the_kernel_first(tmp_path):
+    """Seed 002 stays offline: two runs recorded on different kernels. The diff names the kernel before any
+    path difference and still explains the gap with the same stages."""
+    from pathprof.analysis.explain import host_differences
+    other = tmp_path / "loopback-on-3.10"
+    shutil.copytree(RUNS / "loopback", other)
+    meta = json.loads((other / "run.json").read_text())
+    meta["host"]["kernel"] = "3.10.0-1160.el7.x86_64"
+    meta["pgbench"]["result"]["tps"] *= 0.9                          # 10 % slower on the old kernel
+    (other / "run.json").write_text(json.dumps(meta))
+    a, b = summarize(RunDir.open(RUNS / "loopback")), summarize(RunDir.open(other))
+    diffs = host_differences(a, b)
+    assert diffs[0].startswith("kernel: ") and diffs[0].endswith("→ 3.10.0-1160.el7.x86_64"), diffs
+    e = explain(a, b)
+    assert e["tps_delta_pct"] == pytest.approx(-10.0, abs=0.1)
+    assert {i["name"] for i in e["items"]} <= {s["name"] for s in a["stages"]} | {c["component"] for c in a["cpu"]}
