@@ -1,6 +1,7 @@
 """pathprof's command line. Each subcommand is a small function; rendering lives in analysis.render."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -167,6 +168,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("pathprof: interrupted", file=sys.stderr)
         return 130
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+            raise                   # anything else is a bug and keeps its traceback
+        where = getattr(e, "filename2", None) or getattr(e, "filename", None)
+        where = where or (f"under the runs directory {a.runs_dir}" if getattr(a, "runs_dir", None) else "a file")
+        print(f"pathprof: error: cannot write {where}: {e.strerror}; the path was torn down, and what was "
+              "recorded before that is kept (free space, or pick another --runs-dir)", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

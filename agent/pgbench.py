@@ -241,17 +241,34 @@ def run(netns: str | None, argv: list[str], out_dir: Path, on_progress: Callable
     progress: list[Progress] = []
     err_lines: list[str] = []
 
+    write_error: list[OSError] = []
+
     def pump():
-        with open(out_dir / "stderr.txt", "w") as err_f:
-            for line in p.stderr:
-                err_f.write(line)
-                pr = parse_progress(line)
-                if pr:
-                    progress.append(pr)
-                    if on_progress:
-                        on_progress(pr)
-                else:
-                    err_lines.append(line.rstrip())
+        # keep reading pgbench's stderr whatever happens to the file (a full disk): progress must go on, and
+        # the error is raised in the caller's thread once pgbench is done
+        try:
+            err_f = open(out_dir / "stderr.txt", "w")
+        except OSError as e:
+            err_f, write_error[:] = None, [e]
+        for line in p.stderr:
+            if err_f is not None:
+                try:
+                    err_f.write(line)
+                except OSError as e:
+                    write_error[:] = [e]
+                    err_f = None
+            pr = parse_progress(line)
+            if pr:
+                progress.append(pr)
+                if on_progress:
+                    on_progress(pr)
+            else:
+                err_lines.append(line.rstrip())
+        if err_f is not None:
+            try:
+                err_f.close()
+            except OSError as e:
+                write_error[:] = [e]
 
     t = threading.Thread(target=pump, daemon=True)
     t.start()
@@ -273,6 +290,8 @@ def run(netns: str | None, argv: list[str], out_dir: Path, on_progress: Callable
     finally:
         t.join(timeout=5)
         stdout_f.close()
+    if write_error:
+        raise write_error[0]
     result = parse_summary((out_dir / "stdout.txt").read_text())
     result.exit_code = p.returncode
     result.progress = [asdict(x) for x in progress]

@@ -103,7 +103,10 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
                     ui.note(f"stopping {svc.kind}: {e}")
             if pg:
                 pg.stop()
-            _keep_logs(rd, state_dir, services)
+            try:
+                _keep_logs(rd, state_dir, services)
+            except OSError as e:        # a full runs directory must not keep the path from being torn down
+                ui.note(f"server and hop logs not kept: {e}")
             problems = journal.teardown()
             if problems:
                 ui.note("could not remove: " + "; ".join(problems) + " (run `pathprof cleanup`)")

@@ -56,9 +56,14 @@ class RunDir:
         return cls(path, meta)
 
     def save(self) -> None:
+        """Atomically: run.json is either the old document or the new one, never a torn one."""
         tmp = self.path / "run.json.tmp"
-        tmp.write_text(json.dumps(self.meta, indent=2, default=str) + "\n")
-        os.replace(tmp, self.path / "run.json")
+        try:
+            tmp.write_text(json.dumps(self.meta, indent=2, default=str) + "\n")
+            os.replace(tmp, self.path / "run.json")
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
 
     def update(self, **fields) -> None:
         self.meta.update(fields)

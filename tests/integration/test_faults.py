@@ -64,3 +64,40 @@ def test_hop_killed_mid_run_names_the_hop(runs_dir):
     assert machine_state() == before
     (rd,) = list(runs_dir.iterdir())
     assert json.loads((rd / "run.json").read_text())["status"] == "failed"
+
+
+def test_full_runs_directory_fails_cleanly(tmp_path):
+    """The runs directory's disk fills up during the run: one clear line, exit 2, the path torn down."""
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(tiny)], check=True)
+    try:
+        before = machine_state()
+        cp = run_pathprof("run", "--topology", "loopback", "--clients", "2", "--duration", "3", "--runs-dir",
+                          str(tiny), timeout=300)
+        assert cp.returncode == 2, cp.stderr[-2000:]
+        assert "No space left on device" in cp.stderr and "Traceback" not in cp.stderr
+        assert machine_state() == before
+    finally:
+        subprocess.run(["umount", "-l", str(tiny)])
+
+
+def test_a_second_run_of_the_same_path_is_refused_and_the_first_is_untouched(runs_dir):
+    before = machine_state()
+    env = dict(os.environ, PATHPROF_RUNS=str(runs_dir / "first"))
+    first = subprocess.Popen([*PATHPROF, "run", "--topology", "nic", "--clients", "2", "--duration", "5",
+                              "--probes", "off", "--json", "--no-live"], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not any((runs_dir / "first").glob("*/pgbench/argv.txt")):
+        time.sleep(0.2)
+    t0 = time.time()
+    second = run_pathprof("run", "--topology", "nic", "--clients", "2", "--duration", "5", "--probes", "off",
+                          runs_dir=runs_dir / "second", timeout=120)
+    assert second.returncode == 2 and "already exists" in second.stderr and "Traceback" not in second.stderr
+    assert time.time() - t0 < 20                          # refused at once, not after waiting for the first
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err[-2000:]
+    doc = json.loads(out)
+    assert doc["status"] == "complete" and doc["tps"] > 0 and doc["transactions"] > 0
+    assert machine_state() == before
