@@ -74,7 +74,7 @@ def save_probe_result(rd: RunDir, result) -> dict:
     if getattr(result, "traces", None) is not None and len(result.traces):
         rd.write_frame("traces.parquet", result.traces)
     return {"cost": result.cost, "lost": result.lost, "capabilities": getattr(result, "capabilities", None),
-            "notes": getattr(result, "notes", [])}
+            "notes": getattr(result, "notes", []), "counters": getattr(result, "counters", {})}
 
 
 def live_sockets(topo) -> dict:

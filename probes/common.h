@@ -63,6 +63,7 @@ enum pp_stat {              /* per-CPU counters of everything not aggregated, so
 	PP_STAT_DEV_STALE = 18,     /* a device stamp whose skb address was reused (head differs) or too old */
 	PP_STAT_READY_RACE = 19,    /* two CPUs marked the same socket ready at once: the later one is dropped */
 	PP_STAT_SWITCH_IN_UNSEEN = 20,  /* a tracked thread left a CPU whose switch-in was not seen */
+	PP_STAT_PIECE_SUPERSEDED = 21,  /* a reply piece followed by another before the receiver answered */
 	PP_NSTATS = 24,
 };
 

@@ -551,6 +551,20 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 	return 0;
 }
 
+/* the ready -> consumed stages of one piece: woken (onto an idle or a busy CPU), run queue, receive; or queued
+ * when the receiver was already awake (w = 0) */
+static __always_inline void piece_spans(struct pp_sock *s, __u64 r, __u64 w, __u64 on, __u64 done, __u8 idle,
+					__u32 seq)
+{
+	if (w) {
+		span(idle ? PP_ST_IDLE_EXIT : PP_ST_WAKEUP, s->role, s->leg, s->hop, r, w - r, seq);
+		span(PP_ST_RUNQUEUE, s->role, s->leg, s->hop, w, on - w, seq);
+		span(PP_ST_RECV, s->role, s->leg, s->hop, on, done - on, seq);
+	} else {
+		span(PP_ST_QUEUED, s->role, s->leg, s->hop, r, done - r, seq);
+	}
+}
+
 /* t consumed the message pending on sk: close its ready -> consumed stages (wakeup, runqueue, recv, or queued)
  * and remember the consume for the processing that follows -- on the socket for request/response roles, on
  * the thread for hops. A hop (pgbouncer, a pgpool child, docker-proxy, qemu) consumes on one socket and
@@ -574,14 +588,20 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 		r = 0;
 	}
 	if (r && now >= r) {
-		__u64 w = t->wake_ts;
-		if (w > r && w <= now) {
-			span(t->wake_idle ? PP_ST_IDLE_EXIT : PP_ST_WAKEUP, s->role, s->leg, s->hop, r, w - r, s->seq);
-			__u64 on = t->oncpu_ts >= w ? t->oncpu_ts : w;
-			span(PP_ST_RUNQUEUE, s->role, s->leg, s->hop, w, on - w, s->seq);
-			span(PP_ST_RECV, s->role, s->leg, s->hop, on, now - on, s->seq);
-		} else {
-			span(PP_ST_QUEUED, s->role, s->leg, s->hop, r, now - r, s->seq);
+		__u64 w = t->wake_ts, on = t->oncpu_ts >= w ? t->oncpu_ts : w;
+		if (!(w > r && w <= now))
+			w = on = 0;               /* already awake: the message was queued behind other work */
+		if (is_hop_role(t->role)) {
+			piece_spans(s, r, w, on, now, t->wake_idle, s->seq);
+		} else {                      /* kept until the receiver answers: only the last piece counts */
+			if (s->pend_done)
+				stat_inc(PP_STAT_PIECE_SUPERSEDED);
+			s->pend_ready = r;
+			s->pend_wake = w;
+			s->pend_oncpu = on;
+			s->pend_done = now;
+			s->pend_seq = s->seq;
+			s->pend_idle = t->wake_idle;
 		}
 	}
 	if (is_hop_role(t->role)) {
@@ -646,6 +666,12 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 		seq = t->consume_seq;
 		t->consume_ts = 0;
 	} else if (s) {                   /* request/response on the same connection (backend, pgbench) */
+		if (s->pend_done) {           /* the reply it answers: its last piece's wait */
+			if (s->pend_ready >= ws)
+				piece_spans(s, s->pend_ready, s->pend_wake, s->pend_oncpu, s->pend_done, s->pend_idle,
+					    s->pend_seq);
+			s->pend_done = 0;
+		}
 		start = __sync_lock_test_and_set(&s->consume_ts, 0);
 		seq = s->seq;
 		leg = t->role == PP_ROLE_PGBENCH ? PP_LEG_CLIENT : PP_LEG_SERVER;

@@ -33,6 +33,13 @@ struct pp_sock {            /* socket-local storage of a socket a tracked thread
 	__u8  pad[2];
 	__u32 seq;              /* messages into this socket (seen in windows): --trace-sample picks by it */
 	__u32 copied;           /* TCP copied_seq at the last consume: tcp_rcv_space_adjust without new data is none */
+	/* request/response receivers (pgbench, backend): the last consumed piece of the message, emitted when the
+	 * receiver next sends. A reply that arrives in pieces (a pooler forwarding a response in parts) is waited
+	 * for by the last piece only: the earlier pieces' wakeups overlap the upstream work on the rest. */
+	__u64 pend_ready, pend_wake, pend_oncpu, pend_done;   /* pend_done = 0: nothing pending */
+	__u32 pend_seq;
+	__u8  pend_idle;
+	__u8  pend_pad[3];
 };
 
 /* A data skb in flight on a device: a direct-mapped slot of the `devq` array, chosen by the skb's address

@@ -28,7 +28,7 @@ STATS = {0: "tasks_full", 1: "socks_full", 2: "stages_full", 3: "cpu_full", 4: "
          5: "ready_unlearned", 6: "nf_unpaired", 7: "nf_nested_full", 8: "nf_nat", 9: "dev_overwritten",
          10: "messages", 11: "nf_packets", 12: "proc_unpaired", 13: "hop_overflow",
          14: "wire_untimed", 15: "window_edge", 16: "trace_lost", 17: "traces", 18: "dev_stale", 19: "ready_race",
-         20: "switch_in_unseen"}
+         20: "switch_in_unseen", 21: "piece_superseded"}
 NSTATS = 24
 NF_HOOK_NAMES = {0: "prerouting", 1: "input", 2: "forward", 3: "output", 4: "postrouting"}
 BLOCK_OPS = {0: "read", 1: "write", 2: "flush", 3: "discard", 5: "secure_erase", 9: "write_zeroes"}
@@ -91,7 +91,10 @@ class Task(C.Structure):
 
 class Sock(C.Structure):
     _fields_ = [("ready_ts", C.c_uint64), ("consume_ts", C.c_uint64), ("hop", C.c_uint32), ("role", C.c_uint8),
-                ("leg", C.c_uint8), ("pad", C.c_uint8 * 2), ("seq", C.c_uint32), ("copied", C.c_uint32)]
+                ("leg", C.c_uint8), ("pad", C.c_uint8 * 2), ("seq", C.c_uint32), ("copied", C.c_uint32),
+                ("pend_ready", C.c_uint64), ("pend_wake", C.c_uint64), ("pend_oncpu", C.c_uint64),
+                ("pend_done", C.c_uint64), ("pend_seq", C.c_uint32), ("pend_idle", C.c_uint8),
+                ("pend_pad", C.c_uint8 * 3)]
 
 
 class Win(C.Structure):
