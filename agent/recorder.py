@@ -26,6 +26,25 @@ def track_path(probes, pg, services) -> None:
             probes.track(pid, role, hop=svc.hop)
 
 
+def down_links(topo) -> list[str]:
+    """The path's links (veth/tap ends and bridges) that are administratively or operationally down now."""
+    ends = []
+    for link in topo.links:
+        for end in (link.a, link.b):
+            if end is not None:
+                bridge_host = {b.name: b.host for b in topo.bridges}
+                host = end.host or bridge_host.get(end.bridge)
+                ends.append((end.ifname, topo.netns_of(host) if host else None))
+    down = []
+    for ifname, netns in ends:
+        out = subprocess.run(netns_argv(netns, ["ip", "-o", "link", "show", "dev", ifname]), capture_output=True,
+                             text=True).stdout
+        flags = re.search(r"<([^>]*)>", out)
+        if out and (not flags or "UP" not in flags.group(1).split(",") or "state DOWN" in out):
+            down.append(f"{ifname}{' in ' + netns if netns else ''}")
+    return down
+
+
 def checkpoints(pg) -> dict | None:
     """The server's checkpoint counters (pg_stat_bgwriter), or None where they cannot be read (a guest)."""
     if pg is None:

@@ -250,8 +250,15 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
         ui.progress(pr, snap)
 
     try:
-        result = pgbench.run(client_ns, argv, rd.file("pgbench"), on_progress=on_progress, on_start=started,
-                             should_stop=interrupted)
+        try:
+            result = pgbench.run(client_ns, argv, rd.file("pgbench"), on_progress=on_progress, on_start=started,
+                                 should_stop=interrupted)
+        except UserError as e:             # pgbench stuck or failed: say what of the path is broken, if anything
+            broken = _dead_parts(pg, services, history) + [f"link {x} is down" for x in recorder.down_links(topo)]
+            if broken:
+                rd.update(failure=broken)
+                raise UserError(f"{e}; the path broke during the run: " + "; ".join(broken)) from None
+            raise
         conn_frame = conn_probe.stop() if conn_probe is not None else None
     finally:
         if conn_probe is not None:

@@ -101,3 +101,22 @@ def test_a_second_run_of_the_same_path_is_refused_and_the_first_is_untouched(run
     doc = json.loads(out)
     assert doc["status"] == "complete" and doc["tps"] > 0 and doc["transactions"] > 0
     assert machine_state() == before
+
+
+def test_link_down_mid_run_names_the_link(runs_dir):
+    """The wire between client and server host goes down: pgbench cannot finish; after pathprof's bounded wait
+    the one error line names the link, and everything is torn down."""
+    before = machine_state()
+    env = dict(os.environ, PATHPROF_RUNS=str(runs_dir))
+    p = subprocess.Popen([*PATHPROF, "run", "--topology", "nic", "--clients", "1", "--duration", "3", "--probes",
+                          "off", "--no-live"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not any(runs_dir.glob("*/pgbench/argv.txt")):
+        time.sleep(0.2)
+    time.sleep(1)
+    subprocess.run(["ip", "-n", "pp-nic-srv", "link", "set", "pp-nic-s", "down"], check=True)
+    _, err = p.communicate(timeout=180)
+    assert p.returncode == 2, (p.returncode, err[-2000:])
+    line = [x for x in err.splitlines() if x.startswith("pathprof: error:")][-1]
+    assert "link pp-nic-s in pp-nic-srv is down" in line and "Traceback" not in err, line
+    assert machine_state() == before
