@@ -131,6 +131,10 @@ class PgbenchResult:
 _STATEMENT_RE = re.compile(r"^\s+([\d.]+)\s+(\d+)\s+(.*)$")
 
 
+def _new_script(name: str) -> dict:
+    return {"name": name, "weight": None, "transactions": None, "tps": None, "latency_ms": {}, "statements": []}
+
+
 def parse_scripts(stdout: str) -> list[dict]:
     """pgbench -r's per-script blocks (or the one implicit script) with their statement latencies."""
     scripts: list[dict] = []
@@ -139,8 +143,7 @@ def parse_scripts(stdout: str) -> list[dict]:
     for raw in stdout.splitlines():
         line = raw.strip()
         if m := re.match(r"SQL script (\d+): (.+)$", line):
-            cur = {"name": m.group(2), "weight": None, "transactions": None, "tps": None, "latency_ms": {},
-                   "statements": []}
+            cur = _new_script(m.group(2))
             scripts.append(cur)
             in_statements = False
         elif cur is not None and (m := re.match(r"- weight: (\d+)", line)):
@@ -151,8 +154,7 @@ def parse_scripts(stdout: str) -> list[dict]:
             cur["latency_ms"]["mean" if m.group(1) == "average" else "stddev"] = float(m.group(2))
         elif "statement latencies in milliseconds" in line:
             if cur is None:          # a single script: no "SQL script" header
-                cur = {"name": "", "weight": None, "transactions": None, "tps": None, "latency_ms": {},
-                       "statements": []}
+                cur = _new_script("")
                 scripts.append(cur)
             in_statements = True
         elif in_statements and (m := _STATEMENT_RE.match(raw)):

@@ -65,6 +65,7 @@ class ProbeConfig:
     window_s: float = DEFAULT_WINDOW_S    # detailed probes attached this long...
     period_s: float = DEFAULT_PERIOD_S    # ...every period_s; window_s <= 0 or period_s <= window_s: always on
     hop_slots: int = 8                    # distinct hops + 1 the run may track (sizes the latency array)
+    tap_hop: bool = True                  # a qemu guest behind a tap is on the path (its wire needs send starts)
 
 
 @dataclass
@@ -157,7 +158,8 @@ class ProbeSession:
             self.main = BpfObject(str(_probes_dir() / "pathprof.bpf.o"))
             self.main.set_rodata(svc_ports=(C.c_uint16 * L.MAX_PORTS)(*ports), nf_netns=inos,
                                  nf_nns=C.c_uint32(len(self.netns_names)), lat_hops=C.c_uint32(hop_slots),
-                                 trace_every=C.c_uint32(max(int(self.config.trace_sample or 0), 0)))
+                                 trace_every=C.c_uint32(max(int(self.config.trace_sample or 0), 0)),
+                                 tap_wire=C.c_uint32(1 if self.config.tap_hop else 0))
             self.main.maps["lat"].set_max_entries(L.lat_entries(hop_slots))
             self.main.maps["nfagg"].set_max_entries((len(self.netns_names) + 1) * L.NF_PER_NETNS)
             self.main.maps["cpu_idle"].set_max_entries(num_possible_cpus())

@@ -28,11 +28,11 @@ def track_path(probes, pg, services) -> None:
 
 def down_links(topo) -> list[str]:
     """The path's links (veth/tap ends and bridges) that are administratively or operationally down now."""
+    bridge_host = {b.name: b.host for b in topo.bridges}
     ends = []
     for link in topo.links:
         for end in (link.a, link.b):
             if end is not None:
-                bridge_host = {b.name: b.host for b in topo.bridges}
                 host = end.host or bridge_host.get(end.bridge)
                 ends.append((end.ifname, topo.netns_of(host) if host else None))
     down = []

@@ -158,7 +158,8 @@ def _probe_session(opts: RunOptions, topo):
     cfg = probes_mod.ProbeConfig(level=opts.probes, netns=topo.namespaces(), service_ports=ports,
                                  postgres_bin=proc.which("postgres"), trace_sample=opts.trace_sample,
                                  window_s=opts.probe_window_s, period_s=opts.probe_period_s,
-                                 hop_slots=len({s.name for s in topo.services}) + 1)
+                                 hop_slots=len({s.name for s in topo.services}) + 1,
+                                 tap_hop=any(s.kind == "qemu-guest" for s in topo.services))
     return probes_mod.ProbeSession(cfg)
 
 

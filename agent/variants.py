@@ -86,6 +86,6 @@ def apply(a: argparse.Namespace, variant: Variant) -> tuple[argparse.Namespace, 
     except UserError as e:
         raise UserError(f"compare entry '{variant.text}': {e}") from None
     mine = argparse.Namespace(option=[], userland_proxy=None, target=None)
-    p.parse_args([x for x in argv], namespace=mine)
+    p.parse_args(argv, namespace=mine)        # the entry's own topology options, apart
     from .cli_args import topo_options
     return ns, topo_options(mine)

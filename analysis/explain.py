@@ -17,6 +17,8 @@ import statistics
 from pathlib import Path
 from typing import Iterable
 
+from .causes import group, hop_names
+
 # Below this many µs per transaction two runs are "the same" and shares would only amplify noise.
 _MIN_GAP_US = 1e-6
 # A share beyond this means the measured gap is smaller than its parts: items moved in opposite directions by
@@ -220,7 +222,6 @@ def _explain_on(baseline: dict, other: dict, basis: str, noise_pct: float) -> di
 
     base_tps, other_tps = _num(baseline.get("tps")), _num(other.get("tps"))
     tps_delta = (other_tps - base_tps) / base_tps * 100.0 if base_tps else 0.0
-    from .causes import group, hop_names
     causes = group(items, gap if abs(gap) > _MIN_GAP_US else 0.0, hop_names(baseline), hop_names(other))
     verdict = _verdict(items, causes, gap, tps_delta, noise_pct)
     if verdict:                  # not rankable: keep the moves, drop the shares that would mislead

@@ -42,6 +42,7 @@ const volatile __u32 nf_netns[PP_MAX_NETNS] = {};    /* netns inodes of the topo
 const volatile __u32 lat_hops = PP_MAX_HOPS;          /* hop slots in `lat` (the run's hops + 1) */
 const volatile __u32 nf_nns = 0;                       /* namespaces in nf_netns; slot nf_nns is "other" */
 const volatile __u32 trace_every = 0;                 /* --trace-sample N: 1 in N messages per socket */
+const volatile __u32 tap_wire = 1;                    /* the path has a qemu guest behind a tap (wire.qemu) */
 /* unused: keeps struct pp_trace in the object's BTF for the layout test (the ring buffer has no value type) */
 const volatile struct pp_trace pp_trace_layout = {};
 
@@ -335,7 +336,9 @@ int BPF_PROG(pp_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	if (!cs)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();   /* for every switch: untracked tasks' time is the `other` component */
-	struct pp_task *pt = task_of(prev, ws);
+	/* prev is the task this CPU switched in last: whether it was tracked was learnt then (cur_tracked; 1 when
+	 * unknown), so untracked switch-outs cost no storage lookup */
+	struct pp_task *pt = cs->cur_tracked ? task_of(prev, ws) : 0;
 	if (pt) {
 		/* switch-in not seen (before the window, or its run was missed): it cannot have been earlier than
 		 * the last switch seen on this CPU (the window start at first), so charge from there */
@@ -708,8 +711,8 @@ int BPF_PROG(pp_dev_xmit, struct sk_buff *skb, struct net_device *dev)
 		return 0;
 	if (q->skb && q->skb != (__u64)skb && q->ts >= ws)
 		stat_inc(PP_STAT_DEV_OVERWRITTEN);
-	struct pp_task *t = cur_task(ws);
-	q->send_ts = t && t->in_send ? t->send_ts : 0;   /* a tap: wire.qemu starts there */
+	struct pp_task *t = tap_wire ? cur_task(ws) : 0;  /* only a tap's reader (qemu) uses the send start */
+	q->send_ts = t && t->in_send ? t->send_ts : 0;     /* a tap: wire.qemu starts there */
 	q->head = (__u64)skb->head;
 	q->ifindex = dev->ifindex;
 	q->netns = netns;

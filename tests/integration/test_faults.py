@@ -12,6 +12,22 @@ from conftest import PATHPROF, machine_state, run_pathprof
 pytestmark = pytest.mark.integration
 
 
+def _run_until_pgbench(runs_dir, *args, settle_s: float = 0.0) -> subprocess.Popen:
+    """`pathprof run ARGS` in the background, returned once pgbench has started (plus settle_s)."""
+    env = dict(os.environ, PATHPROF_RUNS=str(runs_dir))
+    p = subprocess.Popen([*PATHPROF, "run", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not any(runs_dir.glob("*/pgbench/argv.txt")):
+        time.sleep(0.2)
+    time.sleep(settle_s)
+    return p
+
+
+def _error_line(err: str) -> str:
+    return [x for x in err.splitlines() if x.startswith("pathprof: error:")][-1]
+
+
 def _postmasters(state_prefix: str) -> list[int]:
     out = subprocess.run(["pgrep", "-f", f"postgres -D {state_prefix}"], capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
@@ -19,19 +35,14 @@ def _postmasters(state_prefix: str) -> list[int]:
 
 def test_postmaster_killed_mid_run_is_reported_as_a_broken_run(runs_dir):
     before = machine_state()
-    env = dict(os.environ, PATHPROF_RUNS=str(runs_dir))
-    p = subprocess.Popen([*PATHPROF, "run", "--topology", "unix", "--clients", "2", "--duration", "6", "--probes",
-                          "basic", "--no-live"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while time.time() < deadline and not any(runs_dir.glob("*/pgbench/argv.txt")):
-        time.sleep(0.2)
-    time.sleep(2.5)
+    p = _run_until_pgbench(runs_dir, "--topology", "unix", "--clients", "2", "--duration", "6", "--probes", "basic",
+                           "--no-live", settle_s=2.5)
     pids = _postmasters("/var/lib/pathprof/state/")
     assert pids, "no postmaster found"
     os.kill(min(pids), signal.SIGKILL)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 2, (p.returncode, err[-2000:])
-    line = [x for x in err.splitlines() if x.startswith("pathprof: error:")][-1]
+    line = _error_line(err)
     assert "PostgreSQL server" in line and "broke" in line and "Traceback" not in err
     assert machine_state() == before
     (rd,) = list(runs_dir.iterdir())
@@ -44,14 +55,8 @@ def test_postmaster_killed_mid_run_is_reported_as_a_broken_run(runs_dir):
 
 def test_hop_killed_mid_run_names_the_hop(runs_dir):
     before = machine_state()
-    env = dict(os.environ, PATHPROF_RUNS=str(runs_dir))
-    p = subprocess.Popen([*PATHPROF, "run", "--topology", "pgbouncer", "--clients", "2", "--duration", "6",
-                          "--probes", "off", "--no-live"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    deadline = time.time() + 60
-    while time.time() < deadline and not any(runs_dir.glob("*/pgbench/argv.txt")):
-        time.sleep(0.2)
-    time.sleep(2.5)
+    p = _run_until_pgbench(runs_dir, "--topology", "pgbouncer", "--clients", "2", "--duration", "6", "--probes",
+                           "off", "--no-live", settle_s=2.5)
     pids = [int(x) for x in subprocess.run(["pgrep", "-x", "pgbouncer"], capture_output=True,
                                            text=True).stdout.split()]
     assert pids, "no pgbouncer found"
@@ -59,7 +64,7 @@ def test_hop_killed_mid_run_names_the_hop(runs_dir):
         os.kill(pid, signal.SIGKILL)
     _, err = p.communicate(timeout=120)
     assert p.returncode == 2, (p.returncode, err[-2000:])
-    line = [x for x in err.splitlines() if x.startswith("pathprof: error:")][-1]
+    line = _error_line(err)
     assert "pgbouncer" in line and "broke" in line and "Traceback" not in err
     assert machine_state() == before
     (rd,) = list(runs_dir.iterdir())
@@ -84,13 +89,8 @@ def test_full_runs_directory_fails_cleanly(tmp_path):
 
 def test_a_second_run_of_the_same_path_is_refused_and_the_first_is_untouched(runs_dir):
     before = machine_state()
-    env = dict(os.environ, PATHPROF_RUNS=str(runs_dir / "first"))
-    first = subprocess.Popen([*PATHPROF, "run", "--topology", "nic", "--clients", "2", "--duration", "5",
-                              "--probes", "off", "--json", "--no-live"], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while time.time() < deadline and not any((runs_dir / "first").glob("*/pgbench/argv.txt")):
-        time.sleep(0.2)
+    first = _run_until_pgbench(runs_dir / "first", "--topology", "nic", "--clients", "2", "--duration", "5",
+                               "--probes", "off", "--json", "--no-live")
     t0 = time.time()
     second = run_pathprof("run", "--topology", "nic", "--clients", "2", "--duration", "5", "--probes", "off",
                           runs_dir=runs_dir / "second", timeout=120)
@@ -107,16 +107,11 @@ def test_link_down_mid_run_names_the_link(runs_dir):
     """The wire between client and server host goes down: pgbench cannot finish; after pathprof's bounded wait
     the one error line names the link, and everything is torn down."""
     before = machine_state()
-    env = dict(os.environ, PATHPROF_RUNS=str(runs_dir))
-    p = subprocess.Popen([*PATHPROF, "run", "--topology", "nic", "--clients", "1", "--duration", "3", "--probes",
-                          "off", "--no-live"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while time.time() < deadline and not any(runs_dir.glob("*/pgbench/argv.txt")):
-        time.sleep(0.2)
-    time.sleep(1)
+    p = _run_until_pgbench(runs_dir, "--topology", "nic", "--clients", "1", "--duration", "3", "--probes", "off",
+                           "--no-live", settle_s=1)
     subprocess.run(["ip", "-n", "pp-nic-srv", "link", "set", "pp-nic-s", "down"], check=True)
     _, err = p.communicate(timeout=180)
     assert p.returncode == 2, (p.returncode, err[-2000:])
-    line = [x for x in err.splitlines() if x.startswith("pathprof: error:")][-1]
+    line = _error_line(err)
     assert "link pp-nic-s in pp-nic-srv is down" in line and "Traceback" not in err, line
     assert machine_state() == before
