@@ -21,7 +21,10 @@ def cmd_run(a) -> int:
     from . import run as runmod
     from .console import make_reporter
     opts = cli_args.run_options(a, a.topology)
-    with make_reporter(a, opts.workload.duration_s) as ui:
+    from .metrics_live import serving
+    labels = {"topology": getattr(opts, "topology", None) or a.topology, "clients": opts.workload.clients,
+              "run_id": "live"}
+    with make_reporter(a, opts.workload.duration_s) as ui, serving(a.metrics_port, ui, labels) as ui:
         rd = runmod.execute(opts, ui)
     summary = summarize(rd)
     if a.json:

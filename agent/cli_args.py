@@ -149,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dsn", metavar="CONNINFO", help="profile an existing server instead: no path is built, "
                                                      "no server started")
     add_workload_options(r)
+    add_metrics_port(r)
 
     rep = sub.add_parser("report", help="report on recorded runs", formatter_class=fmt,
                          description="Print the latency and CPU views of one or more run directories, or write "
@@ -190,9 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("export", help="export traces or stage tables", formatter_class=fmt,
                        description="perfetto: Chrome trace-event JSON for ui.perfetto.dev (needs a run made with "
-                                   "--trace-sample); csv/parquet: the stage and CPU tables.")
+                                   "--trace-sample); csv/parquet: the stage and CPU tables; openmetrics: the run's "
+                                   "figures as Prometheus/OpenMetrics text (to stdout unless -o).")
     e.add_argument("run", metavar="RUN_DIR")
-    e.add_argument("--format", choices=["perfetto", "csv", "parquet"], default="perfetto")
+    e.add_argument("--format", choices=["perfetto", "csv", "parquet", "openmetrics"], default="perfetto",
+                   help="openmetrics: TPS, latency, stages and CPU per transaction and stage histograms in the "
+                        "Prometheus/OpenMetrics text format (default: %(default)s)")
     e.add_argument("-o", "--output", metavar="PATH", help="output file or directory (default: inside the run dir)")
 
     doc = sub.add_parser("doctor", help="check what this machine lets pathprof measure", formatter_class=fmt,
@@ -214,6 +218,21 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--dry-run", action="store_true", help="say what would be removed")
     cl.add_argument("--json", action="store_true")
     return p
+
+
+def _port(text: str) -> int:
+    n = _whole_number(text)
+    if n > 65535:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a TCP port (0-65535)")
+    return n
+
+
+def add_metrics_port(p: argparse.ArgumentParser) -> None:
+    """--metrics-port for commands that drive a live run (run, attach): see agent/metrics_live.py."""
+    p.add_argument("--metrics-port", type=_port, metavar="PORT",
+                   help="serve the live figures (TPS, latency, stages and CPU per transaction) at "
+                        "http://127.0.0.1:PORT/metrics in the OpenMetrics format for a Prometheus scrape, "
+                        "while the run goes on (0: any free port, printed on stderr)")
 
 
 def parse_kv(items: list[str], flag: str) -> dict[str, str]:

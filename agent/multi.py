@@ -142,6 +142,8 @@ def export(a) -> int:
     from pathprof.analysis import export as ex
     from pathprof.analysis.rundir import RunDir
     rd = RunDir.open(a.run)
+    if a.format == "openmetrics":
+        return _export_openmetrics(rd, a.output)
     if a.format == "perfetto":
         traces = rd.read_frame("traces.parquet")
         if traces is None or not len(traces):
@@ -159,4 +161,17 @@ def export(a) -> int:
             if frame is not None:
                 write(frame, out / f"{name}.{a.format}")
     print(out)
+    return 0
+
+
+def _export_openmetrics(rd, output: str | None) -> int:
+    from pathprof.analysis.openmetrics import render, stage_histograms
+    from pathprof.analysis.summary import summarize
+    summary = {**summarize(rd), "run_id": rd.meta.get("run_id") or rd.path.name}
+    text = render([summary], {summary["run_id"]: stage_histograms(rd.read_frame("stages.parquet"))})
+    if output:
+        Path(output).write_text(text)
+        print(output)
+    else:
+        sys.stdout.write(text)
     return 0

@@ -19,7 +19,8 @@ def test_compare_report(tmp_path):
                "docker-dnat": [rng.lognormvariate(-0.8, 0.4) for _ in range(500)]}
     path = write_html([b, d], tmp_path / "report.html", explanations=[expl], latency_samples=samples)
     doc = path.read_text()
-    assert doc.startswith("<!DOCTYPE html>") and "<style>" in doc and "<script" not in doc
+    assert doc.startswith("<!DOCTYPE html>") and "<style>" in doc
+    assert not re.search(r"<script[^>]*\bsrc=", doc) and not re.search(r"<link[^>]*\bhref=", doc)  # inline only
     assert "http://" not in doc and "https://" not in doc            # self-contained
     sentence = explain_text(expl)
     assert sentence in doc
