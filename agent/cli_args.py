@@ -180,6 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "growing and which stage grows with it.")
     sw.add_argument("-t", "--topology", default="loopback", metavar="NAME|FILE")
     sw.add_argument("--clients", default="1,4,16", metavar="N,N,...", help="client counts (default: %(default)s)")
+    sw.add_argument("--repeat", type=_positive_int, default=1, metavar="K",
+                    help="run each client count K times, interleaved; report the median run and the spread")
     sw.add_argument("--html", metavar="FILE")
     add_workload_options(sw, clients_default=None)
 

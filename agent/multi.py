@@ -82,7 +82,8 @@ def compare(a) -> int:
     spreads = {lb: spread(runs[lb]) for lb in labels} if a.repeat > 1 else None
     if a.html:
         from pathprof.analysis.html import write_html
-        write_html(chosen, Path(a.html), explanations=explanations)
+        write_html(chosen, Path(a.html), explanations=explanations,
+                   repeats=[runs[lb] for lb in labels] if a.repeat > 1 else None)
         print(f"pathprof: wrote {a.html}", file=sys.stderr)
     if a.json:
         _out_json({"runs": chosen, "baseline": labels[0], "explanations": explanations,
@@ -108,9 +109,19 @@ def sweep(a) -> int:
     from pathprof.topologies import spec
     counts = parse_clients(a.clients)
     spec.load(a.topology, cli_args.topo_options(a))
-    summaries = [_one_run(a, a.topology, c, f"{a.topology}: {c} clients ({i + 1}/{len(counts)})")
-                 for i, c in enumerate(counts)]
+    repeat = getattr(a, "repeat", 1) or 1
+    runs: dict[int, list[dict]] = {c: [] for c in counts}
+    n = 0
+    for k in range(repeat):    # interleaved, like compare: drift hits every client count alike
+        for c in counts:
+            n += 1
+            runs[c].append(_one_run(a, a.topology, c, f"{a.topology}: {c} clients ({n}/{len(counts) * repeat})"))
+    summaries = [_median_run(runs[c]) for c in counts]
     analysis = sweep_analysis(summaries)
+    if repeat > 1:
+        for p in analysis["points"]:
+            tps = [r.get("tps") or 0.0 for r in runs.get(p["clients"], [])]
+            p.update(tps_min=min(tps), tps_max=max(tps), repeats=len(tps))
     if a.html:
         from pathprof.analysis.html import write_html
         write_html(summaries, Path(a.html), sweep=analysis)

@@ -69,7 +69,9 @@ def render(summaries: list[dict], histograms: dict[str, list[dict]] | None = Non
     """OpenMetrics text for one or more summaries (analysis.summary or a live snapshot of the same shape).
     histograms: run label -> stage_histograms() of that run, when the stage tables are at hand."""
     doc = _Doc()
-    runs = [(_run_labels(s), s) for s in summaries]
+    runs = [(_run_labels(s), s) for s in summaries if s]
+    if not runs:
+        return doc.text()
     doc.family("pathprof_run", "info", "the run this series belongs to")
     for lb, s in runs:
         doc.sample("pathprof_run_info", {**lb, "regime": s.get("regime") or "unknown",
@@ -172,8 +174,8 @@ def _histograms(doc: _Doc, runs, histograms: dict) -> None:
     if not rows:
         return
     name = "pathprof_stage_duration_seconds"
-    doc.family(name, "histogram", "duration of one occurrence of a stage (log-linear buckets of the probes)",
-               "seconds")
+    doc.family(name, "histogram", "duration of one occurrence of a stage, one bucket per power of two of the "
+               "probes' log-linear histogram (wire.* include the netfilter and device time inside them)", "seconds")
     for lb, h in rows:
         labels = {**lb, "stage": h["name"], "leg": h["leg"]}
         slots = [int(x) for x in h["slots"]]

@@ -354,7 +354,9 @@ def sweep_view(analysis: dict):
     for p in pts:
         lat = p.get("latency_ms") or {}
         gain = p.get("gain_per_doubling_pct")
-        t.add_row(str(p["clients"]), _fmt(p["tps"], ",.0f"), Text(bar(p["tps"], best, 30), style="cyan"),
+        tps = _fmt(p["tps"], ",.0f") + (f" ({p['tps_min']:,.0f}…{p['tps_max']:,.0f})"   # --repeat spread
+                                         if p.get("tps_min") is not None else "")
+        t.add_row(str(p["clients"]), tps, Text(bar(p["tps"], best, 30), style="cyan"),
                   "" if gain is None else f"{gain:+.1f} %", _fmt(lat.get("mean"), ".3f"),
                   _fmt(lat.get("p99"), ".3f"), str(p.get("regime") or "?"),
                   "◀ knee" if p["clients"] == analysis.get("knee_clients") else "")

@@ -1,0 +1,172 @@
+"""The path diagram, the waterfall and the cause-grouped charts of the HTML report, rendered from run directories
+recorded by real runs (tests/unit/data/runs) and from topology.json shapes a real run could write."""
+import json
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from fixtures_summaries import bridge, dnat
+from pathprof.analysis import path_model, svg_path, waterfall
+from pathprof.analysis.html import write_html
+from pathprof.analysis.rundir import RunDir
+from pathprof.analysis.summary import summarize
+
+RUNS = Path(__file__).parent / "data" / "runs"
+
+
+class Elements(HTMLParser):
+    """Every tag carrying data-element, with its attributes; and the text of <script> blocks."""
+
+    def __init__(self):
+        super().__init__()
+        self.found: list[dict] = []
+        self.tables: list[dict] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "data-element" in a:
+            self.found.append({"tag": tag, **a})
+        if tag == "table":
+            self.tables.append(a)
+
+    def of(self, element: str) -> list[dict]:
+        return [e for e in self.found if e["data-element"] == element]
+
+
+def parse(doc: str) -> Elements:
+    p = Elements()
+    p.feed(doc)
+    return p
+
+
+def summary_of(name: str, tmp_path: Path | None = None) -> dict:
+    src = RUNS / name
+    if tmp_path is not None:           # a copy the test may change
+        dst = tmp_path / name
+        shutil.copytree(src, dst)
+        src = dst
+    return summarize(RunDir.open(src))
+
+
+def drawn_total(p: Elements) -> float:
+    """µs per transaction of every element with a figure: processes, chips and stages listed as unplaced."""
+    return sum(float(e["data-us-per-txn"]) for e in p.found
+               if e["data-element"] in ("process", "wire", "device", "qdisc", "netfilter") and e["data-us-per-txn"])
+
+
+def test_docker_dnat_diagram_from_the_recorded_run(tmp_path):
+    s = summary_of("docker-dnat")
+    doc = write_html([s], tmp_path / "r.html").read_text()
+    p = parse(doc)
+    assert doc.index('class="pp-path"') < doc.index("<h2>Where the time goes")       # the report opens with it
+    procs = {e["data-name"]: e for e in p.of("process")}
+    topo = json.loads((RUNS / "docker-dnat" / "topology.json").read_text())
+    chain = [c.get("hop") or c.get("process") for c in topo["chain"] if c.get("hop") or c.get("process")]
+    assert list(procs) == ["pgbench" if c == "pgbench" else "backend" if c == "postgres" else c for c in chain]
+    assert {e["data-name"] for e in p.of("host")} == set(topo["hosts"])
+    # every stage of the latency view is drawn exactly once: the drawing adds up to the stage total
+    total = sum(st["us_per_txn"] for st in s["stages"] if not st.get("parent"))
+    assert drawn_total(p) == pytest.approx(total, rel=1e-3)
+    # the proxy is the biggest element, and says so: largest figure and share on the page
+    proxy = procs["docker-proxy"]
+    others = [float(e["data-us-per-txn"]) for e in p.found if e.get("data-us-per-txn") and e is not proxy]
+    assert float(proxy["data-us-per-txn"]) > max(others)
+    assert float(proxy["data-share-pct"]) > 50
+    assert float(proxy["data-cpu-us-per-txn"]) == pytest.approx(
+        sum(c["us_per_txn"] for c in s["cpu"] if c["component"].startswith("hop.docker-proxy.")), abs=0.01)
+    # every device of the spec appears: the timed ones with a figure, the bridge without one
+    devices = {(e["data-name"], e["data-leg"]): e["data-us-per-txn"] for e in p.of("device")}
+    assert devices[("dev.pp-dk-veth0", "request")] and devices[("dev.pp-dk-eth0", "response")]
+    assert devices[("dev.pp-docker0", "request")] == ""
+    hooks = {e["data-name"] for e in p.of("netfilter")}
+    assert {"netfilter.output.pp-dk-host", "netfilter.prerouting.pp-dk-host"} <= hooks
+
+
+def test_loopback_and_unix_diagrams(tmp_path):
+    for name in ("loopback", "unix"):
+        s = summary_of(name)
+        p = parse(write_html([s], tmp_path / f"{name}.html").read_text())
+        assert [e["data-name"] for e in p.of("process")] == ["pgbench", "backend"]
+        total = sum(st["us_per_txn"] for st in s["stages"] if not st.get("parent"))
+        assert drawn_total(p) == pytest.approx(total, rel=1e-3)
+
+
+def test_discovered_chain_without_hosts_and_missing_topology(tmp_path):
+    """A discovered path (run --dsn / attach) names hops as hop.<name> and may carry no hosts; a run directory
+    without topology.json still gets a diagram, inferred from the stage names."""
+    s = dnat()
+    s["stages"].append({"name": "hop.socat", "leg": "request", "us_per_txn": 7.0})
+    s["stages"].append({"name": "queued.socat", "leg": "response", "us_per_txn": 3.0})
+    s["stages"].append({"name": "qdisc.pp-wire0", "leg": "request", "us_per_txn": 250.0})
+    topo = {"chain": [{"process": "pgbench", "netns": None}, {"connects_to": "10.0.0.1:5432"},
+                      {"hop": "hop.socat", "process": "socat", "pid": 4242, "netns": None},
+                      {"process": "postgres", "pid": 17}]}
+    m = path_model.build(s, topo)
+    assert [p["id"] for p in m["processes"]] == ["pgbench", "socat", "docker-proxy", "backend"]
+    socat = m["processes"][1]
+    assert socat["pids"] == [4242] and socat["us"] == pytest.approx(10.0)
+    svg = svg_path.render(m)
+    p = parse(svg)
+    assert {e["data-name"] for e in p.of("qdisc")} == {"qdisc.pp-wire0"}
+    assert not p.of("host")                                    # no host known: no box, nothing invented
+    m2 = path_model.build(s, None)
+    assert m2["has_topology_json"] is False and "no topology.json" in svg_path.render(m2)
+    # a stage the model cannot place stays visible, and the figures still add up
+    s["stages"].append({"name": "mystery.thing", "leg": "request", "us_per_txn": 5.0})
+    m3 = path_model.build(s, topo)
+    assert "mystery.thing" in [u["name"] for u in m3["unplaced"]["request"]]
+    assert "mystery.thing" in svg_path.render(m3)
+
+
+def test_compare_diagrams_show_deltas(tmp_path):
+    b, d = bridge(), dnat()
+    doc = write_html([b, d], tmp_path / "c.html").read_text()
+    assert doc.count('class="pp-path"') == 2
+    second = doc[doc.index('data-run="docker-dnat'):]
+    assert "Δ against docker-bridge" in second
+    assert "hop.docker-proxy" in doc and "(new)" in second                # docker-proxy is not in the baseline
+
+
+def test_waterfall_from_recorded_traces(tmp_path):
+    traces = pd.read_parquet(RUNS / "pgbouncer-traces" / "traces.parquet")
+    txns = waterfall.transactions(traces)
+    assert txns
+    for t in txns:   # complete and contiguous: every leg, each span starting where the previous ended
+        assert {sp["leg"] for sp in t["spans"]} >= {"request", "server", "response", "client"}
+        ends = [sp["start_ns"] + sp["dur_ns"] for sp in t["spans"][:-1]]
+        assert ends == [sp["start_ns"] for sp in t["spans"][1:]]
+        assert t["spans"][-1]["stage"] == "client.pgbench"
+    picked = waterfall.pick(txns)
+    durs = sorted(t["dur_ns"] for t in txns)
+    assert picked["p50"]["dur_ns"] == durs[(len(durs) - 1) // 2] and picked["p99"]["dur_ns"] >= picked["p50"]["dur_ns"]
+    s = summary_of("pgbouncer-traces")
+    p = parse(write_html([s], tmp_path / "w.html").read_text())
+    spans = p.of("span")
+    assert {e["data-row"] for e in spans} == {"pgbench", "pgbouncer", "backend"}
+    assert len(spans) == len(picked["p50"]["spans"]) + len(picked["p99"]["spans"])
+    backend_rows = {e["data-stage"] for e in spans if e["data-row"] == "backend"}
+    assert "backend.execute" in backend_rows
+
+
+def test_waterfall_without_complete_transactions():
+    # spans of one socket only (no backend span joins them): nothing complete, a sentence instead of a chart
+    df = pd.DataFrame({"ts_ns": [0, 10, 25], "dur_ns": [10, 15, 5], "role": ["pgbench"] * 3,
+                       "stage": ["wire.pgbench", "queued.pgbench", "client.pgbench"],
+                       "leg": ["response"] * 2 + ["client"]})
+    assert waterfall.transactions(df) == []
+    assert "no complete transaction" in waterfall.section(df, [], set(), "x")
+    assert waterfall.section(None, [], set(), "x") == ""
+
+
+def test_charts_legend_is_causes_and_tables_sort(tmp_path):
+    s = summary_of("docker-dnat")
+    doc = write_html([s], tmp_path / "r.html").read_text()
+    legend = doc[doc.index('class="legend"'):]
+    legend = legend[: legend.index("</p>")]
+    assert legend.count("<span>") <= 12                         # causes, not 40 stages
+    assert "hop docker-proxy" in legend and "netfilter" in legend
+    p = parse(doc)
+    assert sum(1 for t in p.tables if t.get("class") == "sortable") >= 2
+    assert "aria-sort" in doc and "data-ready" in doc            # the sorting script is inline
