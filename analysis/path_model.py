@@ -22,6 +22,7 @@ WAIT_KINDS = ("wakeup", "idle_exit", "runqueue", "recv", "queued")
 KERNEL_KINDS = ("wire", "netfilter", "dev", "qdisc")
 HOOK_ORDER = {"output": 1, "postrouting": 2, "forward": 3, "prerouting": 5, "input": 6}
 _SENDER_HOOKS, _RECEIVER_HOOKS = ("output", "postrouting"), ("prerouting", "input")
+_TAPS: set[str] = set()     # tap devices of the spec being built (set by _spec_devices)
 
 
 def _num(x) -> float:
@@ -110,8 +111,9 @@ def _hosts(topo: dict | None, procs: list[dict]) -> list[dict]:
 
 
 def _spec_devices(spec: dict | None) -> dict[str, str | None]:
-    """Device name -> the host it lives in, from a topology spec's links and bridges."""
+    """Device name -> the host it lives in, from a topology spec's links and bridges (taps also in _TAPS)."""
     out: dict[str, str | None] = {}
+    _TAPS.clear()
     for br in (spec or {}).get("bridges") or []:
         if isinstance(br, dict) and br.get("name"):
             out[br["name"]] = br.get("host")
@@ -125,6 +127,8 @@ def _spec_devices(spec: dict | None) -> dict[str, str | None]:
                 if host is None and e.get("bridge"):
                     host = out.get(e["bridge"])
                 out[e["ifname"]] = host
+                if link.get("kind") == "tap":
+                    _TAPS.add(e["ifname"])
         if link.get("ifname"):                                     # tap-like links with one end
             out[link["ifname"]] = link.get("host")
     return out
@@ -243,6 +247,9 @@ def _place(kind, subject, netns, segs, host_of, netns_of, devices):
         local = [s for s in segs if s not in crossing]
         if subject == "lo":
             cands = local or segs
+        elif subject in _TAPS:   # a guest's tap: timed from its xmit to qemu's read (or qemu's write onwards),
+            host = devices.get(subject)     # i.e. on the segment between qemu and its neighbour on the host
+            cands = [s for s in local if host_of.get(s["from"]) == host] or segs
         else:
             host = devices.get(subject)
             near = [s for s in crossing if host in (host_of.get(s["from"]), host_of.get(s["to"]))]

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 from conftest import PATHPROF, machine_state, run_pathprof
-
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.integration

@@ -170,3 +170,44 @@ def test_charts_legend_is_causes_and_tables_sort(tmp_path):
     p = parse(doc)
     assert sum(1 for t in p.tables if t.get("class") == "sortable") >= 2
     assert "aria-sort" in doc and "data-ready" in doc            # the sorting script is inline
+
+
+def test_kernel_stages_land_on_the_segment_that_carries_them():
+    """A guest behind a tap (kvm-tap's shape) and a container behind a veth: the tap's time is between pgbench
+    and qemu on the host, a veth's on the segment that crosses into the container, a receiver-side hook on the
+    segment into the namespace that has it."""
+    s = {**dnat(), "cpu": []}
+    s["stages"] = [{"name": n, "leg": leg, "us_per_txn": 1.0} for n, leg in (
+        ("wire.qemu", "request"), ("dev.pp-kvm-tap0", "request"), ("hop.qemu", "server"),
+        ("dev.pp-kvm-tap0", "response"), ("wire.pgbench", "response"))]
+    topo = {"chain": [{"process": "pgbench", "host": "host", "netns": "pp-kvm"},
+                      {"hop": "qemu", "host": "host", "netns": "pp-kvm", "pids": [9]},
+                      {"process": "postgres", "host": "guest", "netns": None}],
+            "hosts": {"host": {"netns": "pp-kvm", "addresses": []}, "guest": {"netns": None, "addresses": []}}}
+    spec = {"bridges": [{"name": "pp-kvmbr0", "host": "host"}],
+            "links": [{"kind": "tap", "a": {"bridge": "pp-kvmbr0", "ifname": "pp-kvm-tap0"}}]}
+    m = path_model.build(s, topo, spec)
+    where = {(e["name"], leg): (seg["from"], seg["to"]) for leg, segs in m["legs"].items() for seg in segs
+             for e in seg["elements"]}
+    assert where[("dev.pp-kvm-tap0", "request")] == ("pgbench", "qemu")
+    assert where[("dev.pp-kvm-tap0", "response")] == ("qemu", "pgbench")
+    assert where[("dev.pp-kvmbr0", "request")] == ("qemu", "backend")      # declared, not timed: drawn greyed
+    qemu = m["processes"][1]
+    assert qemu["own_us"] == 1.0 and qemu["stages"][0]["leg"] == "server"
+
+    s["stages"] = [{"name": n, "leg": leg, "us_per_txn": 1.0} for n, leg in (
+        ("dev.lo", "request"), ("dev.pp-veth0", "request"), ("netfilter.prerouting.pp-ctr", "request"),
+        ("netfilter.output.pp-host", "request"), ("netfilter.forward.pp-host", "request"))]
+    topo = {"chain": [{"process": "pgbench", "host": "host", "netns": "pp-host"},
+                      {"hop": "hop.socat", "process": "socat", "host": "host", "netns": "pp-host"},
+                      {"process": "postgres", "host": "ctr", "netns": "pp-ctr"}]}
+    spec = {"links": [{"kind": "veth", "a": {"ifname": "pp-veth0", "host": "host"},
+                       "b": {"ifname": "pp-eth0", "host": "ctr"}}]}
+    m = path_model.build(s, topo, spec)
+    where = {e["name"]: (seg["from"], seg["to"]) for seg in m["legs"]["request"] for e in seg["elements"]}
+    assert where["dev.lo"] == ("pgbench", "socat")
+    assert where["dev.pp-veth0"] == ("socat", "backend")
+    assert where["netfilter.prerouting.pp-ctr"] == ("socat", "backend")
+    assert where["netfilter.forward.pp-host"] == ("socat", "backend")
+    assert where["netfilter.output.pp-host"] == ("pgbench", "socat")            # first of two candidates
+    assert where["dev.pp-eth0"] == ("socat", "backend")
