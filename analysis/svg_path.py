@@ -10,10 +10,11 @@ attributes, which is how tests (and scripts scraping a report) find it.
 from __future__ import annotations
 
 import html
+import textwrap
 
 from .path_model import elements
 
-COL_W, GAP, PAD = 156, 196, 16
+COL_W, GAP, PAD, MIN_W = 156, 196, 16, 860
 CHIP_H, CHIP_GAP = 30, 4
 PROC_H, HOST_PAD = 92, 22
 _RAMP = [(247, 247, 247), (253, 224, 197), (245, 158, 76), (215, 48, 31), (127, 0, 0)]
@@ -67,14 +68,16 @@ def render(model: dict, baseline: dict | None = None, title: str = "", uid: str 
     mine, base = elements(model), (elements(baseline) if baseline else None)
     biggest = max([abs(v) for v in mine.values() if v is not None] + [1e-9])
     n = len(procs)
-    width = 2 * PAD + n * COL_W + (n - 1) * GAP
+    width = max(2 * PAD + n * COL_W + (n - 1) * GAP, MIN_W)
     max_req = max([len(s["elements"]) for s in legs.get("request") or []] + [1])
     max_resp = max([len(s["elements"]) for s in legs.get("response") or []] + [1])
     req_h, resp_h = max_req * (CHIP_H + CHIP_GAP) + 22, max_resp * (CHIP_H + CHIP_GAP) + 22
     y_req_arrow = 44 + req_h
     y_proc = y_req_arrow + HOST_PAD + 10
-    y_resp_arrow = y_proc + PROC_H + 18
-    footer = _footer(model)
+    proc_h = PROC_H + (20 if base is not None else 0)     # a line for the change against the baseline
+    y_resp_arrow = y_proc + proc_h + 18
+    footer = [(part, attrs) for line, attrs in _footer(model)
+              for part in textwrap.wrap(line, 150, subsequent_indent="    ")]
     height = y_resp_arrow + resp_h + 20 + 16 * len(footer)
     x_of = {p["id"]: PAD + i * (COL_W + GAP) for i, p in enumerate(procs)}
     arrow = f"pp-arrow{uid}"
@@ -86,7 +89,7 @@ def render(model: dict, baseline: dict | None = None, title: str = "", uid: str 
            f'<text x="{PAD}" y="18" font-size="14" font-weight="600">{_e(title or "The measured path")}</text>',
            f'<text x="{PAD}" y="34" fill="#555">request leg → (above), ← response leg (below); colour: share of the '
            f'largest element; figures are µs per transaction of the {total:,.1f} µs cycle</text>']
-    out += _hosts(model, x_of, y_proc)
+    out += _hosts(model, x_of, y_proc, proc_h)
     for p in procs:
         t = abs(p["us"]) / biggest
         key = ("process", p["id"], "")
@@ -98,13 +101,16 @@ def render(model: dict, baseline: dict | None = None, title: str = "", uid: str 
         out.append(f'<g class="pp-el" data-element="process" data-kind="{_e(p["kind"])}" data-name="{_e(p["id"])}" '
                    f'data-us-per-txn="{p["us"]:.3f}" data-cpu-us-per-txn="{p["cpu_us"]:.3f}" '
                    f'data-share-pct="{share:.1f}"><title>{_e(tip)}</title>'
-                   f'<rect x="{x}" y="{y_proc}" width="{COL_W}" height="{PROC_H}" rx="8" fill="{ramp(t)}" '
+                   f'<rect x="{x}" y="{y_proc}" width="{COL_W}" height="{proc_h}" rx="8" fill="{ramp(t)}" '
                    f'stroke="#333" stroke-width="1.2"/>')
         ink = _ink(t)
-        lines = [(f"{_clip(p['label'], 24)}", 13, "600"),
-                 (f"{_fmt_us(p['us'])} · {share:.1f} %" + _delta(key, mine, base), 12, "600"),
-                 (f"work {_fmt_us(p['own_us'])} · waits {_fmt_us(p['wait_us'])}", 10, "400"),
-                 (f"CPU {_fmt_us(p['cpu_us'])}" if p["cpu"] else "CPU not measured", 10, "400")]
+        lines = [(f"{_clip(p['label'], 24)}", 13, "600"), (f"{_fmt_us(p['us'])} · {share:.1f} %", 12, "600")]
+        if base is not None:
+            d = _delta(key, mine, base).strip()
+            lines.append(("not in the baseline" if d == "(new)" else f"{d or 'Δ –'} µs vs baseline", 11, "600"))
+        lines += [
+                  (f"work {_fmt_us(p['own_us'])} · waits {_fmt_us(p['wait_us'])}", 10, "400"),
+                  (f"CPU {_fmt_us(p['cpu_us'])}" if p["cpu"] else "CPU not measured", 10, "400")]
         for i, (text, size, weight) in enumerate(lines):
             out.append(f'<text x="{x + 8}" y="{y_proc + 20 + i * 20}" font-size="{size}" font-weight="{weight}" '
                        f'fill="{ink}">{_e(text)}</text>')
@@ -121,7 +127,7 @@ def render(model: dict, baseline: dict | None = None, title: str = "", uid: str 
     return "\n".join(out)
 
 
-def _hosts(model: dict, x_of: dict, y_proc: int) -> list[str]:
+def _hosts(model: dict, x_of: dict, y_proc: int, proc_h: int) -> list[str]:
     """One box per run of neighbouring processes on the same host (a host revisited later gets a second box)."""
     out = []
     procs = model["processes"]
@@ -140,7 +146,7 @@ def _hosts(model: dict, x_of: dict, y_proc: int) -> list[str]:
             f" · {', '.join(h['addresses'])}" if h.get("addresses") else "")
         out.append(f'<g class="pp-el" data-element="host" data-name="{_e(name)}" '
                    f'data-netns="{_e(h.get("netns") or "")}"><title>{_e(label)}</title>'
-                   f'<rect x="{x0}" y="{y_proc - HOST_PAD}" width="{x1 - x0}" height="{PROC_H + HOST_PAD + 8}" '
+                   f'<rect x="{x0}" y="{y_proc - HOST_PAD}" width="{x1 - x0}" height="{proc_h + HOST_PAD + 8}" '
                    f'rx="10" fill="#eef3f8" stroke="#8aa4c0" stroke-dasharray="5 3"/>'
                    f'<text x="{x0 + 8}" y="{y_proc - 7}" fill="#36506e" font-size="10">'
                    f'{_e(_clip(label, int((x1 - x0) / 5.6)))}</text></g>')
