@@ -126,7 +126,11 @@ def test_compare_diagrams_show_deltas(tmp_path):
     assert doc.count('class="pp-path"') == 2
     second = doc[doc.index('data-run="docker-dnat'):]
     assert "Δ against docker-bridge" in second
-    assert "hop.docker-proxy" in doc and "(new)" in second                # docker-proxy is not in the baseline
+    assert "not in the baseline" in second                                # docker-proxy is not in the baseline
+    first = doc[: doc.index('data-run="docker-dnat')]
+    be = [next(e for e in parse(part).of("process") if e["data-name"] == "backend") for part in (first, second)]
+    delta = float(be[1]["data-us-per-txn"]) - float(be[0]["data-us-per-txn"])
+    assert f"Δ {delta:+,.1f} µs vs baseline" in second
 
 
 def test_waterfall_from_recorded_traces(tmp_path):
