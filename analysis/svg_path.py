@@ -55,6 +55,10 @@ def _delta(key, model_elems, base_elems) -> str:
     return f" Δ {d:+,.1f}"
 
 
+def _attr(x) -> str:
+    return "" if x is None else f"{x:.3f}"
+
+
 def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
@@ -67,6 +71,7 @@ def render(model: dict, baseline: dict | None = None, title: str = "", uid: str 
     total = model["total_us"] or 0.0
     mine, base = elements(model), (elements(baseline) if baseline else None)
     biggest = max([abs(v) for v in mine.values() if v is not None] + [1e-9])
+    measured = total > 0          # a run with --probes off has pgbench's figures only
     n = len(procs)
     width = max(2 * PAD + n * COL_W + (n - 1) * GAP, MIN_W)
     max_req = max([len(s["elements"]) for s in legs.get("request") or []] + [1])
@@ -76,7 +81,9 @@ def render(model: dict, baseline: dict | None = None, title: str = "", uid: str 
     y_proc = y_req_arrow + HOST_PAD + 10
     proc_h = PROC_H + (20 if base is not None else 0)     # a line for the change against the baseline
     y_resp_arrow = y_proc + proc_h + 18
-    footer = [(part, attrs) for line, attrs in _footer(model)
+    footer = [] if measured else [("no stage figures: this run was made with --probes off (or its probe windows held "
+                                   "no transaction), so only the path's shape is drawn", "")]
+    footer += [(part, attrs) for line, attrs in _footer(model)
               for part in textwrap.wrap(line, 150, subsequent_indent="    ")]
     height = y_resp_arrow + resp_h + 20 + 16 * len(footer)
     x_of = {p["id"]: PAD + i * (COL_W + GAP) for i, p in enumerate(procs)}
@@ -99,12 +106,14 @@ def render(model: dict, baseline: dict | None = None, title: str = "", uid: str 
                         + [f"{s['name']} [{s['leg']}]: {_fmt_us(s['us'])}" for s in p["stages"]]
                         + [f"CPU {c['name']}: {_fmt_us(c['us'])}" for c in p["cpu"]])
         out.append(f'<g class="pp-el" data-element="process" data-kind="{_e(p["kind"])}" data-name="{_e(p["id"])}" '
-                   f'data-us-per-txn="{p["us"]:.3f}" data-cpu-us-per-txn="{p["cpu_us"]:.3f}" '
+                   f'data-us-per-txn="{_attr(p["us"] if measured else None)}" '
+                   f'data-cpu-us-per-txn="{_attr(p["cpu_us"] if p["cpu"] else None)}" '
                    f'data-share-pct="{share:.1f}"><title>{_e(tip)}</title>'
                    f'<rect x="{x}" y="{y_proc}" width="{COL_W}" height="{proc_h}" rx="8" fill="{ramp(t)}" '
                    f'stroke="#333" stroke-width="1.2"/>')
         ink = _ink(t)
-        lines = [(f"{_clip(p['label'], 24)}", 13, "600"), (f"{_fmt_us(p['us'])} · {share:.1f} %", 12, "600")]
+        lines = [(f"{_clip(p['label'], 24)}", 13, "600"),
+                 (f"{_fmt_us(p['us'])} · {share:.1f} %" if measured else "no stage figures", 12, "600")]
         if base is not None:
             d = _delta(key, mine, base).strip()
             lines.append(("not in the baseline" if d == "(new)" else f"{d or 'Δ –'} µs vs baseline", 11, "600"))

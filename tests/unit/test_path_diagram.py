@@ -215,3 +215,14 @@ def test_kernel_stages_land_on_the_segment_that_carries_them():
     assert where["netfilter.forward.pp-host"] == ("socat", "backend")
     assert where["netfilter.output.pp-host"] == ("pgbench", "socat")            # first of two candidates
     assert where["dev.pp-eth0"] == ("socat", "backend")
+
+
+def test_a_run_without_probes_draws_the_shape_only(tmp_path):
+    s = summary_of("docker-dnat")
+    s["stages"], s["cpu"] = [], []
+    p = parse(write_html([s], tmp_path / "off.html").read_text())
+    procs = p.of("process")
+    assert [e["data-name"] for e in procs] == ["pgbench", "docker-proxy", "backend"]
+    assert all(e["data-us-per-txn"] == "" and e["data-cpu-us-per-txn"] == "" for e in procs)
+    assert {e["data-us-per-txn"] for e in p.of("device")} == {""}       # declared by the spec, none timed
+    assert "--probes off" in (tmp_path / "off.html").read_text()
