@@ -121,7 +121,7 @@ def sweep(a) -> int:
     if repeat > 1:
         for p in analysis["points"]:
             tps = [r.get("tps") or 0.0 for r in runs.get(p["clients"], [])]
-            p.update(tps_min=min(tps), tps_max=max(tps), repeats=len(tps))
+            p.update(tps_min=min(tps), tps_max=max(tps), tps_runs=tps)
     if a.html:
         from pathprof.analysis.html import write_html
         write_html(summaries, Path(a.html), sweep=analysis)

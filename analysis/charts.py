@@ -196,10 +196,15 @@ def sweep_figure(sweep: dict) -> Figure | None:
     ax = fig.add_subplot()
     xs = [p["clients"] for p in pts]
     ax.plot(xs, [p["tps"] for p in pts], marker="o", color="#4e79a7", label="TPS")
-    spread = [(p["clients"], p["tps_min"], p["tps_max"]) for p in pts if p.get("tps_min") is not None]
-    if spread:   # a sweep with repeats: the band between each point's slowest and fastest run
-        ax.fill_between([c for c, _, _ in spread], [lo for _, lo, _ in spread], [hi for _, _, hi in spread],
-                        color="#4e79a7", alpha=0.2, label="repeats: min–max")
+    spread = [p for p in pts if p.get("tps_min") is not None]
+    if spread:   # a sweep with repeats: each point's slowest-to-fastest run as a bar, every run as a dot
+        ax.errorbar([p["clients"] for p in spread], [p["tps"] for p in spread],
+                    yerr=[[p["tps"] - p["tps_min"] for p in spread], [p["tps_max"] - p["tps"] for p in spread]],
+                    fmt="none", ecolor="#4e79a7", capsize=5, linewidth=1)
+        for p in spread:
+            runs = p.get("tps_runs") or []
+            ax.plot([p["clients"]] * len(runs), runs, linestyle="none", marker=".", color="#333",
+                    label="repeats: each run (bar: min–max)" if p is spread[0] else "_nolegend_")
     ax.set_xscale("log", base=2)
     ax.set_xticks(xs, [str(x) for x in xs])
     ax.set_xlabel("clients")
@@ -208,7 +213,7 @@ def sweep_figure(sweep: dict) -> Figure | None:
     ax2.plot(xs, [_num((p.get("latency_ms") or {}).get("mean")) for p in pts], marker="s", color="#e15759",
              label="mean latency (ms)")
     ax2.set_ylabel("mean latency (ms)")
-    lines = ax.get_lines() + ax2.get_lines()
+    lines = [ln for ln in ax.get_lines() + ax2.get_lines() if not ln.get_label().startswith("_")]
     ax.legend(lines, [ln.get_label() for ln in lines], loc="upper left", fontsize=8, frameon=False)
     if sweep.get("knee_clients") is not None:
         ax.axvline(sweep["knee_clients"], color="#999", linestyle="--", linewidth=1)

@@ -226,3 +226,23 @@ def test_a_run_without_probes_draws_the_shape_only(tmp_path):
     assert all(e["data-us-per-txn"] == "" and e["data-cpu-us-per-txn"] == "" for e in procs)
     assert {e["data-us-per-txn"] for e in p.of("device")} == {""}       # declared by the spec, none timed
     assert "--probes off" in (tmp_path / "off.html").read_text()
+
+
+def test_repeat_spread_in_compare_and_sweep(tmp_path):
+    from fixtures_summaries import sweep_runs
+    from pathprof.analysis.sweep import sweep_analysis
+    b, d = bridge(), dnat()
+    repeats = [[b, {**b, "tps": b["tps"] * 0.9}], [d, {**d, "tps": d["tps"] * 1.1}, {**d, "tps": d["tps"] * 0.95}]]
+    doc = write_html([b, d], tmp_path / "c.html", repeats=repeats).read_text()
+    assert "TPS spread of the repeats" in doc
+    assert f"{b['tps'] * 0.9:,.0f} … {b['tps']:,.0f} (2 runs)" in doc
+    assert f"{d['tps'] * 0.95:,.0f} … {d['tps'] * 1.1:,.0f} (3 runs)" in doc
+    plain = write_html([b, d], tmp_path / "p.html")
+    assert (tmp_path / "c-tps.png").read_bytes() != (tmp_path / "p-tps.png").read_bytes() and plain.exists()
+    runs = sweep_runs()
+    sw = sweep_analysis(runs)
+    write_html(runs, tmp_path / "s0.html", sweep=sw)
+    for p in sw["points"]:
+        p.update(tps_min=p["tps"] * 0.9, tps_max=p["tps"] * 1.05, tps_runs=[p["tps"] * 0.9, p["tps"] * 1.05])
+    write_html(runs, tmp_path / "s1.html", sweep=sw)
+    assert (tmp_path / "s0-sweep.png").read_bytes() != (tmp_path / "s1-sweep.png").read_bytes()
