@@ -6,7 +6,9 @@ waits, is worked on, is forwarded, ..., and ends with pgbench's own work before 
 (`client.pgbench`). Sampling is per socket (1 in N messages of each connection), so a chain covers a whole
 transaction only when every socket on the path sampled the same message; the chains that do (every leg:
 request, server, response, client) are the transactions drawn here, the typical one (p50 of their durations) and
-a slow one (p99).
+a slow one (p99). Each socket counts its own messages, and a measurement window can open between a message's
+arrival at one socket and at the next, so on some runs the sockets never sample the same message; then the chains
+that cover the most of the path (most legs, then most processes) are drawn instead, marked as partial.
 """
 from __future__ import annotations
 
@@ -22,8 +24,25 @@ ROW_H, LABEL_W, WIDTH = 26, 150, 1000
 
 def transactions(traces: pd.DataFrame | None) -> list[dict]:
     """Complete transactions: [{spans: [{stage, role, leg, start_ns, dur_ns}] in time order, dur_ns}]."""
-    if traces is None or not len(traces) or not {"ts_ns", "dur_ns", "stage"} <= set(traces.columns):
+    return _chains(traces)[0]
+
+
+def partial_chains(traces: pd.DataFrame | None) -> list[dict]:
+    """When no transaction is complete: the chains that cover the most of the path (legs, then processes)."""
+    chains = _chains(traces)[1]
+    if not chains:
         return []
+
+    def cover(t):
+        return len({sp["leg"] for sp in t["spans"]}), len({sp["role"] for sp in t["spans"]})
+    best = max(cover(t) for t in chains)
+    return [t for t in chains if cover(t) == best]
+
+
+def _chains(traces) -> tuple[list[dict], list[dict]]:
+    """(complete transactions, every other chain of two spans or more)."""
+    if traces is None or not len(traces) or not {"ts_ns", "dur_ns", "stage"} <= set(traces.columns):
+        return [], []
     df = traces.dropna(subset=["ts_ns", "dur_ns"]).sort_values("ts_ns", kind="stable")
     ts = df["ts_ns"].astype("int64").tolist()
     dur = df["dur_ns"].astype("int64").tolist()
@@ -40,7 +59,7 @@ def transactions(traces: pd.DataFrame | None) -> list[dict]:
         if nxt:
             succ[i] = nxt[0]
             has_pred.add(nxt[0])
-    out = []
+    out, partial = [], []
     for i in range(len(ts)):
         if i in has_pred:
             continue
@@ -53,8 +72,12 @@ def transactions(traces: pd.DataFrame | None) -> list[dict]:
             if leg[j] == "client":
                 if LEGS <= {leg[k] for k in cur}:
                     out.append(_txn(cur, ts, dur, stage, role, leg))
+                elif len(cur) > 1:
+                    partial.append(_txn(cur, ts, dur, stage, role, leg))
                 cur = []
-    return out
+        if len(cur) > 1:
+            partial.append(_txn(cur, ts, dur, stage, role, leg))
+    return out, partial
 
 
 def _txn(idx, ts, dur, stage, role, leg) -> dict:
@@ -127,15 +150,22 @@ def render(txn: dict, row_order: list[str], title: str, hops: set[str]) -> str:
 def section(traces: pd.DataFrame | None, row_order: list[str], hops: set[str], label: str) -> str:
     """HTML for one run: the p50 and p99 waterfalls with a sentence on what they were picked from, or ''."""
     txns = transactions(traces)
-    if not txns:
-        if traces is not None and len(traces):
-            return (f"<p class=\"muted\">{html.escape(label)}: the sampled spans hold no complete transaction "
-                    "(each socket samples its own messages; try a smaller --trace-sample N).</p>")
-        return ""
-    chosen = pick(txns)
-    parts = [f"<p>{html.escape(label)}: {len(txns):,} sampled transactions were complete on every socket of the "
-             f"path; drawn are the one at the median duration and the one at the 99th percentile. Each bar is a "
-             f"stage on the row of the process it belongs to; colours are causes, as in the charts.</p>"]
-    for q, t in chosen.items():
-        parts.append(render(t, row_order, f"{label}: {q} transaction, {t['dur_ns'] / 1e3:,.1f} µs", hops))
+    what = "transaction"
+    if txns:
+        parts = [f"<p>{html.escape(label)}: {len(txns):,} sampled transactions were complete on every socket of "
+                 f"the path; drawn are the one at the median duration and the one at the 99th percentile. Each bar "
+                 f"is a stage on the row of the process it belongs to; colours are causes, as in the charts.</p>"]
+    else:
+        txns = partial_chains(traces)
+        if not txns:
+            return (f"<p class=\"muted\">{html.escape(label)}: the sampled spans hold no chain of stages to draw."
+                    "</p>") if traces is not None and len(traces) else ""
+        what = "partial transaction"
+        legs = ", ".join(sorted({sp["leg"] for sp in txns[0]["spans"]}))
+        parts = [f"<p class=\"caveat\">{html.escape(label)}: no sampled transaction is complete on every socket "
+                 f"of the path (each socket counts and samples its own messages, and here they never picked the "
+                 f"same one), so these are partial: the {len(txns):,} chains that cover the most of it ({legs}), "
+                 f"at their median and 99th-percentile durations.</p>"]
+    for q, t in pick(txns).items():
+        parts.append(render(t, row_order, f"{label}: {q} {what}, {t['dur_ns'] / 1e3:,.1f} µs", hops))
     return "\n".join(parts)

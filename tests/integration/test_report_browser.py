@@ -143,8 +143,12 @@ def test_report_in_a_real_browser_and_live_metrics(tmp_path):
     assert timed and devices == pytest.approx(timed, abs=1e-3)
     hosts = [e["data-name"] for e in page.found if e["data-element"] == "host"]
     assert hosts == list(topo["hosts"])
-    spans = [e for e in page.found if e["data-element"] == "span"]
-    assert {"pgbench", "pgbouncer", "backend"} <= {e["data-row"] for e in spans}
+    # the waterfall: complete transactions when the sockets sampled the same messages, else partial chains that
+    # still cross from one process to the next (tests/unit/test_path_diagram.py has both cases recorded)
+    rows = {e["data-row"] for e in page.found if e["data-element"] == "span"}
+    partial = "no sampled transaction is complete" in html.read_text()
+    assert rows == {"pgbench", "pgbouncer", "backend"} if not partial else (len(rows) >= 2 and rows <= {
+        "pgbench", "pgbouncer", "backend"})
 
     shot = tmp_path / "report.png"
     cp = chromium(f"--screenshot={shot}", "--window-size=1280,2400", url, tmp=tmp_path)

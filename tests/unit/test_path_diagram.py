@@ -155,12 +155,20 @@ def test_waterfall_from_recorded_traces(tmp_path):
 
 
 def test_waterfall_without_complete_transactions():
-    # spans of one socket only (no backend span joins them): nothing complete, a sentence instead of a chart
-    df = pd.DataFrame({"ts_ns": [0, 10, 25], "dur_ns": [10, 15, 5], "role": ["pgbench"] * 3,
-                       "stage": ["wire.pgbench", "queued.pgbench", "client.pgbench"],
-                       "leg": ["response"] * 2 + ["client"]})
-    assert waterfall.transactions(df) == []
-    assert "no complete transaction" in waterfall.section(df, [], set(), "x")
+    """Recorded on a run whose sockets never sampled the same message: the most complete chains are drawn, and
+    the page says they are partial."""
+    traces = pd.read_parquet(RUNS.parent / "traces" / "pgbouncer-unaligned.parquet")
+    assert waterfall.transactions(traces) == []
+    chains = waterfall.partial_chains(traces)
+    assert chains and all({sp["leg"] for sp in c["spans"]} == {"request", "server"} for c in chains)
+    sec = waterfall.section(traces, ["pgbench", "pgbouncer", "backend"], {"pgbouncer"}, "x")
+    p = parse(sec)
+    assert "partial" in sec and {e["data-row"] for e in p.of("span")} == {"pgbouncer", "backend"}
+    # lone spans (nothing chains): a sentence, no chart
+    df = pd.DataFrame({"ts_ns": [0, 100], "dur_ns": [10, 15], "role": ["pgbench"] * 2,
+                       "stage": ["wire.pgbench", "client.pgbench"], "leg": ["response", "client"]})
+    assert waterfall.transactions(df) == [] and waterfall.partial_chains(df) == []
+    assert "no chain" in waterfall.section(df, [], set(), "x")
     assert waterfall.section(None, [], set(), "x") == ""
 
 
