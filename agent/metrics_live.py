@@ -6,7 +6,6 @@ snapshot the endpoint renders. `run` uses it; `attach` (or anything else that dr
 """
 from __future__ import annotations
 
-import sys
 import threading
 from contextlib import contextmanager
 
@@ -51,5 +50,5 @@ def serving(port: int | None, ui: Reporter, labels: dict):
     from pathprof.analysis.metrics_server import MetricsServer
     rep = MetricsReporter(ui, labels)
     with MetricsServer(port, rep.snapshot) as server:
-        print(f"pathprof: serving live metrics at {server.url}", file=sys.stderr, flush=True)
+        ui.note(f"serving live metrics at {server.url}")     # through the reporter: safe under the live view
         yield rep
