@@ -1,4 +1,5 @@
 """OpenMetrics export and the live metrics endpoint, read back with prometheus_client's own OpenMetrics parser."""
+import re
 import socket
 import subprocess
 import sys
@@ -125,3 +126,37 @@ def test_metrics_server_survives_a_failing_snapshot():
         assert e.value.code == 500
         with pytest.raises(urllib.error.HTTPError):    # and keeps answering
             scrape(server.url)
+
+
+def test_serving_wraps_a_run_reporter():
+    from pathprof.agent.metrics_live import serving
+    from pathprof.agent.pgbench import Progress
+    from pathprof.agent.run_options import Reporter
+
+    class Seen(Reporter):
+        def __init__(self):
+            self.calls = []
+
+        def progress(self, pr, snap):
+            self.calls.append(pr.tps)
+
+        def note(self, text):
+            self.calls.append(text)
+
+    inner = Seen()
+    with serving(None, inner, {}) as ui:
+        assert ui is inner                                  # no port: nothing served, nothing wrapped
+    with serving(0, inner, {"topology": "nic", "run_id": "live", "clients": 4}) as ui:
+        url = re.search(r"http://127\.0\.0\.1:\d+/metrics", inner.calls[-1]).group(0)
+        before = families(scrape(url)[1])
+        assert before["pathprof_clients"].samples[0].value == 4 and "pathprof_tps" not in before
+        ui.progress(Progress(elapsed_s=1.0, tps=1234.0, latency_ms=0.8), None)
+        ui.progress(Progress(elapsed_s=2.0, tps=1500.0, latency_ms=0.7),
+                    {"stages": [{"name": "wire.backend", "leg": "request", "us_per_txn": 5.0}], "cpu": []})
+        fams = families(scrape(url)[1])
+        assert inner.calls[-2:] == [1234.0, 1500.0]         # the run's own reporter still sees everything
+        assert fams["pathprof_tps"].samples[0].value == 1500.0
+        assert fams["pathprof_latency_seconds"].samples[0].value == pytest.approx(0.0007)
+        assert fams["pathprof_stage_per_transaction_seconds"].samples[0].labels["stage"] == "wire.backend"
+    with pytest.raises(OSError):
+        urllib.request.urlopen(url, timeout=2)
