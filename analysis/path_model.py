@@ -22,7 +22,6 @@ WAIT_KINDS = ("wakeup", "idle_exit", "runqueue", "recv", "queued")
 KERNEL_KINDS = ("wire", "netfilter", "dev", "qdisc")
 HOOK_ORDER = {"output": 1, "postrouting": 2, "forward": 3, "prerouting": 5, "input": 6}
 _SENDER_HOOKS, _RECEIVER_HOOKS = ("output", "postrouting"), ("prerouting", "input")
-_TAPS: set[str] = set()     # tap devices of the spec being built (set by _spec_devices)
 
 
 def _num(x) -> float:
@@ -110,10 +109,10 @@ def _hosts(topo: dict | None, procs: list[dict]) -> list[dict]:
     return list(out.values())
 
 
-def _spec_devices(spec: dict | None) -> dict[str, str | None]:
-    """Device name -> the host it lives in, from a topology spec's links and bridges (taps also in _TAPS)."""
+def _spec_devices(spec: dict | None) -> tuple[dict[str, str | None], set[str]]:
+    """(device name -> the host it lives in, the names of tap devices), from a topology spec's links and bridges."""
     out: dict[str, str | None] = {}
-    _TAPS.clear()
+    taps: set[str] = set()
     for br in (spec or {}).get("bridges") or []:
         if isinstance(br, dict) and br.get("name"):
             out[br["name"]] = br.get("host")
@@ -128,10 +127,10 @@ def _spec_devices(spec: dict | None) -> dict[str, str | None]:
                     host = out.get(e["bridge"])
                 out[e["ifname"]] = host
                 if link.get("kind") == "tap":
-                    _TAPS.add(e["ifname"])
+                    taps.add(e["ifname"])
         if link.get("ifname"):                                     # tap-like links with one end
             out[link["ifname"]] = link.get("host")
-    return out
+    return out, taps
 
 
 def _stage_key(name: str) -> tuple[str, str, str]:
@@ -159,7 +158,7 @@ def build(summary: dict, topo: dict | None = None, spec: dict | None = None) -> 
     unplaced: dict[str, list[dict]] = {}
     stages = [s for s in summary.get("stages") or [] if not s.get("parent")]
     total = sum(_num(s.get("us_per_txn")) for s in stages)
-    devices = _spec_devices(spec)
+    devices, taps = _spec_devices(spec)
 
     def proc_for(stage_name: str) -> str | None:
         if stage_name == "client.pgbench" or stage_name.startswith("client."):
@@ -186,7 +185,7 @@ def build(summary: dict, topo: dict | None = None, spec: dict | None = None) -> 
             p["stages"].append(item)
             continue
         segs = legs.get(leg) or []
-        seg = _place(kind, subject, netns, segs, host_of, netns_of, devices) if kind in KERNEL_KINDS else None
+        seg = _place(kind, subject, netns, segs, host_of, netns_of, devices, taps) if kind in KERNEL_KINDS else None
         if seg is None:
             unplaced.setdefault(leg or "other", []).append({**item, "kind": kind})
             continue
@@ -221,7 +220,7 @@ def _element_order(e: dict):
     return (1, {"qdisc": 3.5, "dev": 4}.get(e["kind"], 7), e["name"])
 
 
-def _place(kind, subject, netns, segs, host_of, netns_of, devices):
+def _place(kind, subject, netns, segs, host_of, netns_of, devices, taps):
     """(segment, placement note) for a kernel stage on a leg, or None when the leg has no segment."""
     if not segs:
         return None
@@ -247,7 +246,7 @@ def _place(kind, subject, netns, segs, host_of, netns_of, devices):
         local = [s for s in segs if s not in crossing]
         if subject == "lo":
             cands = local or segs
-        elif subject in _TAPS:   # a guest's tap: timed from its xmit to qemu's read (or qemu's write onwards),
+        elif subject in taps:   # a guest's tap: timed from its xmit to qemu's read (or qemu's write onwards),
             host = devices.get(subject)     # i.e. on the segment between qemu and its neighbour on the host
             cands = [s for s in local if host_of.get(s["from"]) == host] or segs
         else:

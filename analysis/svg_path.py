@@ -108,7 +108,7 @@ def render(model: dict, baseline: dict | None = None, title: str = "", uid: str 
         out.append(f'<g class="pp-el" data-element="process" data-kind="{_e(p["kind"])}" data-name="{_e(p["id"])}" '
                    f'data-us-per-txn="{_attr(p["us"] if measured else None)}" '
                    f'data-cpu-us-per-txn="{_attr(p["cpu_us"] if p["cpu"] else None)}" '
-                   f'data-share-pct="{share:.1f}"><title>{_e(tip)}</title>'
+                   f'data-share-pct="{f"{share:.1f}" if measured else ""}"><title>{_e(tip)}</title>'
                    f'<rect x="{x}" y="{y_proc}" width="{COL_W}" height="{proc_h}" rx="8" fill="{ramp(t)}" '
                    f'stroke="#333" stroke-width="1.2"/>')
         ink = _ink(t)
