@@ -154,6 +154,18 @@ def test_report_in_a_real_browser_and_live_metrics(tmp_path):
     cp = chromium(f"--screenshot={shot}", "--window-size=1280,2400", url, tmp=tmp_path)
     assert cp.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20000
 
+    # the stage table sorts by a click on a column head (the page's own script, driven in the browser)
+    clicked = tmp_path / "clicked.html"
+    clicked.write_text(html.read_text().replace("</body>", """<script>
+var t=[].find.call(document.querySelectorAll('table.sortable'),function(x){return /stage/.test(x.tHead.textContent)});
+var i=[].findIndex.call(t.tHead.rows[0].cells,function(c){return c.textContent==='µs/txn'});
+t.tHead.rows[0].cells[i].click();
+document.documentElement.setAttribute('data-sorted',[].map.call(t.tBodies[0].rows,function(r){
+return r.cells[i].textContent}).join('|'));</script></body>"""))
+    page, _ = dom_of(clicked.as_uri(), tmp_path)
+    values = [float(v.replace(",", "")) for v in page.root["data-sorted"].split("|")]
+    assert len(values) == len([s for s in doc["stages"] if not s.get("parent")]) and values == sorted(values)
+
     # the check above would have seen a broken page: a script error is caught the same way
     bad = tmp_path / "bad.html"
     bad.write_text(html.read_text().replace("</body>", "<script>undefinedFunction();</script></body>"))
