@@ -92,24 +92,28 @@ def stages_figure(summaries: list[dict]) -> Figure | None:
     ax = fig.add_subplot()
     names = labels(summaries)
     causes = []
+    widest = max(sum(g.values()) for g in per_run) or 1.0
+
+    def leg_label(y, start, end, leg):   # only where the leg is wide enough for its name
+        if end - start >= 0.08 * widest:
+            ax.text((start + end) / 2, y - 0.42, leg, ha="center", va="bottom", fontsize=7, color="#555")
     for y, groups in enumerate(per_run):
         left, leg_start, cur_leg = 0.0, 0.0, None
         for (leg, cause), us in groups.items():
             if leg != cur_leg:
                 if cur_leg is not None:
-                    ax.text((leg_start + left) / 2, y - 0.42, cur_leg, ha="center", va="bottom", fontsize=7,
-                            color="#555")
+                    leg_label(y, leg_start, left, cur_leg)
                 cur_leg, leg_start = leg, left
             ax.barh(y, us, left=left, color=cause_color(cause, hops), edgecolor="white", linewidth=0.6)
             left += us
             causes.append(cause)
         if cur_leg is not None:
-            ax.text((leg_start + left) / 2, y - 0.42, cur_leg, ha="center", va="bottom", fontsize=7, color="#555")
+            leg_label(y, leg_start, left, cur_leg)
     ax.set_yticks(range(len(summaries)), names)
     ax.set_ylim(len(summaries) - 0.5, -0.75)
     ax.set_xlabel("µs per transaction (bars read left to right as the path: request, server, response, client)")
     ax.set_title("Latency per transaction by leg and cause", loc="left")
-    _legend(ax, sorted(set(causes), key=cause_rank), hops)
+    _legend(ax, sorted(set(causes), key=lambda c: (cause_rank(c), c)), hops)
     return fig
 
 
@@ -132,7 +136,7 @@ def cpu_figure(summaries: list[dict]) -> Figure | None:
     ax.invert_yaxis()
     ax.set_xlabel("CPU µs per transaction")
     ax.set_title("CPU per transaction by cause", loc="left")
-    _legend(ax, sorted(set(causes), key=cause_rank), hops)
+    _legend(ax, sorted(set(causes), key=lambda c: (cause_rank(c), c)), hops)
     return fig
 
 
