@@ -55,10 +55,14 @@ def _hop_id(value) -> str:
 def _processes(topo: dict | None, summary: dict) -> list[dict]:
     """Processes in path order: [{id, label, kind, host, netns, pids}]; ids are the stage names' receivers."""
     procs: list[dict] = []
-    for entry in (topo or {}).get("chain") or []:
-        if not isinstance(entry, dict):
-            continue
+    chain = (topo or {}).get("chain")
+    chain = [e for e in chain if isinstance(e, dict) and (e.get("hop") or e.get("process"))] \
+        if isinstance(chain, list) else []
+    for n, entry in enumerate(chain):
         pids = entry.get("pids") or ([entry["pid"]] if entry.get("pid") else [])
+        last = n == len(chain) - 1
+        if not entry.get("hop") and entry.get("process") not in ("pgbench", "postgres", "postmaster") and not last:
+            entry = {**entry, "hop": entry["process"]}      # another process on the path: a hop by its name
         if entry.get("hop"):
             hop = _hop_id(entry["hop"])
             procs.append({"id": hop, "label": hop, "kind": "hop", "host": entry.get("host"),
@@ -92,7 +96,8 @@ def _hops_in(summary: dict) -> set[str]:
 
 def _hosts(topo: dict | None, procs: list[dict]) -> list[dict]:
     """Hosts in order of their first process, each with its namespace, addresses and process ids."""
-    declared = (topo or {}).get("hosts") or {}
+    declared = (topo or {}).get("hosts")
+    declared = declared if isinstance(declared, dict) else {}
     out: dict[str, dict] = {}
     for p in procs:
         name = p.get("host") or (f"netns {p['netns']}" if p.get("netns") else None)

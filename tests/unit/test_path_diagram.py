@@ -254,3 +254,18 @@ def test_repeat_spread_in_compare_and_sweep(tmp_path):
         p.update(tps_min=p["tps"] * 0.9, tps_max=p["tps"] * 1.05, tps_runs=[p["tps"] * 0.9, p["tps"] * 1.05])
     write_html(runs, tmp_path / "s1.html", sweep=sw)
     assert (tmp_path / "s0-sweep.png").read_bytes() != (tmp_path / "s1-sweep.png").read_bytes()
+
+
+def test_odd_topology_files_do_not_break_the_diagram(tmp_path):
+    s = summary_of("docker-dnat")
+    for broken in ('[1, 2]', '{"chain": "x", "hosts": "y"}', '{"chain": [null, 3, {"connects_to": "a"}], "hosts": []}',
+                   "not json"):
+        d = tmp_path / f"run{len(broken)}"
+        shutil.copytree(RUNS / "docker-dnat", d)
+        (d / "topology.json").write_text(broken)
+        p = parse(write_html([{**s, "run_dir": str(d)}], d / "r.html").read_text())
+        assert [e["data-name"] for e in p.of("process")] == ["pgbench", "docker-proxy", "backend"]
+    # a chain naming a middle process without "hop" still makes it a hop
+    m = path_model.build(s, {"chain": [{"process": "pgbench"}, {"process": "haproxy"}, {"process": "postgres"}]})
+    assert [(p["id"], p["kind"]) for p in m["processes"]] == [
+        ("pgbench", "client"), ("haproxy", "hop"), ("docker-proxy", "hop"), ("backend", "server")]
