@@ -103,6 +103,12 @@ def add_workload_options(p: argparse.ArgumentParser, clients_default: int | None
                         "published-localhost, published-host, container)")
     s.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="set any option a topology spec declares in its [options] table")
+    s.add_argument("--link", action="append", default=[], metavar="NAME:KEY=VALUE,...",
+                   help="impair a link with tc netem (repeatable): NAME is a link's name (both directions) or one "
+                        "end's interface (its egress only); keys delay_us, jitter_us, loss_pct, rate_mbit, and "
+                        "rtt_us (link names: delay_us = rtt_us/2 each way). E.g. --link wire:delay_us=250,jitter_us=20"
+                        " or --link pp-nic-c:delay_us=200 (request leg only); in compare entries write "
+                        "nic:link=wire,delay_us=250. The delay shows as the stage qdisc.<device>")
     pr = p.add_argument_group("probes and output")
     pr.add_argument("--probes", choices=["off", "basic", "deep"], default="basic",
                     help="off: pgbench only; basic: scheduler, syscalls, netfilter, devices (default); "
@@ -254,6 +260,7 @@ def run_options(a, topology: str, clients: int | None = None):
                  mode=a.mode, script=a.script, connect=a.connect, scale=a.scale, rate=a.rate)
     return RunOptions(topology=topology, workload=w, pg_settings=parse_pg_set(a.pg_set),
                       dsn=getattr(a, "dsn", None), probes=a.probes, runs_dir=Path(a.runs_dir),
-                      topo_options=topo_options(a), trace_sample=a.trace_sample,
+                      topo_options=topo_options(a), links=list(getattr(a, "link", []) or []),
+                      trace_sample=a.trace_sample,
                       wal_device_mb=getattr(a, "wal_device", 0) or 0,
                       probe_window_s=a.probe_window, probe_period_s=probe_period(a))

@@ -67,7 +67,7 @@ def prog_stats(objs) -> dict:
 
 
 def devnames(netns_names: dict) -> dict:
-    """(ifindex, netns inode) -> device name, for the dev.* stages."""
+    """(ifindex, netns inode) -> device name, for the dev.*, qdisc.* and delay.* stages."""
     out = {}
     for ino, ns in netns_names.items():
         argv = ["ip", "-o", "link"] if ns == "root" else ["ip", "-n", ns, "-o", "link"]
@@ -119,7 +119,8 @@ def stage_frame(now: dict, base: dict, devs: dict, hops: dict, netns_names: dict
         if kind == "block":
             row(kind, d, 0, 0, hook=L.BLOCK_OPS.get(sub, f"op{sub}"), dev=block_name(hop))
             continue
-        if kind == "dev":
+        if kind in ("dev", "qdisc"):              # qdisc sub 1: held by the link's delay line (topologies.netem)
+            kind = "delay" if kind == "qdisc" and sub == 1 else kind
             row(kind, d, 0, leg, dev=devs.get((hop, netns), f"if{hop}"), netns=netns_names.get(netns, str(netns)))
         else:
             row(kind, d, role, leg, hop_names.get(hop, ""))

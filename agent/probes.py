@@ -45,6 +45,10 @@ NETFILTER = ("nf_begin", "nf_end")      # BPF netfilter links, attached per (nam
 PIDFD_THREAD = os.O_EXCL                # pidfd_open flag: a pidfd for one thread (Linux >= 6.9)
 # attached (in windows) only when the run tracks a process of one of these roles: zero cost on other paths
 ONLY_FOR = {"pp_tcp_consume": {"pooler", "proxy", "qemu", "other"}, "pp_tap_read": {"qemu"}, "pp_tap_recv": {"qemu"}}
+# link impairments (topologies.netem): loaded only when the path has an impaired link; the delay line's
+# brackets sit just before and after the mangle table (-150) of the hooks that hold packets
+QDISC_PROGS = ("pp_qdisc_enq", "pp_qdisc_deq", "pp_qdisc_recv", "pp_hold_begin", "pp_hold_end")
+HOLD_PRI = {"pp_hold_begin": -151, "pp_hold_end": -149}
 
 
 def _probes_dir() -> Path:
@@ -66,6 +70,8 @@ class ProbeConfig:
     period_s: float = DEFAULT_PERIOD_S    # ...every period_s; window_s <= 0 or period_s <= window_s: always on
     hop_slots: int = 8                    # distinct hops + 1 the run may track (sizes the latency array)
     tap_hop: bool = True                  # a qemu guest behind a tap is on the path (its wire needs send starts)
+    qdisc: bool = False                   # a link is impaired: qdisc.<dev> / delay.<dev> stages (topologies.netem)
+    holds: list = field(default_factory=list)   # (netns, hook) of the delay lines: bracketed by pp_hold_*
 
 
 @dataclass
@@ -159,19 +165,24 @@ class ProbeSession:
             self.main.set_rodata(svc_ports=(C.c_uint16 * L.MAX_PORTS)(*ports), nf_netns=inos,
                                  nf_nns=C.c_uint32(len(self.netns_names)), lat_hops=C.c_uint32(hop_slots),
                                  trace_every=C.c_uint32(max(int(self.config.trace_sample or 0), 0)),
-                                 tap_wire=C.c_uint32(1 if self.config.tap_hop else 0))
+                                 tap_wire=C.c_uint32(1 if self.config.tap_hop else 0),
+                                 qdisc_on=C.c_uint32(1 if self.config.qdisc else 0))
             self.main.maps["lat"].set_max_entries(L.lat_entries(hop_slots))
             self.main.maps["nfagg"].set_max_entries((len(self.netns_names) + 1) * L.NF_PER_NETNS)
             self.main.maps["cpu_idle"].set_max_entries(num_possible_cpus())
             self.hop_slots = hop_slots
             for name, prog in self.main.programs.items():
                 prog.set_autoload(deep or not name.startswith("pg_"))
+                if name in QDISC_PROGS and not self.config.qdisc:
+                    prog.set_autoload(False)    # no netem on this path: never loaded, never attached
+                    self.dropped.add(name)
+                    continue
                 tp = prog.section.removeprefix("tp_btf/") if prog.section.startswith("tp_btf/") else None
                 if tp and not kernel_has_tracepoint(tp):      # drop only the stage that needs it
                     prog.set_autoload(False)
                     self.dropped.add(name)
                     self._note(f"tracepoint {tp} is not in this kernel: {name} not loaded, its stage is missing")
-                if name in NETFILTER:
+                if name in NETFILTER or name in HOLD_PRI:
                     prog.set_type(BPF_PROG_TYPE_NETFILTER, BPF_NETFILTER)
             self.main.load()
             for name in ALWAYS_ON:
@@ -199,7 +210,7 @@ class ProbeSession:
         for name, prog in self.main.programs.items():
             if (name in ONLY_FOR and not ONLY_FOR[name] & self.roles) or name in self.dropped:
                 continue
-            if name not in ALWAYS_ON and name not in NETFILTER and not name.startswith("pg_"):
+            if name not in ALWAYS_ON and name not in NETFILTER and name not in HOLD_PRI and not name.startswith("pg_"):
                 out.append(self.main.attach(name))
         if self.config.level == "deep":
             binary = self.config.postgres_bin
@@ -223,6 +234,12 @@ class ProbeSession:
                     out.append(self.main.attach_netfilter("nf_end", hook, NF_PRI_LAST, None if ns == "root" else ns))
             except (UserError, OSError) as e:     # BpfError, NetfilterLinkError
                 self._note(f"netfilter brackets not attached in {ns} namespace: {e}")
+        for ns, hook in self.config.holds if self.config.qdisc else []:
+            try:
+                for name, pri in HOLD_PRI.items():
+                    out.append(self.main.attach_netfilter(name, hook, pri, ns))
+            except (UserError, OSError) as e:
+                self._note(f"delay line brackets not attached in {ns or 'root'} {hook}: {e}; its hold is in the wire")
         return out
 
     def _note(self, text: str) -> None:
