@@ -13,7 +13,7 @@ In a spec, a link carries `netem = {...}` (both ends' egress: each direction get
 merged key by key over the shared one (the end's own value wins). Keys:
 
     delay_us   fixed one-way delay, µs (>= 0)
-    jitter_us  +/- variation of the delay, µs (0 <= jitter_us <= delay_us; netem would clip negative delays
+    jitter_us  +/- variation of the delay, µs (0 <= jitter_us <= delay_us; a negative delay would be clipped
                to 0 and skew the mean); netem keeps packet order, so TCP sees no reordering
     loss_pct   random loss, % of packets (0..100)
     rate_mbit  bandwidth limit, Mbit/s (> 0)
