@@ -260,6 +260,7 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
                                  should_stop=interrupted)
         except UserError as e:             # pgbench stuck or failed: say what of the path is broken, if anything
             broken = _dead_parts(pg, services, history) + [f"link {x} is down" for x in recorder.down_links(topo)]
+            broken += netem.dead_delay_lines(ctx.journal)
             if broken:
                 rd.update(failure=broken)
                 raise UserError(f"{e}; the path broke during the run: " + "; ".join(broken)) from None

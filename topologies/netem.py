@@ -216,6 +216,24 @@ def _delay_line(journal, netns: str | None, chain: str, match: list[str], queue:
     proc.run(netns, ["iptables", "-w", "-t", "mangle", "-A", chain, *args])
 
 
+def dead_delay_lines(journal) -> list[str]:
+    """The run's delay lines that are no longer running (a packet queued to one that is gone is dropped)."""
+    out = []
+    for e in journal.entries:
+        argv = e.get("argv") or []
+        if e["kind"] == "process" and argv and argv[0].endswith("pp-delayline") and not _running(e["pid"]):
+            out.append(f"the link delay line (NFQUEUE {argv[1]} in {e.get('netns') or 'the root namespace'}) exited")
+    return out
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
 def qdisc_shown(netns: str | None, dev: str, kind: str) -> bool | None:
     """True when dev's root qdisc is `kind`, False when not, None when the device is gone."""
     cp = proc.run(netns, ["tc", "qdisc", "show", "dev", dev, "root"], check=False)

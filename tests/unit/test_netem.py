@@ -129,3 +129,23 @@ def test_held_time_is_its_own_stage_carved_out_of_the_wire():
     assert got[("qdisc.pp-nic-c", "request")] == pytest.approx(20.0)
     assert got[("wire.backend", "request")] == pytest.approx(10.0)
     assert v["total_us"] == pytest.approx(240.0)
+
+
+def test_a_delay_line_that_exited_is_named(tmp_path):
+    import subprocess
+
+    from pathprof.agent.journal import Journal
+    j = Journal("t", tmp_path)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    alive = subprocess.Popen(["sleep", "30"])
+    try:
+        j.record("process", pid=gone.pid, start_time=None, argv=["/p/pp-delayline", "4200", "1", "0", "0"],
+                 netns="pp-t-c")
+        j.record("process", pid=alive.pid, start_time=None, argv=["/p/pp-delayline", "4201", "1", "0", "0"],
+                 netns="pp-t-s")
+        j.record("process", pid=gone.pid, start_time=None, argv=["postgres"], netns="pp-t-s")
+        assert netem.dead_delay_lines(j) == ["the link delay line (NFQUEUE 4200 in pp-t-c) exited"]
+    finally:
+        alive.kill()
+        alive.wait()
