@@ -6,7 +6,8 @@ from .rundir import RunDir
 
 def summarize(rd: RunDir) -> dict:
     m = rd.meta
-    res = (m.get("pgbench") or {}).get("result") or {}
+    # a driven run has pgbench's result; an attached one what the probes observed (pathprof.agent.attach)
+    res = (m.get("pgbench") or {}).get("result") or m.get("observed") or {}
     w = m.get("workload") or {}
     cpu_meta = m.get("cpu") or {}
     probes = m.get("probes") or {}
