@@ -52,12 +52,7 @@ class DiscoveredPath:
 def is_postgres(t: SocketTable, pid: int) -> bool:
     """A PostgreSQL server process (postmaster, backend, auxiliary): by its executable, whatever its title."""
     p = t.procs.get(pid)
-    if not p:
-        return False
-    try:
-        return os.path.basename(os.readlink(f"/proc/{pid}/exe")) in ("postgres", "postmaster")
-    except OSError:
-        return p.comm in ("postgres", "postmaster")
+    return bool(p) and (p.exe or p.comm) in ("postgres", "postmaster")
 
 
 def postmaster_of(t: SocketTable, pid: int) -> int:
@@ -168,6 +163,9 @@ def from_port(port: int, t: SocketTable | None = None) -> tuple[DiscoveredPath, 
 def from_server_pid(pid: int, t: SocketTable | None = None) -> tuple[DiscoveredPath, SocketTable]:
     t = t or SocketTable.take()
     if pid not in t.procs:
+        if os.path.exists(f"/proc/{pid}"):
+            raise UserError(f"process {pid} is not a PostgreSQL server pathprof can read (no network namespace "
+                            "visible for it)")
         raise UserError(f"no process {pid}")
     if not is_postgres(t, pid):
         raise UserError(f"process {pid} ({t.procs[pid].comm}) is not a PostgreSQL server")

@@ -51,7 +51,7 @@ class Proc:
     comm: str
     ppid: int
     netns: int
-    cmdline: str = ""
+    exe: str = ""               # the executable's file name ("" where it cannot be read)
 
 
 def _hex_addr(h: str) -> Addr:
@@ -148,7 +148,11 @@ class SocketTable:
                 continue
             comm = stat[stat.find("(") + 1:stat.rfind(")")]
             ppid = int(stat[stat.rfind(")") + 2:].split()[1])
-            t.procs[pid] = Proc(pid, comm, ppid, ns)
+            try:
+                exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+            except OSError:
+                exe = ""
+            t.procs[pid] = Proc(pid, comm, ppid, ns, exe)
             t.ns_pid.setdefault(ns, pid)
             try:
                 fds = os.listdir(f"/proc/{pid}/fd")

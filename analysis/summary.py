@@ -40,6 +40,8 @@ def summarize(rd: RunDir) -> dict:
         "status": m.get("status"),
         "notes": list(probes.get("notes") or []),
         "run_dir": str(rd.path),
+        # who drove the load: pgbench (run), or clients pathprof only watched (attach: exchanges the probes counted)
+        "driver": "observed" if not (m.get("pgbench") or {}).get("result") and m.get("observed") else "pgbench",
     }
     if m.get("failure"):
         out["failure"] = list(m["failure"])

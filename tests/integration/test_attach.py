@@ -154,7 +154,7 @@ def test_bad_attach_targets_get_one_line(runs_dir):
         srv.listen()
         line = _error_line(run_pathprof("attach", "--port", str(srv.getsockname()[1]), runs_dir=runs_dir))
         assert "not PostgreSQL" in line and f"pid {os.getpid()}" in line, line
-    line = _error_line(run_pathprof("attach", "--server-pid", "1", runs_dir=runs_dir))
+    line = _error_line(run_pathprof("attach", "--server-pid", str(os.getpid()), runs_dir=runs_dir))
     assert "not a PostgreSQL server" in line, line
     line = _error_line(run_pathprof("attach", "--dsn", "host=198.18.250.250 port=5432", runs_dir=runs_dir))
     assert "not on this machine" in line, line
