@@ -223,11 +223,17 @@ class SocketTable:
         if same:
             return sorted(same, key=lambda x: x.netns != s.netns)[0], "connection"
         for orig_src, orig_dst, rep_src, rep_dst in self._conntrack():
+            # from the connecting side (original direction) to the answering one, or back (reply direction)
             if orig_src == s.local and orig_dst == s.remote:
-                hit = [x for x in self.socks if x.kind == "tcp" and x.state == "established" and x.local == rep_src
-                       and x.remote == rep_dst]
-                if hit:
-                    return hit[0], "nat"
+                want = (rep_src, rep_dst)
+            elif rep_src == s.local and rep_dst == s.remote:
+                want = (orig_src, orig_dst)
+            else:
+                continue
+            hit = [x for x in self.socks if x.kind == "tcp" and x.state == "established"
+                   and (x.local, x.remote) == want]
+            if hit:
+                return hit[0], "nat"
         lst = [x for x in self.listeners(s.remote.port) if x.local.ip == s.remote.ip or x.local.wildcard]
         if len({self.owner(x) for x in lst}) == 1:
             return lst[0], "listener"

@@ -57,6 +57,8 @@ def test_a_nat_rewritten_connection_is_followed_through_conntrack():
     t = _table()
     other, how = t.peer(t.socks[0])
     assert other.inode == 200 and how == "nat"
+    back, how = t.peer(other)                  # and from the server's side back to the client (attach)
+    assert back.inode == 100 and how == "nat"
     path = discovery.follow(t, t.socks[0])
     assert path.postmaster == 30 and path.hops == [] and path.namespaces == [1, 2] and 5432 in path.ports
 
