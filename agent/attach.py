@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,7 +94,8 @@ def _is_local(host: str) -> bool:
         addrs = {ai[4][0] for ai in socket.getaddrinfo(host, None)}
     except socket.gaierror:
         raise UserError(f"--dsn host {host!r} does not resolve") from None
-    mine = {a.split("/")[0] for a in os.popen("ip -o addr show 2>/dev/null | awk '{print $4}'").read().split()}
+    out = subprocess.run(["ip", "-o", "addr", "show"], capture_output=True, text=True).stdout
+    mine = {line.split()[3].split("/")[0] for line in out.splitlines() if len(line.split()) > 3}
     return all(ipaddress.ip_address(a).is_loopback or a in mine for a in addrs)
 
 

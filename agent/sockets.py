@@ -134,6 +134,7 @@ class SocketTable:
     owners: dict[int, list[int]] = field(default_factory=dict)  # socket inode -> pids holding it
     root_ns: int = 0
     _unix_read: bool = False
+    _ct: list | None = None                                     # conntrack entries, read on first need
 
     @classmethod
     def take(cls) -> "SocketTable":
@@ -241,7 +242,7 @@ class SocketTable:
                       "or a namespace without processes)")
 
     def _conntrack(self) -> list:
-        if not hasattr(self, "_ct"):
+        if self._ct is None:
             self._ct = []
             for ns, pid in self.ns_pid.items():
                 text = _read(f"/proc/{pid}/net/nf_conntrack")
