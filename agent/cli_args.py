@@ -139,6 +139,17 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"pathprof: error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
+ATTACH_EPILOG = """examples:
+  pathprof attach --port 5432 --duration 30          # whatever talks to the server on port 5432
+  pathprof attach --port 6432                         # a pgbouncer's port: the pooler is a hop of the path
+  pathprof attach --server-pid $(head -1 $PGDATA/postmaster.pid)
+  pathprof attach --dsn 'host=127.0.0.1 port=49155 user=postgres'   # through Docker's published port
+
+The report has the same latency and CPU views as a driven run; TPS is exchanges per second as the probes
+counted them. Clients on other machines are counted (their connections) but their side is not measured.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     p = ArgumentParser(prog="pathprof", description=DESCRIPTION, epilog=EPILOG, formatter_class=fmt)
@@ -155,6 +166,33 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dsn", metavar="CONNINFO", help="profile an existing server instead: no path is built, "
                                                      "no server started")
     add_workload_options(r)
+
+    at = sub.add_parser("attach", help="profile traffic already flowing to a local server (no pgbench)",
+                        formatter_class=fmt, epilog=ATTACH_EPILOG,
+                        description="Find the path to a PostgreSQL server on this machine (the server, every hop "
+                                    "in front of it such as docker-proxy, pgbouncer, pgpool or socat, in any "
+                                    "network namespace, and the clients connected now), follow all of them with "
+                                    "the probes for --duration, and record a run directory like `run` does. A "
+                                    "transaction is one request/response exchange on a client connection. Nothing "
+                                    "is changed on the server or the system: no restart, extension, setting, "
+                                    "namespace or rule.")
+    target = at.add_mutually_exclusive_group(required=True)
+    target.add_argument("--port", type=_positive_int, metavar="N",
+                        help="the TCP port clients connect to (the server's, or a proxy's/pooler's in front of it)")
+    target.add_argument("--server-pid", type=_positive_int, metavar="PID",
+                        help="the postmaster (or any of its processes)")
+    target.add_argument("--dsn", metavar="CONNINFO", help="connect as a client would and follow that connection")
+    at.add_argument("-T", "--duration", type=float, default=10.0, metavar="S",
+                    help="seconds to watch (default: %(default)s)")
+    at.add_argument("--probes", choices=["basic", "deep"], default="basic",
+                    help="basic: network, scheduler, CPU; deep: + PostgreSQL USDT (parse/plan/execute, locks, WAL, "
+                         "I/O) (default: %(default)s)")
+    at.add_argument("--trace-sample", type=_whole_number, default=0, metavar="N",
+                    help="also record every N-th exchange's spans (for the waterfall and Perfetto export)")
+    at.add_argument("--runs-dir", default=os.environ.get("PATHPROF_RUNS", "runs"), metavar="DIR",
+                    help="where the run directory is written (default: %(default)s, or $PATHPROF_RUNS)")
+    at.add_argument("--json", action="store_true", help="print one JSON document on stdout, progress on stderr")
+    at.add_argument("--no-live", action="store_true", help="plain progress lines instead of the live view")
 
     rep = sub.add_parser("report", help="report on recorded runs", formatter_class=fmt,
                          description="Print the latency and CPU views of one or more run directories, or write "

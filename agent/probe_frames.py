@@ -9,6 +9,7 @@ import subprocess
 import numpy as np
 import pandas as pd
 from pathprof.agent.bpf.layout import HIST_WORDS
+from pathprof.agent.netns import netns_argv
 
 # stats that mean something was not measured (shown as lost events); window_edge is reported apart
 LOSS = {"tasks_full", "socks_full", "stages_full", "cpu_full", "wire_unpaired", "nf_unpaired", "nf_nested_full",
@@ -70,7 +71,7 @@ def devnames(netns_names: dict) -> dict:
     """(ifindex, netns inode) -> device name, for the dev.*, qdisc.* and delay.* stages."""
     out = {}
     for ino, ns in netns_names.items():
-        argv = ["ip", "-o", "link"] if ns == "root" else ["ip", "-n", ns, "-o", "link"]
+        argv = netns_argv(None if ns == "root" else ns, ["ip", "-o", "link"])
         try:
             text = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
         except (OSError, subprocess.SubprocessError):

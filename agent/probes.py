@@ -70,6 +70,7 @@ class ProbeConfig:
     period_s: float = DEFAULT_PERIOD_S    # ...every period_s; window_s <= 0 or period_s <= window_s: always on
     hop_slots: int = 8                    # distinct hops + 1 the run may track (sizes the latency array)
     tap_hop: bool = True                  # a qemu guest behind a tap is on the path (its wire needs send starts)
+    netns_labels: dict = field(default_factory=dict)   # namespace reference -> name in the tables (discovered paths)
     qdisc: bool = False                   # a link is impaired: qdisc.<dev> / delay.<dev> stages (topologies.netem)
     holds: list = field(default_factory=list)   # (netns, hook) of the delay lines: bracketed by pp_hold_*
 
@@ -368,7 +369,7 @@ class ProbeSession:
                 return None
             now = F.collect(self.main)
             devs = F.devnames(self.netns_names)
-        stages = F.stage_frame(now, self._base, devs, self.hops, self.netns_names, self.hop_slots)
+        stages = F.stage_frame(now, self._base, devs, self.hops, self._ns_labels(), self.hop_slots)
         return stages, F.cpu_frame(now, self._base, self.hops), F.sub(now["stats"], self._base.get("stats", {}))
 
     def snapshot(self) -> dict:
@@ -405,7 +406,7 @@ class ProbeSession:
             notes.append("lost/unpaired events: " + ", ".join(f"{k}={v}" for k, v in lost.items()))
         if stats.get("window_edge"):
             notes.append(f"window edges: {stats['window_edge']} pairings begun before a window opened were discarded")
-        stages = F.stage_frame(now, base, devs, self.hops, self.netns_names, self.hop_slots)
+        stages = F.stage_frame(now, base, devs, self.hops, self._ns_labels(), self.hop_slots)
         cpu = F.cpu_frame(now, base, self.hops)
         traces = F.trace_frame(self._spans, self.hops) if self.config.trace_sample else None
         return ProbeResult(stages, cpu, cost, lost, traces, counters=stats, notes=notes, windows=list(self.windows))
@@ -425,16 +426,21 @@ class ProbeSession:
             self.main = None
             self.started = False
 
+    def _ns_labels(self) -> dict:
+        """netns inode -> the name the tables show (a discovered namespace's label instead of its /proc path)."""
+        return {ino: self.config.netns_labels.get(ref, ref) for ino, ref in self.netns_names.items()}
+
     def _netns_inodes(self):
         """The topology's namespaces (None = ours) -> their inodes, in slot order (the last slot is "other")."""
         from pathprof.agent.bpf import layout as L
+        from pathprof.agent.netns import ns_path
         names = list(dict.fromkeys(self.config.netns or [None]))
         if len(names) > L.MAX_NETNS - 1:
             raise UserError(f"the probes follow at most {L.MAX_NETNS - 1} network namespaces; this path has "
                             f"{len(names)}")
         for ns in names:
             try:
-                ino = os.stat(f"/run/netns/{ns}" if ns else "/proc/self/ns/net").st_ino & 0xFFFFFFFF
+                ino = os.stat(ns_path(ns) if ns else "/proc/self/ns/net").st_ino & 0xFFFFFFFF
             except OSError as e:
                 raise UserError(f"network namespace {ns}: {e}") from None
             self.netns_names[ino] = ns or "root"
