@@ -104,11 +104,12 @@ def add_workload_options(p: argparse.ArgumentParser, clients_default: int | None
     s.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="set any option a topology spec declares in its [options] table")
     s.add_argument("--link", action="append", default=[], metavar="NAME:KEY=VALUE,...",
-                   help="impair a link with tc netem (repeatable): NAME is a link's name (both directions) or one "
-                        "end's interface (its egress only); keys delay_us, jitter_us, loss_pct, rate_mbit, and "
-                        "rtt_us (link names: delay_us = rtt_us/2 each way). E.g. --link wire:delay_us=250,jitter_us=20"
-                        " or --link pp-nic-c:delay_us=200 (request leg only); in compare entries write "
-                        "nic:link=wire,delay_us=250. The delay shows as the stage qdisc.<device>")
+                   help="impair a link (repeatable): NAME is a link's name (both directions) or one end's interface "
+                        "(its egress only); keys delay_us, jitter_us, loss_pct, rate_mbit, and rtt_us (link names: "
+                        "delay_us = rtt_us/2 each way). E.g. --link wire:delay_us=250,jitter_us=20 or --link "
+                        "pp-nic-c:delay_us=200 (request leg only); in compare entries nic:link=wire:delay_us=250. "
+                        "Delays show as the stage delay.<device> (pathprof's NFQUEUE delay line: this kernel has no "
+                        "netem), rate limits as qdisc.<device> (tbf)")
     pr = p.add_argument_group("probes and output")
     pr.add_argument("--probes", choices=["off", "basic", "deep"], default="basic",
                     help="off: pgbench only; basic: scheduler, syscalls, netfilter, devices (default); "
@@ -250,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("action", choices=["list", "show", "up", "down"])
     t.add_argument("name", nargs="?", metavar="NAME|FILE")
     t.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
+    t.add_argument("--link", action="append", default=[], metavar="NAME:KEY=VALUE,...",
+                   help="up: impair a link, as with `pathprof run --link` (delay lines stay until down)")
     t.add_argument("--json", action="store_true")
 
     cl = sub.add_parser("cleanup", help="remove what a killed run left behind", formatter_class=fmt,
