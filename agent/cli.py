@@ -35,6 +35,24 @@ def cmd_run(a) -> int:
     return 0
 
 
+def cmd_attach(a) -> int:
+    from pathprof.analysis.summary import summarize
+
+    from .attach import AttachOptions, execute_attach
+    from .console import make_reporter
+    opts = AttachOptions(port=a.port, server_pid=a.server_pid, dsn=a.dsn, duration_s=a.duration, probes=a.probes,
+                         trace_sample=a.trace_sample, runs_dir=Path(a.runs_dir))
+    with make_reporter(a, opts.duration_s) as ui:
+        rd = execute_attach(opts, ui)
+    summary = summarize(rd)
+    if a.json:
+        _print_json(summary)
+    else:
+        from .console import print_report
+        print_report(summary)
+    return 0
+
+
 def cmd_report(a) -> int:
     from pathprof.analysis.rundir import RunDir
     from pathprof.analysis.summary import summarize
@@ -142,7 +160,7 @@ def cmd_export(a) -> int:
     return multi.export(a)
 
 
-COMMANDS = {"run": cmd_run, "report": cmd_report, "doctor": cmd_doctor, "topology": cmd_topology,
+COMMANDS = {"run": cmd_run, "attach": cmd_attach, "report": cmd_report, "doctor": cmd_doctor, "topology": cmd_topology,
             "cleanup": cmd_cleanup, "compare": cmd_compare, "sweep": cmd_sweep, "diff": cmd_diff,
             "export": cmd_export}
 

@@ -171,7 +171,22 @@ def check_capabilities(postgres_bin: str = POSTGRES_BIN) -> list[Capability]:
     vh = os.path.exists("/dev/vhost-net")
     caps.append(Capability("vhost-net", vh, "/dev/vhost-net present" if vh else "absent (information)",
                            required=False))
+    caps.append(_delay_line())
     return caps
+
+
+def _delay_line() -> Capability:
+    """Link impairments (--link, netem tables): pathprof's delay line (NFQUEUE + pp-delayline)."""
+    try:
+        from pathprof.topologies.netem import delayline_binary
+        delayline_binary()
+    except Exception as e:   # RequirementError: not built
+        return Capability("link delay line", False, f"{e}; --link delays are refused", required=False)
+    if not os.path.exists("/proc/net/netfilter/nfnetlink_queue"):
+        return Capability("link delay line", False, "no NFQUEUE in this kernel (CONFIG_NETFILTER_NETLINK_QUEUE): "
+                          "--link delays fail to hold packets", required=False)
+    return Capability("link delay line", True, "pp-delayline built, NFQUEUE present (sch_netem is not needed)",
+                      required=False)
 
 
 def _can_open(path: str) -> bool:

@@ -57,7 +57,7 @@ def compare(a) -> int:
     planned = []
     for v in variants:   # fail fast on an unknown name or setting, before any run
         ns, own = apply(a, v)
-        spec.load(v.topology, own)
+        spec.load(v.topology, own, getattr(ns, "link", None))
         planned.append((v, ns, own))
     runs: dict[str, list[dict]] = {v.label: [] for v in variants}
     total = len(variants) * a.repeat
@@ -108,7 +108,7 @@ def sweep(a) -> int:
     from pathprof.analysis.sweep import sweep_analysis
     from pathprof.topologies import spec
     counts = parse_clients(a.clients)
-    spec.load(a.topology, cli_args.topo_options(a))
+    spec.load(a.topology, cli_args.topo_options(a), a.link)
     repeat = getattr(a, "repeat", 1) or 1
     runs: dict[int, list[dict]] = {c: [] for c in counts}
     n = 0
