@@ -154,7 +154,7 @@ def stage_histograms(stages_frame) -> list[dict]:
     df = stages_frame.fillna({"hop": "", "hook": "", "netns": "", "dev": "", "leg": "", "role": ""})
     acc: dict[tuple, dict] = {}
     for r in df.itertuples(index=False):
-        if r.kind not in LAT_KINDS and r.kind not in USDT_NAMES and not str(r.kind).startswith("qdisc"):
+        if r.kind not in LAT_KINDS and r.kind not in USDT_NAMES:
             continue
         name = stage_name(r.kind, r.role, r.hop, r.hook, r.netns, r.dev)
         e = acc.setdefault((name, r.leg), {"name": name, "leg": r.leg, "count": 0, "sum_ns": 0, "hists": []})

@@ -13,6 +13,7 @@ CAUSE_COLORS = {
     "scheduler": "#f28e2b",
     "backend": "#e15759",
     "connection setup": "#9c755f",
+    "link impairment": "#17becf",
     "probes": "#bab0ac",
     "foreign load": "#6b6b6b",
     "other stages": "#d4a6c8",
@@ -20,8 +21,8 @@ CAUSE_COLORS = {
 # hops get colours of their own family (purples/pinks), handed out by sorted name so two reports of the same
 # hops agree
 _HOP_COLORS = ["#b07aa1", "#8c1d40", "#ff9da7", "#7b4fa0", "#d37295"]
-CAUSE_ORDER = ["client", "hop", "network stack", "devices", "netfilter", "scheduler", "backend", "connection setup",
-               "probes", "foreign load", "other stages"]
+CAUSE_ORDER = ["client", "hop", "network stack", "devices", "link impairment", "netfilter", "scheduler", "backend",
+               "connection setup", "probes", "foreign load", "other stages"]
 
 
 def hop_color(hop: str, all_hops: set[str]) -> str:
@@ -48,5 +49,5 @@ def hops_of(summaries: list[dict]) -> set[str]:
 
 
 def qdisc_aware_cause(name: str, hops: set[str]) -> str:
-    """cause_of, with the qdisc.<dev> stages of link impairments counted with the devices."""
-    return "devices" if name.startswith("qdisc.") else cause_of(name, hops)
+    """The cause of a stage or component (analysis.causes.cause_of; delay.*/qdisc.* are 'link impairment')."""
+    return cause_of(name, hops)

@@ -1,5 +1,6 @@
 """The measured path as a drawable model: processes in chain order (pgbench, hops, the server) grouped into their
-hosts, and per leg the kernel work between two neighbours (wire, netfilter hooks, devices, qdiscs), each with its
+hosts, and per leg the kernel work between two neighbours (wire, netfilter hooks, devices, qdiscs and the delay
+lines of impaired links), each with its
 µs per transaction from the latency view and, for processes, its CPU µs from the CPU view.
 
 Built from a run directory's `topology.json` (agent/recorder.py `discovered_path`; `run --dsn`/`attach` write the
@@ -19,7 +20,7 @@ import json
 from pathlib import Path
 
 WAIT_KINDS = ("wakeup", "idle_exit", "runqueue", "recv", "queued")
-KERNEL_KINDS = ("wire", "netfilter", "dev", "qdisc")
+KERNEL_KINDS = ("wire", "netfilter", "dev", "qdisc", "delay")
 HOOK_ORDER = {"output": 1, "postrouting": 2, "forward": 3, "prerouting": 5, "input": 6}
 _SENDER_HOOKS, _RECEIVER_HOOKS = ("output", "postrouting"), ("prerouting", "input")
 
@@ -52,28 +53,48 @@ def _hop_id(value) -> str:
     return name[4:] if name.startswith("hop.") else name
 
 
+def _is_client(e: dict) -> bool:
+    return not e.get("hop") and (e.get("role") == "client" or e.get("process") == "pgbench")
+
+
+def _pids(e: dict) -> list:
+    return list(e.get("pids") or ([e["pid"]] if e.get("pid") else []))
+
+
 def _processes(topo: dict | None, summary: dict) -> list[dict]:
-    """Processes in path order: [{id, label, kind, host, netns, pids}]; ids are the stage names' receivers."""
+    """Processes in path order: [{id, label, kind, host, netns, pids}]; ids are the stage names' receivers.
+    Every client entry (a discovered path lists each client process, pgbench or not) is the one client `pgbench`,
+    the role its stages carry."""
     procs: list[dict] = []
     chain = (topo or {}).get("chain")
     chain = [e for e in chain if isinstance(e, dict) and (e.get("hop") or e.get("process"))] \
         if isinstance(chain, list) else []
-    for n, entry in enumerate(chain):
-        pids = entry.get("pids") or ([entry["pid"]] if entry.get("pid") else [])
-        last = n == len(chain) - 1
-        if not entry.get("hop") and entry.get("process") not in ("pgbench", "postgres", "postmaster") and not last:
+    clients, rest = [e for e in chain if _is_client(e)], [e for e in chain if not _is_client(e)]
+    if clients:
+        comms = list(dict.fromkeys(str(e.get("process") or "client") for e in clients))
+        label = comms[0] if len(comms) == 1 else f"clients ({', '.join(comms[:3])})"
+        procs.append({"id": "pgbench", "label": label + (f" ×{len(clients)}" if len(clients) > 1 else ""),
+                      "kind": "client", "host": clients[0].get("host"), "netns": clients[0].get("netns"),
+                      "pids": [p for e in clients for p in _pids(e)], "process": comms[0]})
+    for n, entry in enumerate(rest):
+        pids = _pids(entry)
+        last = n == len(rest) - 1
+        if not entry.get("hop") and entry.get("process") not in ("postgres", "postmaster") and not last:
             entry = {**entry, "hop": entry["process"]}      # another process on the path: a hop by its name
         if entry.get("hop"):
             hop = _hop_id(entry["hop"])
             procs.append({"id": hop, "label": hop, "kind": "hop", "host": entry.get("host"),
                           "netns": entry.get("netns"), "pids": pids, "process": entry.get("process") or hop})
-        elif entry.get("process") == "pgbench":
-            procs.append({"id": "pgbench", "label": "pgbench", "kind": "client", "host": entry.get("host"),
-                          "netns": entry.get("netns"), "pids": pids, "process": "pgbench"})
-        elif entry.get("process"):
+        else:
             procs.append({"id": "backend", "label": "postgres backend", "kind": "server", "host": entry.get("host"),
                           "netns": entry.get("netns"), "pids": pids, "process": entry["process"],
                           "listen": entry.get("listen")})
+    hosts = (topo or {}).get("hosts")
+    by_netns = {d.get("netns"): name for name, d in (hosts.items() if isinstance(hosts, dict) else [])
+                if isinstance(d, dict) and d.get("netns")}
+    for p in procs:          # discovered paths name hosts by namespace only
+        if not p.get("host") and p.get("netns") in by_netns:
+            p["host"] = by_netns[p["netns"]]
     ids = [p["id"] for p in procs]
     if "pgbench" not in ids:
         procs.insert(0, {"id": "pgbench", "label": "pgbench", "kind": "client", "host": None, "netns": None,
@@ -211,7 +232,7 @@ def build(summary: dict, topo: dict | None = None, spec: dict | None = None) -> 
 
 
 def _add_element(seg: dict, kind: str, name: str, subject: str, netns: str, item: dict, placement: str) -> None:
-    label = {"wire": "wire", "dev": f"dev {subject}", "qdisc": f"qdisc {subject}",
+    label = {"wire": "wire", "dev": f"dev {subject}", "qdisc": f"qdisc {subject}", "delay": f"delay {subject}",
              "netfilter": f"nf {subject}" + (f" ({netns})" if netns else "")}.get(kind, name)
     seg["elements"].append({"kind": kind, "name": name, "label": label, "subject": subject, "netns": netns,
                             "us": item["us"], "p99_us": item.get("p99_us"), "placement": placement})
@@ -222,7 +243,7 @@ def _element_order(e: dict):
         return (0, 0, e["name"])
     if e["kind"] == "netfilter":
         return (1, HOOK_ORDER.get(e["subject"], 4), e["name"])
-    return (1, {"qdisc": 3.5, "dev": 4}.get(e["kind"], 7), e["name"])
+    return (1, {"qdisc": 3.4, "delay": 3.5, "dev": 4}.get(e["kind"], 7), e["name"])
 
 
 def _place(kind, subject, netns, segs, host_of, netns_of, devices, taps):
@@ -246,7 +267,7 @@ def _place(kind, subject, netns, segs, host_of, netns_of, devices, taps):
         else:
             cands = [s for s in segs if host_of.get(s["from"]) != host_of.get(s["to"])]
         cands = cands or [s for s in segs if in_ns(s["from"]) or in_ns(s["to"])] or segs
-    else:   # dev / qdisc
+    else:   # dev / qdisc / delay: where the device is
         crossing = [s for s in segs if host_of.get(s["from"]) != host_of.get(s["to"])]
         local = [s for s in segs if s not in crossing]
         if subject == "lo":
@@ -265,7 +286,7 @@ def _unseen_devices(legs: dict, devices: dict, host_of: dict) -> None:
     """Devices the spec declares but no stage timed (a bridge's own hop is inside the veth's): drawn greyed on the
     request leg, so the diagram still shows every device of the topology."""
     seen = {e["subject"] for segs in legs.values() for s in segs for e in s["elements"]
-            if e["kind"] in ("dev", "qdisc")}
+            if e["kind"] in ("dev", "qdisc", "delay")}
     segs = legs.get("request") or []
     for dev, host in devices.items():
         if dev in seen or not segs:

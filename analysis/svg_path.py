@@ -173,7 +173,7 @@ def _segment(seg, leg, x_of, total, biggest, mine, base, y_arrow, arrow) -> list
                f'marker-end="url(#{arrow})"/>')
     sum_us = sum(e["us"] or 0.0 for e in seg["elements"])
     label_y = y_arrow - 5 if leg == "request" else y_arrow + 13
-    out.append(f'<text x="{left + 2}" y="{label_y}" fill="#555" font-size="10">{_e(leg)}: kernel '
+    out.append(f'<text x="{left + 2}" y="{label_y}" fill="#555" font-size="10">{_e(leg)}: in transit '
                f'{_e(_fmt_us(sum_us))}</text>')
     chip_w = right - left
     for i, el in enumerate(seg["elements"]):
@@ -185,7 +185,8 @@ def _segment(seg, leg, x_of, total, biggest, mine, base, y_arrow, arrow) -> list
         t = abs(us) / biggest if us is not None else 0.0
         share = (us / total * 100) if (us is not None and total) else None
         key = (el["kind"], el["name"], leg)
-        element = {"dev": "device", "qdisc": "qdisc", "netfilter": "netfilter", "wire": "wire"}.get(el["kind"],
+        element = {"dev": "device", "qdisc": "qdisc", "delay": "delay", "netfilter": "netfilter",
+                   "wire": "wire"}.get(el["kind"],
                                                                                                    el["kind"])
         tip = (f"{el['name']} [{leg}] {seg['from']} → {seg['to']}: {_fmt_us(us)}"
                + (f", p99 {_fmt_us(el['p99_us'])}" if el.get("p99_us") is not None else "")

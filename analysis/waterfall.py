@@ -166,6 +166,11 @@ def section(traces: pd.DataFrame | None, row_order: list[str], hops: set[str], l
                  f"of the path (each socket counts and samples its own messages, and here they never picked the "
                  f"same one), so these are partial: the {len(txns):,} chains that cover the most of it ({legs}), "
                  f"at their median and 99th-percentile durations.</p>"]
+    kinds = {sp["stage"].split(".")[0] for t in txns for sp in t["spans"]}
+    if not kinds & {"netfilter", "dev", "qdisc", "delay"}:
+        parts.append("<p class=\"muted\">The traces have no spans of their own for netfilter, devices, qdiscs or "
+                     "a link's delay line: each <code>wire.*</code> bar includes whatever of those its message "
+                     "crossed (the latency view above carves them out).</p>")
     for q, t in pick(txns).items():
         parts.append(render(t, row_order, f"{label}: {q} {what}, {t['dur_ns'] / 1e3:,.1f} µs", hops))
     return "\n".join(parts)

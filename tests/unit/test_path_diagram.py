@@ -51,9 +51,9 @@ def summary_of(name: str, tmp_path: Path | None = None) -> dict:
 
 
 def drawn_total(p: Elements) -> float:
-    """µs per transaction of every element with a figure: processes, chips and stages listed as unplaced."""
-    return sum(float(e["data-us-per-txn"]) for e in p.found
-               if e["data-element"] in ("process", "wire", "device", "qdisc", "netfilter") and e["data-us-per-txn"])
+    """µs per transaction of every element with a figure: processes and the chips between them."""
+    kinds = ("process", "wire", "device", "qdisc", "delay", "netfilter")
+    return sum(float(e["data-us-per-txn"]) for e in p.found if e["data-element"] in kinds and e["data-us-per-txn"])
 
 
 def test_docker_dnat_diagram_from_the_recorded_run(tmp_path):
@@ -269,3 +269,24 @@ def test_odd_topology_files_do_not_break_the_diagram(tmp_path):
     m = path_model.build(s, {"chain": [{"process": "pgbench"}, {"process": "haproxy"}, {"process": "postgres"}]})
     assert [(p["id"], p["kind"]) for p in m["processes"]] == [
         ("pgbench", "client"), ("haproxy", "hop"), ("docker-proxy", "hop"), ("backend", "server")]
+
+
+def test_link_delay_is_drawn_where_it_was_put(tmp_path):
+    """A recorded cross-zone run (250 µs each way on the wire): each leg's delay line is a chip on the leg that
+    carries it, the largest kernel element of the drawing; the waterfall shows it on the receiver's row."""
+    s = summary_of("cross-zone")
+    doc = write_html([s], tmp_path / "cz.html").read_text()
+    p = parse(doc)
+    delays = {(e["data-leg"], e["data-name"]): float(e["data-us-per-txn"]) for e in p.of("delay")}
+    want = {(st["leg"], st["name"]): st["us_per_txn"] for st in s["stages"] if st["name"].startswith("delay.")}
+    assert {leg for leg, _ in delays} == {"request", "response"} and delays == pytest.approx(want)
+    chips = [float(e["data-us-per-txn"]) for e in p.found if e["data-element"] in ("wire", "device", "netfilter")]
+    assert min(delays.values()) > max(chips)
+    total = sum(st["us_per_txn"] for st in s["stages"] if not st.get("parent"))
+    assert drawn_total(p) == pytest.approx(total, rel=1e-3)
+    # traces carry no delay spans: the wire bars hold the delay, and the page says so
+    wires = {e["data-row"]: float(e["data-dur-us"]) for e in p.of("span") if e["data-stage"].startswith("wire.")}
+    assert set(wires) == {"backend", "pgbench"} and min(wires.values()) > 0.8 * min(delays.values())
+    assert "each <code>wire.*</code> bar includes" in doc
+    legend = doc[doc.index('class="legend"'):]
+    assert "link impairment" in legend[: legend.index("</p>")]
