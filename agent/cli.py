@@ -42,7 +42,9 @@ def cmd_attach(a) -> int:
     from .console import make_reporter
     opts = AttachOptions(port=a.port, server_pid=a.server_pid, dsn=a.dsn, duration_s=a.duration, probes=a.probes,
                          trace_sample=a.trace_sample, runs_dir=Path(a.runs_dir))
-    with make_reporter(a, opts.duration_s) as ui:
+    from .metrics_live import serving
+    with make_reporter(a, opts.duration_s) as ui, serving(a.metrics_port, ui, {"topology": "attached",
+                                                                            "run_id": "live"}) as ui:
         rd = execute_attach(opts, ui)
     summary = summarize(rd)
     if a.json:

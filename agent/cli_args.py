@@ -195,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="where the run directory is written (default: %(default)s, or $PATHPROF_RUNS)")
     at.add_argument("--json", action="store_true", help="print one JSON document on stdout, progress on stderr")
     at.add_argument("--no-live", action="store_true", help="plain progress lines instead of the live view")
+    add_metrics_port(at)
 
     rep = sub.add_parser("report", help="report on recorded runs", formatter_class=fmt,
                          description="Print the latency and CPU views of one or more run directories, or write "
