@@ -3,12 +3,12 @@
 The probes stamp each message's stages back to back (a stage ends exactly where the next begins), so the spans
 of one transaction form a chain of contiguous spans: pgbench's request crosses the wire into the next process,
 waits, is worked on, is forwarded, ..., and ends with pgbench's own work before its next request
-(`client.pgbench`). Sampling is per socket (1 in N messages of each connection), so a chain covers a whole
-transaction only when every socket on the path sampled the same message; the chains that do (every leg:
-request, server, response, client) are the transactions drawn here, the typical one (p50 of their durations) and
-a slow one (p99). Each socket counts its own messages, and a measurement window can open between a message's
-arrival at one socket and at the next, so on some runs the sockets never sample the same message; then the chains
-that cover the most of the path (most legs, then most processes) are drawn instead, marked as partial.
+(`client.pgbench`). Every message of a transaction carries the client's transaction number (the probes pass
+it from each receive to the next send), so a sampled number covers the whole transaction; the chains that cover
+every leg (request, server, response, client) are the transactions drawn here, the typical one (p50 of their
+durations) and a slow one (p99). Where a sender is not known at delivery (a delayed link, a guest), a socket
+falls back to its own count and a chain can break; then the chains that cover the most of the path (most legs,
+then most processes) are drawn instead, marked as partial.
 """
 from __future__ import annotations
 

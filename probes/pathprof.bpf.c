@@ -467,6 +467,20 @@ int BPF_PROG(pp_softirq_exit, unsigned int vec)
 	return 0;
 }
 
+/* --trace-sample: the number a message carries, so every message of one transaction has the same one and the
+ * sample (number % trace_every) takes all of them: a client's request opens a new number (its connection's
+ * last + 1), a backend answers with the request's, a hop forwards the one it consumed. Per-socket counters
+ * alone drift apart whenever a window opens mid-transaction. Only runs with traces on (trace_every != 0). */
+static __always_inline __u32 send_number(struct sock *sk, struct pp_task *t)
+{
+	if (is_hop_role(t->role))
+		return t->consume_seq;
+	struct pp_sock *s = sk ? bpf_sk_storage_get(&socks, sk, 0, 0) : 0;
+	if (!s)
+		return 0;
+	return t->role == PP_ROLE_PGBENCH ? s->seq + 1 : s->seq;
+}
+
 /* ---------------- messages: send -> ready -> consumed -> next send ----------------
  * TCP send start: the first tcp_sendmsg_locked of the send (a few hundred ns after the syscall entry; syscall
  * tracepoints would put every syscall of every process on the slow path). AF_UNIX has no such tracepoint: its
@@ -481,6 +495,8 @@ int BPF_PROG(pp_tcp_send, const struct sock *sk, const struct msghdr *msg, const
 	if (t && !t->in_send) {
 		t->send_ts = bpf_ktime_get_ns();
 		t->in_send = 1;
+		if (trace_every)
+			t->send_seq = send_number((struct sock *)sk, t);
 	}
 	return 0;
 }
@@ -537,11 +553,20 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 	}
 	if (old)
 		stat_inc(PP_STAT_WINDOW_EDGE);   /* left pending by an earlier window */
-	__u32 seq = ++s->seq;             /* only the cmpxchg winner writes it */
 	stat_inc(PP_STAT_MESSAGES);
 	/* loopback/veth/unix: delivery runs inside the sender's send, so current = sender, and in_send tells it
 	 * apart from a receiver draining its socket backlog inside recv */
 	struct pp_task *t = cur_task(ws);
+	__u32 seq = ++s->seq;             /* only the cmpxchg winner writes it */
+	if (trace_every && t) {           /* the sender's transaction number, where the sender is known */
+		int is_unix = sk->__sk_common.skc_family == AF_UNIX_NUM;
+		if (is_unix && !t->in_send) { /* AF_UNIX: its send starts here; the sender's socket is the peer */
+			struct unix_sock *u = bpf_skc_to_unix_sock(sk);
+			t->send_seq = u && u->peer ? send_number(u->peer, t) : 0;
+		}
+		if ((t->in_send || is_unix) && t->send_seq)
+			s->seq = seq = t->send_seq;
+	}
 	__u64 qs = qdisc_on ? qdisc_send_start(ws) : 0;   /* out of a netem qdisc: sent from elsewhere, earlier */
 	if (qs && now > qs) {
 		span(PP_ST_WIRE, s->role, s->leg, s->hop, qs, now - qs, seq);

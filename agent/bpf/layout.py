@@ -84,7 +84,7 @@ class Task(C.Structure):
                 ("last_utime", C.c_uint64), ("last_stime", C.c_uint64),
                 ("usdt_ts", C.c_uint64 * NUSDT), ("win", C.c_uint64), ("hop", C.c_uint32),
                 ("consume_seq", C.c_uint32), ("role", C.c_uint8), ("consume_leg", C.c_uint8), ("in_send", C.c_uint8),
-                ("wake_idle", C.c_uint8), ("pad", C.c_uint8 * 4)]
+                ("wake_idle", C.c_uint8), ("send_seq", C.c_uint32)]
 
 
 class Sock(C.Structure):
