@@ -147,9 +147,27 @@ def execute_attach(opts: AttachOptions, ui: Reporter) -> RunDir:
         "(a multi-statement transaction counts each statement's exchange); the probes were on for the whole "
         "interval, so these figures include their cost"] + [f"discovered path: {x}"
                                                              for x in profiled_path.summary_lines(table, path)]
+    gone = path.client_connections - _connections_now(opts, path)
+    if gone > 0:
+        meta["notes"].append(f"{gone} of {path.client_connections} client connections closed during the interval: "
+                             "the rate and the cycle check assume they stayed busy all along")
     observed, cpu = observed_result(presult, path)
     rd.update(observed=observed, cpu=cpu, probes=meta, status="complete")
     return rd
+
+
+def _connections_now(opts: AttachOptions, path) -> int:
+    """Client connections into the path's entry at the end (a second look, to catch clients that left)."""
+    from . import discovery
+    from .sockets import SocketTable
+    try:
+        t = SocketTable.take()
+        entry = path.hops[0].pid if path.hops else path.postmaster
+        port = next((int(a.rsplit(":", 1)[1]) for a in (path.hops[0].listen if path.hops else path.postgres_listen)
+                     if not a.startswith("unix:")), None)
+        return discovery.from_entry(t, entry, port).client_connections
+    except Exception:         # the path went away: count none
+        return 0
 
 
 def exchanges(stages) -> int:
@@ -187,8 +205,10 @@ def observed_result(presult, path) -> tuple[dict, dict]:
 
 
 def _watch(probes, path, duration_s: float, ui: Reporter) -> None:
-    """Progress once a second from the probes' own exchange count (the live view's TPS line)."""
-    t0 = time.monotonic()
+    """Progress once a second from the probes' own exchange count (the live view's TPS line), with the stage
+    and CPU breakdown so far (the probes are always on here: no window to wait for)."""
+    from .host import cpu_busy_ns
+    t0, (busy0, _) = time.monotonic(), cpu_busy_ns()
     last_n, last_t = 0, t0
     while True:
         now = time.monotonic()
@@ -201,4 +221,22 @@ def _watch(probes, path, duration_s: float, ui: Reporter) -> None:
         tps = (n - last_n) / (t - last_t) if t > last_t else 0.0
         last_n, last_t = n, t
         cycle_ms = path.client_connections * 1e3 / tps if tps else 0.0
-        ui.progress(Progress(elapsed_s=round(t - t0, 1), tps=tps, latency_ms=cycle_ms), probes.snapshot())
+        snap = {**probes.snapshot(), **_breakdown(frames, n, cpu_busy_ns()[0] - busy0, (t - t0) * 1e9)}
+        ui.progress(Progress(elapsed_s=round(t - t0, 1), tps=tps, latency_ms=cycle_ms), snap)
+
+
+def _breakdown(frames, n: int, busy_ns: float, elapsed_ns: float) -> dict:
+    """The live view's stage/CPU tables so far; {} when there is nothing yet or it cannot be computed (the live
+    view is a convenience: the run must not depend on it)."""
+    if not frames or not n:
+        return {}
+    from pathprof.agent import probe_frames as F
+    from pathprof.analysis import views
+    stages, cpu, stats = frames
+    try:
+        lv = views.latency_view(stages, n, 0.0)
+        cv = views.cpu_view(cpu, n, busy_ns, elapsed_ns, os.cpu_count() or 1)
+    except Exception:
+        return {}
+    return {"stages": [x for x in lv["stages"] if not x.get("parent")], "cpu": cv["components"],
+            "lost_events": sum(v for k, v in stats.items() if k in F.LOSS)}
