@@ -29,8 +29,9 @@ def _fsync_us() -> float:
     return best
 
 
-def _run(runs_dir, *extra) -> dict:
-    cp = run_pathprof("run", "--topology", "loopback", "--clients", "2", "--duration", "4", "--script", "tpcb-like",
+def _run(runs_dir, *extra, clients: int = 2) -> dict:
+    cp = run_pathprof("run", "--topology", "loopback", "--clients", str(clients), "--duration", "4",
+                      "--script", "tpcb-like",
                       "--probes", "deep", "--probe-duty", "100", "--json", *extra, runs_dir=runs_dir, check=True,
                       timeout=600)
     doc = json.loads(cp.stdout)
@@ -88,4 +89,46 @@ def test_wal_device_too_small_is_refused_before_anything_is_built(runs_dir):
     before = machine_state()
     cp = run_pathprof("run", "--wal-device", "10", "--probes", "off", "--duration", "2", runs_dir=runs_dir)
     assert cp.returncode == 2 and "at least 64 MB" in cp.stderr and "Traceback" not in cp.stderr
+    assert machine_state() == before and not (runs_dir.exists() and any(runs_dir.iterdir()))
+
+
+def test_a_throttled_wal_device_grows_the_wal_flush_by_what_the_limit_implies(runs_dir):
+    """The WAL on a loop device, then on the same kind of device throttled to 200 writes/s (the cgroup block I/O
+    throttle): 1 client, so each commit's writes wait their turn. The throttle counts k requests per
+    transaction; at 200/s the cycle cannot be shorter than k/200 s, and the throttle lets a request go early by
+    whatever the rest of the cycle already took, so wal_flush should grow by about k/200 s minus the unthrottled
+    cycle. The wait is in the throttle's queue, before a block request exists: not the device's time. The
+    network stages stay where they were; the cgroup is gone afterwards."""
+    before = machine_state()
+    base = _run(runs_dir, "--wal-device", "128", clients=1)
+    slow = _run(runs_dir, "--wal-device", "128", "--wal-device-limit", "wiops=200", clients=1)
+    assert machine_state() == before
+    meta = json.loads((Path(slow["_doc"]["run_dir"]) / "run.json").read_text())
+    wal = meta["postgres"]["wal_device"]
+    txns = meta["pgbench"]["result"]["transactions"]
+    k = wal["throttled"]["writes"] / txns
+    assert 1.0 <= k <= 4.0, wal                    # a commit's WAL write and its cache flush (+ the WAL writer's)
+    implied_us = k / 200 * 1e6
+    base_cycle_us, slow_cycle_us = 1e6 / base["_doc"]["tps"], 1e6 / slow["_doc"]["tps"]
+    assert 0.8 * implied_us < slow_cycle_us < 1.25 * implied_us, (k, implied_us, slow_cycle_us)
+    grew = slow["backend.wal_flush"] - base["backend.wal_flush"]
+    expected = implied_us - base_cycle_us
+    assert 0.7 * expected < grew < 1.25 * expected, (grew, expected, base["backend.wal_flush"], k)
+    for st in ("wire.backend", "wire.pgbench"):
+        assert abs(slow[st] - base[st]) < 50, (st, base[st], slow[st])
+    dev = wal["device"].rsplit("/", 1)[1]
+    device_us = sum(d["us_per_txn"] for d in slow["_doc"]["disk"] if d["device"] == dev)
+    assert device_us < 0.25 * grew, (device_us, grew, slow["_doc"]["disk"])
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--wal-device-limit", "wiops=200"], "needs --wal-device"),
+    (["--wal-device", "128", "--wal-device-limit", "wiops=fast"], "takes a whole number"),
+    (["--wal-device", "128", "--wal-device-limit", "latency=5ms"], "is not one of riops"),
+])
+def test_bad_wal_device_limits_are_refused_before_anything_is_built(runs_dir, args, words):
+    before = machine_state()
+    cp = run_pathprof("run", "--probes", "off", "--duration", "2", *args, runs_dir=runs_dir)
+    assert cp.returncode == 2 and words in cp.stderr and "Traceback" not in cp.stderr, cp.stderr
+    assert len(cp.stderr.strip().splitlines()) == 1, cp.stderr
     assert machine_state() == before and not (runs_dir.exists() and any(runs_dir.iterdir()))
