@@ -46,6 +46,14 @@ def test_fsync_off_removes_the_wal_flush_wait(runs_dir):
     off = _run(runs_dir, "--pg-set", "fsync=off")
     assert machine_state() == before
     assert on["backend.wal_flush"] > 50, on
+    # backend.execute's parts are exclusive: they add up to it (other is what they leave), and the waits and I/O
+    # alone never exceed it (nested waits are not counted twice)
+    split = on["_doc"]["closure"]["execute_split"]
+    assert split["other_raw_us"] > -0.03 * split["execute_us"], split
+    parts = [s for s in on["_doc"]["stages"] if s.get("part")]
+    assert {"backend.wal_flush", "backend.execute.other"} <= {s["name"] for s in parts}, parts
+    assert sum(s["us_per_txn"] for s in parts) == pytest.approx(on["backend.execute"], rel=0.03), parts
+    assert all(s["us_per_txn"] <= s["inclusive_us"] + 0.01 for s in parts if "inclusive_us" in s), parts
     assert off.get("backend.wal_flush", 0.0) < 0.2 * on["backend.wal_flush"], (on, off)
     for st in ("wire.backend", "wire.pgbench"):          # the network stages stay about where they were
         assert abs(on[st] - off[st]) < 50, (st, on[st], off[st])
