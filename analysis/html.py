@@ -20,6 +20,7 @@ from pathprof.analysis.explain import (
     connection_totals,
     cpu_totals,
     explain_text,
+    has_execute_parts,
     measured_cpu_us,
     run_label,
 )
@@ -100,7 +101,10 @@ def _ordered_stage_totals(s: dict) -> dict[str, float]:
     out: dict[str, float] = {}
     stages = s.get("stages") or []
     rank = {leg: i for i, leg in enumerate(LEG_ORDER)}
+    split = has_execute_parts(s)      # deep: backend.execute's exclusive parts stack in its place
     for st in sorted(stages, key=lambda st: rank.get(st.get("leg"), len(rank))):
+        if (st.get("parent") and not (split and st.get("part"))) or (split and st.get("name") == "backend.execute"):
+            continue                  # a stage's phases or parts are inside it: never stacked on top of it
         out[str(st.get("name"))] = out.get(str(st.get("name")), 0.0) + _num(st.get("us_per_txn"))
     # Under -C every transaction also pays a connection setup; without it the bars would hide what -C costs.
     return {**out, **connection_totals(s)}

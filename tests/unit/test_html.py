@@ -52,3 +52,23 @@ def test_same_input_same_png(tmp_path):
     write_html([bridge(), dnat()], tmp_path / "a.html")
     write_html([bridge(), dnat()], tmp_path / "b.html")
     assert (tmp_path / "a-stages.png").read_bytes() == (tmp_path / "b-stages.png").read_bytes()
+
+
+def test_stacked_stages_never_count_a_stage_and_its_parts_twice():
+    """The latency bars stack stages: backend.execute's phases never go on top of it, and in a deep run with
+    exclusive parts the parts replace it (same height)."""
+    from pathprof.analysis.html import _ordered_stage_totals
+    st = [{"name": "wire.backend", "leg": "request", "us_per_txn": 20.0},
+          {"name": "backend.execute", "leg": "server", "us_per_txn": 600.0},
+          {"name": "backend.executor", "leg": "server", "us_per_txn": 500.0, "parent": "backend.execute",
+           "phase": True}]
+    old_deep = {"stages": st + [{"name": "backend.wal_flush", "leg": "server", "us_per_txn": 300.0,
+                                 "parent": "backend.execute"}]}
+    assert _ordered_stage_totals(old_deep) == {"wire.backend": 20.0, "backend.execute": 600.0}
+    parts = [{"name": "backend.wal_flush", "leg": "server", "us_per_txn": 300.0, "parent": "backend.execute",
+              "part": True},
+             {"name": "backend.execute.other", "leg": "server", "us_per_txn": 300.0, "parent": "backend.execute",
+              "part": True}]
+    totals = _ordered_stage_totals({"stages": st + parts})
+    assert "backend.execute" not in totals and "backend.executor" not in totals
+    assert sum(totals.values()) == 620.0
