@@ -1,11 +1,13 @@
 """Ground truth inside the server: known I/O changes land in the backend's I/O stages (--probes deep)."""
 import json
 import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from conftest import machine_state, run_pathprof
+from conftest import PATHPROF, machine_state, run_pathprof
 
 pytestmark = pytest.mark.integration
 STATE = "/var/lib/pathprof"
@@ -140,3 +142,33 @@ def test_bad_wal_device_limits_are_refused_before_anything_is_built(runs_dir, ar
     assert cp.returncode == 2 and words in cp.stderr and "Traceback" not in cp.stderr, cp.stderr
     assert len(cp.stderr.strip().splitlines()) == 1, cp.stderr
     assert machine_state() == before and not (runs_dir.exists() and any(runs_dir.iterdir()))
+
+
+def test_a_killed_throttled_run_is_undone_by_its_journal(runs_dir):
+    """SIGKILL while the server runs inside its pp- cgroup: the journal (replayed here for this run only, as
+    `pathprof cleanup` would) moves the processes out, removes the cgroup, the mount and the loop device."""
+    from pathprof.agent.journal import JOURNAL_DIR, Journal
+    before = machine_state()
+    env = dict(os.environ, PATHPROF_RUNS=str(runs_dir))
+    p = subprocess.Popen([*PATHPROF, "run", "--topology", "unix", "--clients", "1", "--duration", "30", "--script",
+                          "tpcb-like", "--probes", "off", "--wal-device", "128", "--wal-device-limit", "wiops=100"],
+                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not any(runs_dir.glob("*/pgbench/argv.txt")):
+            time.sleep(0.3)
+        time.sleep(1.5)
+        runs = list(runs_dir.glob("*"))
+        assert runs, "the run never started"
+        found = [d / f"pp-{runs[0].name}" for d in (Path("/sys/fs/cgroup/blkio"), Path("/sys/fs/cgroup"))
+                 if (d / f"pp-{runs[0].name}").exists()]          # cgroup v1 blkio, else v2
+        assert found, "no pp- cgroup for the run"
+        cg = found[0]
+        assert cg.exists() and (cg / "cgroup.procs").read_text().split(), "the server is not in its cgroup"
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    journal = JOURNAL_DIR / f"{runs[0].name}.jsonl"
+    assert cg.exists() and journal.exists(), "a SIGKILLed run cannot tear down; its objects stay"
+    assert Journal.load(journal).teardown() == []
+    assert not cg.exists() and machine_state() == before
