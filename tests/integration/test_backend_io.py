@@ -126,9 +126,13 @@ def test_a_throttled_wal_device_grows_the_wal_flush_by_what_the_limit_implies(ru
     assert 0.7 * expected < grew < 1.25 * expected, (grew, expected, base["backend.wal_flush"], k)
     for st in ("wire.backend", "wire.pgbench"):
         assert abs(slow[st] - base[st]) < 50, (st, base[st], slow[st])
-    dev = wal["device"].rsplit("/", 1)[1]
-    device_us = sum(d["us_per_txn"] for d in slow["_doc"]["disk"] if d["device"] == dev)
-    assert device_us < 0.25 * grew, (device_us, grew, slow["_doc"]["disk"])
+    # Were the throttle's wait device time, the loop device's time would grow by all of `grew`. It grows by far
+    # less: only as the disk under the loop file slows with other load (on a shared machine that alone can
+    # double it between two runs, hence the margin)
+    def device_us(run):
+        dev = json.loads((Path(run["_doc"]["run_dir"]) / "run.json").read_text())["postgres"]["wal_device"]["device"]
+        return sum(d["us_per_txn"] for d in run["_doc"]["disk"] if d["device"] == dev.rsplit("/", 1)[1])
+    assert device_us(slow) - device_us(base) < 0.6 * grew, (device_us(base), device_us(slow), grew)
 
 
 @pytest.mark.parametrize("args, words", [
