@@ -109,6 +109,9 @@ def undo(entry: dict) -> bool:
         if not _quiet(netns_argv(ns, ["ip", "link", "show", "dev", name])):
             return True
         return _quiet(netns_argv(ns, ["ip", "link", "del", "dev", name]))
+    if k == "qdisc":
+        from pathprof.topologies.netem import qdisc_undo
+        return qdisc_undo(entry)
     if k == "iptables":
         cmd = entry.get("tool", "iptables")
         check = netns_argv(ns, [cmd, "-w", "-t", entry["table"], "-C", entry["chain"], *entry["args"]])

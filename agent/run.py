@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pathprof
 from pathprof.analysis.rundir import RunDir
+from pathprof.topologies import netem
 from pathprof.topologies import spec as specmod
 
 from . import pgbench, proc
@@ -43,11 +44,13 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
     require_root()
     proc.which("pgbench")
     ui = _Checked(ui)
+    if opts.dsn and opts.links:
+        raise UserError("--link impairs a link pathprof builds; a --dsn run has none (use a topology)")
     if opts.dsn:
         from .run_dsn import execute_dsn
         return execute_dsn(opts, ui)
     proc.which("initdb")
-    topo = specmod.load(opts.topology, opts.topo_options)
+    topo = specmod.load(opts.topology, opts.topo_options, opts.links)
     services_mod = None
     if topo.services:
         from pathprof.topologies import services as services_mod
@@ -162,7 +165,8 @@ def _probe_session(opts: RunOptions, topo):
                                  postgres_bin=proc.which("postgres"), trace_sample=opts.trace_sample,
                                  window_s=opts.probe_window_s, period_s=opts.probe_period_s,
                                  hop_slots=len({s.name for s in topo.services}) + 1,
-                                 tap_hop=any(s.kind == "qemu-guest" for s in topo.services))
+                                 tap_hop=any(s.kind == "qemu-guest" for s in topo.services),
+                                 qdisc=any(link.impairments() for link in topo.links), holds=netem.holds(topo))
     return probes_mod.ProbeSession(cfg)
 
 
@@ -265,6 +269,7 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
                                  should_stop=interrupted)
         except UserError as e:             # pgbench stuck or failed: say what of the path is broken, if anything
             broken = _dead_parts(pg, services, history) + [f"link {x} is down" for x in recorder.down_links(topo)]
+            broken += netem.dead_delay_lines(ctx.journal)
             if broken:
                 rd.update(failure=broken)
                 raise UserError(f"{e}; the path broke during the run: " + "; ".join(broken)) from None

@@ -17,6 +17,7 @@ class RunOptions:
     probes: str = "basic"
     runs_dir: Path = Path("runs")
     topo_options: dict[str, str] = field(default_factory=dict)
+    links: list[str] = field(default_factory=list)   # --link WHERE:KEY=VALUE,... (topologies.netem)
     trace_sample: int = 0
     wal_device_mb: int = 0           # the WAL on a loop device of its own (agent.storage); 0 = with the data
     wal_device_limit: dict[str, int] = field(default_factory=dict)   # throttle on it (agent.io_limit)

@@ -8,6 +8,7 @@ A line item (`softirq.net`, `wire.backend`, `hop.docker-proxy.sys`) answers "whe
                       connections instead of one)
   netfilter           netfilter.* stages and the `netfilter` CPU component (rules, conntrack, NAT)
   devices             dev.* (veth, bridge, tap, lo queues)
+  link impairment     delay.* and qdisc.*: a delay or rate limit put on a link (--link, netem tables)
   network stack       wire.* and softirq.net: protocol processing between the send and the receiver's socket
   scheduler           wakeup.*, idle_exit.*, runqueue.*, recv.*, queued.* of the run's own processes: waiting to
                       be woken, for a CPU to leave idle, for a CPU, behind other work
@@ -44,6 +45,8 @@ def cause_of(name: str, hops: set[str]) -> str:
         return "netfilter"
     if name.startswith("dev."):
         return "devices"
+    if name.startswith(("delay.", "qdisc.")):
+        return "link impairment"
     if name == "softirq.net":
         return "network stack"
     if name in BACKEND_IO:

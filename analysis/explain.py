@@ -300,7 +300,8 @@ def _cause_phrase(cause: dict) -> str:
     return {"scheduler": "the scheduler", "backend": "the backend", "backend I/O": "the server's I/O",
             "client": "the client (pgbench)",
             "network stack": "the network stack", "devices": "the device path",
-            "foreign load": "other processes' CPU load", "probes": "pathprof's probes"}.get(name, name)
+            "foreign load": "other processes' CPU load", "probes": "pathprof's probes",
+            "link impairment": "the delay or rate limit put on the link"}.get(name, name)
 
 
 def _fmt_pct(x: float) -> str:

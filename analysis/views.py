@@ -12,6 +12,10 @@ message the probes measure, back to back, so the stages tile the connection's ti
                        pathprof's INT_MIN+1 and INT_MAX-1 brackets, i.e. iptables/nftables, conntrack, NAT
   dev.<device>         net_dev_start_xmit -> netif_receive_skb of the same data skb (lo, veth, bridge...);
                        for a tap into qemu, -> qemu's read of it
+  qdisc.<device>       the data skb in the device's root qdisc, enqueue -> dequeue: where an impaired link's
+                       rate limit (topologies.netem) holds it, on the leg it was sent on
+  delay.<device>       the data skb held by the link's delay line (its delay_us/jitter_us, topologies.netem)
+                       on <device>, the end's egress device (its peer's ingress for an end on a bridge)
   wakeup.<receiver>    sk_data_ready -> sched_wakeup of the consuming thread, onto a CPU that was busy
   idle_exit.<receiver> the same, onto a CPU that was idle: the wakeup IPI and the CPU leaving idle (on a VM
                        ~20-30 µs; what makes 1-client paths slow on an idle machine)
@@ -59,7 +63,8 @@ import pandas as pd
 
 from .histogram import merge, quantile
 
-LAT_KINDS = ("wire", "wakeup", "idle_exit", "runqueue", "recv", "queued", "proc", "netfilter", "dev")
+LAT_KINDS = ("wire", "wakeup", "idle_exit", "runqueue", "recv", "queued", "proc", "netfilter", "dev", "qdisc", "delay")
+INSIDE_WIRE = ("netfilter", "dev", "qdisc", "delay")   # measured inside a wire span: carved out of it
 USDT_NAMES = {"pg_query": "backend.query", "pg_parse": "backend.parse", "pg_plan": "backend.plan",
               "pg_wal_flush": "backend.wal_flush",
               "pg_data_read": "backend.data_read", "pg_dirty_write": "backend.dirty_write",
@@ -85,8 +90,8 @@ def stage_name(kind: str, role: str, hop: str = "", hook: str = "", netns: str =
         return {"backend": "backend.execute", "pgbench": "client.pgbench"}.get(role, f"hop.{role}")
     if kind == "netfilter":
         return f"netfilter.{hook}" + (f".{netns}" if netns and netns != "root" else "")
-    if kind == "dev":
-        return f"dev.{dev}"
+    if kind in ("dev", "qdisc", "delay"):
+        return f"{kind}.{dev}"
     if kind in USDT_NAMES:
         return USDT_NAMES[kind]
     return f"{kind}.{_label(role, hop)}"
@@ -135,10 +140,10 @@ def latency_view(stages: pd.DataFrame, txns: int, measured_mean_us: float, cycle
         e["sum_ns"] += int(r.sum_ns)
         e["count"] += int(r.count)
         e["hists"].append(getattr(r, "hist", None))
-    # wire is reported exclusive of the netfilter/device time inside it, leg by leg (shared pro rata
+    # wire is reported exclusive of the netfilter/device/qdisc time inside it, leg by leg (shared pro rata
     # when a leg has several wires, e.g. client -> hop and hop -> backend)
     for leg in {k[1] for k in rows}:
-        inner = sum(e["sum_ns"] for (n, lg), e in rows.items() if lg == leg and e["kind"] in ("netfilter", "dev"))
+        inner = sum(e["sum_ns"] for (n, lg), e in rows.items() if lg == leg and e["kind"] in INSIDE_WIRE)
         wires = [e for (n, lg), e in rows.items() if lg == leg and e["kind"] == "wire"]
         total = sum(e["sum_ns"] for e in wires)
         for e in wires:

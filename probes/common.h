@@ -28,6 +28,7 @@ enum pp_stage {
 	/* rarer ones: the `stages` per-CPU hash */
 	PP_ST_DEV = 8,         /* net_dev_start_xmit -> netif_receive_skb of the same data skb (hop = ifindex) */
 	PP_ST_BLOCK = 9,       /* a block request: issue (else allocation) -> completion (hop = dev_t, sub = op) */
+	PP_ST_QDISC = 10,      /* a data skb in a root qdisc (netem): enqueue -> dequeue (hop = ifindex); qdisc.bpf.h */
 	PP_ST_PG_QUERY = 12,   /* USDT (deep): query__start/done and the phases below */
 	PP_ST_PG_PARSE = 13, PP_ST_PG_PLAN = 14, PP_ST_PG_EXECUTE = 15,
 	PP_ST_PG_LOCK = 16, PP_ST_PG_LWLOCK = 17,

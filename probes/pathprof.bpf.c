@@ -324,6 +324,8 @@ static __always_inline struct pp_devq *devq_slot(struct sk_buff *skb)
 	return bpf_map_lookup_elem(&devq, &idx);
 }
 
+#include "qdisc.bpf.h"   /* link impairments (qdisc, delay line): their own programs and maps */
+
 /* ---------------- scheduler: on-CPU accounting and wakeups ---------------- */
 SEC("tp_btf/sched_switch")
 int BPF_PROG(pp_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
@@ -540,7 +542,10 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 	/* loopback/veth/unix: delivery runs inside the sender's send, so current = sender, and in_send tells it
 	 * apart from a receiver draining its socket backlog inside recv */
 	struct pp_task *t = cur_task(ws);
-	if (t && t->in_send && now > t->send_ts) {
+	__u64 qs = qdisc_on ? qdisc_send_start(ws) : 0;   /* out of a netem qdisc: sent from elsewhere, earlier */
+	if (qs && now > qs) {
+		span(PP_ST_WIRE, s->role, s->leg, s->hop, qs, now - qs, seq);
+	} else if (t && t->in_send && now > t->send_ts) {
 		span(PP_ST_WIRE, s->role, s->leg, s->hop, t->send_ts, now - t->send_ts, seq);
 		if (t->role == PP_ROLE_QEMU)
 			t->in_send = 0;           /* a tap write has no sock_send_length (pp_tap_recv) */

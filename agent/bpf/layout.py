@@ -22,7 +22,8 @@ AUX_KINDS = {"checkpointer": 1, "bgwriter": 2, "walwriter": 3, "autovacuum": 4, 
 AUX_NAMES = {v: k for k, v in AUX_KINDS.items()}
 LEGS = {0: "", 1: "request", 2: "server", 3: "response", 4: "client"}
 STAGES = {1: "wire", 2: "wakeup", 3: "runqueue", 4: "recv", 5: "queued", 6: "proc", 7: "idle_exit", 8: "dev",
-          9: "block", 12: "pg_query", 13: "pg_parse", 14: "pg_plan", 15: "pg_execute", 16: "pg_lock", 17: "pg_lwlock",
+          9: "block", 10: "qdisc",
+          12: "pg_query", 13: "pg_parse", 14: "pg_plan", 15: "pg_execute", 16: "pg_lock", 17: "pg_lwlock",
           18: "pg_wal_flush", 19: "pg_excl", 20: "pg_data_read", 21: "pg_dirty_write", 22: "pg_wal_full"}
 STATS = {0: "tasks_full", 1: "socks_full", 2: "stages_full", 3: "cpu_full", 4: "wire_unpaired",
          5: "ready_unlearned", 6: "nf_unpaired", 7: "nf_nested_full", 8: "nf_nat", 9: "dev_overwritten",
