@@ -70,4 +70,9 @@ def cleanup_all(dry_run: bool = False) -> dict:
             subprocess.run(["iptables", "-w", "-t", table, "-F", chain], capture_output=True)
             if subprocess.run(["iptables", "-w", "-t", table, "-X", chain], capture_output=True).returncode:
                 problems.append(f"iptables chain {table}/{chain}")
+    from .io_limit import leftover_cgroups, undo_cgroup
+    for cg in leftover_cgroups():
+        actions.append(f"remove cgroup {cg}")
+        if not dry_run and not undo_cgroup(str(cg), None):
+            problems.append(f"cgroup {cg}")
     return {"actions": actions, "problems": problems, "dry_run": dry_run}

@@ -95,6 +95,11 @@ def add_workload_options(p: argparse.ArgumentParser, clients_default: int | None
     s.add_argument("--wal-device", type=_whole_number, default=0, metavar="MB",
                    help="put the owned server's WAL on a block device of its own: a loop device of this size over "
                         "a file in the run's state directory (0, the default: with the data)")
+    s.add_argument("--wal-device-limit", metavar="KEY=N[,...]",
+                   help="make that WAL device slow: the kernel's block I/O throttle (a pp- cgroup holding the "
+                        "server) on it, KEY one of riops, wiops (requests/s), rbps, wbps (bytes/s, K/M/G), e.g. "
+                        "wiops=200; each commit's write and cache flush then wait their turn, inside "
+                        "backend.wal_flush (needs --wal-device)")
     s.add_argument("--userland-proxy", choices=["on", "off"],
                    help="docker topologies: carry published ports with docker-proxy (on, dockerd's default) or "
                         "hairpin NAT only (off)")
@@ -315,6 +320,16 @@ def probe_period(a) -> float:
     return 0.0 if duty >= 100 or window <= 0 else window * 100.0 / duty
 
 
+def _wal_limit(a) -> dict[str, int]:
+    text = getattr(a, "wal_device_limit", None)
+    if not text:
+        return {}
+    from .io_limit import parse_limits
+    if not getattr(a, "wal_device", 0):
+        raise UserError("--wal-device-limit needs --wal-device MB (the limit applies to the WAL's own device)")
+    return parse_limits(text)
+
+
 def run_options(a, topology: str, clients: int | None = None):
     from .pgbench import Workload
     from .postgres import parse_pg_set
@@ -326,4 +341,5 @@ def run_options(a, topology: str, clients: int | None = None):
                       topo_options=topo_options(a), links=list(getattr(a, "link", []) or []),
                       trace_sample=a.trace_sample,
                       wal_device_mb=getattr(a, "wal_device", 0) or 0,
+                      wal_device_limit=_wal_limit(a),
                       probe_window_s=a.probe_window, probe_period_s=probe_period(a))

@@ -120,6 +120,9 @@ def stage_frame(now: dict, base: dict, devs: dict, hops: dict, netns_names: dict
         if kind == "block":
             row(kind, d, 0, 0, hook=L.BLOCK_OPS.get(sub, f"op{sub}"), dev=block_name(hop))
             continue
+        if kind == "pg_excl":        # exclusive part of a backend wait/I-O: named by its owner, in `hook`
+            row(kind, d, role, leg, hop_names.get(hop, ""), hook=L.EXCL_OWNERS.get(sub, f"u{sub}"))
+            continue
         if kind in ("dev", "qdisc"):              # qdisc sub 1: held by the link's delay line (topologies.netem)
             kind = "delay" if kind == "qdisc" and sub == 1 else kind
             row(kind, d, 0, leg, dev=devs.get((hop, netns), f"if{hop}"), netns=netns_names.get(netns, str(netns)))

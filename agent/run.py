@@ -63,6 +63,9 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
     if opts.wal_device_mb:
         from .storage import check_size
         check_size(opts.wal_device_mb)
+    if opts.wal_device_limit:
+        from .io_limit import check_available
+        check_available()
     _check_pg_limits(opts)
     probes = _probe_session(opts, topo)
     rd = RunDir.create(opts.runs_dir, topo.name)
@@ -197,6 +200,12 @@ def _start_postgres(opts, topo, ctx, journal, state_dir, ui):
     elif opts.workload.needs_tables:
         ui.phase(f"pgbench -i -s {opts.workload.scale}")
         pg.init_pgbench(opts.workload.scale)
+    if pg.wal_device and opts.wal_device_limit:      # after the load: only the measured run is throttled
+        from . import io_limit
+        pg.wal_device.limit = dict(opts.wal_device_limit)
+        ui.phase(f"WAL device limit: {io_limit.describe(pg.wal_device.limit)} on {pg.wal_device.device}")
+        pg.wal_device.cgroup = str(io_limit.apply(journal, journal.run_id, pg.wal_device.device, pg.pid,
+                                                  pg.wal_device.limit))
     ctx.postgres = PostgresEndpoint(topo.postgres.host, None if topo.postgres.listen == "unix" else
                                     topo.postgres.listen, topo.postgres.port, str(pg.socket_dir))
     return pg
@@ -277,6 +286,10 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
            "total_ns": total1 - total0}
     ui.phase("reading results")
     pgbench.finish(result, log_dir)
+    if pg is not None and pg.wal_device and pg.wal_device.cgroup:
+        from .io_limit import serviced
+        pg.wal_device.throttled = serviced(pg.wal_device.cgroup, pg.wal_device.device)
+        rd.update(postgres={**rd.meta.get("postgres", {}), "wal_device": pg.wal_device.describe()})
     meta_probes = {"level": opts.probes}
     if probes is not None:
         presult = probes.stop()

@@ -114,8 +114,12 @@ def _run_section(s: dict) -> str:
             ["", "", _sum_label(s, lat), f"{tot:,.1f}", "", ""], sortable=True))
     parts_ = [st for st in s.get("stages") or [] if st.get("parent")]
     if parts_:
-        parts.append("<h4>Inside backend.execute (PostgreSQL USDT, not added again)</h4>" + _table(
-            ["part", "µs/txn", "p99 µs"], [[st.get("name"), f"{_num(st.get('us_per_txn')):,.1f}",
+        title = ("Inside backend.execute: exclusive parts that add up to it, and · phases that overlap them"
+                 if any(st.get("part") for st in parts_) else
+                 "Inside backend.execute (PostgreSQL USDT, not added again)")
+        parts.append(f"<h4>{title}</h4>" + _table(
+            ["part", "µs/txn", "p99 µs"], [[("· " if st.get("phase") else "") + str(st.get("name")),
+                                           f"{_num(st.get('us_per_txn')):,.1f}",
                                            f"{_num(st.get('p99_us')):,.1f}" if st.get("p99_us") is not None
                                            else "–"] for st in parts_], sortable=True))
     cpu = sorted(cpu_totals(s).items(), key=lambda kv: -kv[1])

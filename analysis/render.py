@@ -141,14 +141,19 @@ def latency_table(summary: dict, bar_width: int = 30) -> Table | Text:
             t.add_section()
         for j, st in enumerate(rows):
             us = _num(st.get("us_per_txn"))
-            part = bool(st.get("parent"))
-            t.add_row(leg if j == 0 else "", ("  ↳ " if part else "") + str(st.get("name")), _fmt(us),
+            part = bool(st.get("parent"))      # phases (deep: parse/plan/executor) overlap the parts: "·"
+            t.add_row(leg if j == 0 else "", ("  · " if st.get("phase") else "  ↳ " if part else "")
+                      + str(st.get("name")), _fmt(us),
                       _fmt(st.get("p99_us")), f"{us / total * 100:.1f} %" if total else "–",
                       Text(bar(us, biggest, bar_width), style="dim cyan" if part else "cyan"),
                       style="dim" if part else None)
     t.add_section()
     mean_us = (summary.get("latency_ms") or {}).get("mean")
     cycle = (summary.get("closure") or {}).get("cycle_us")
+    split = (summary.get("closure") or {}).get("execute_split")
+    if split:   # the ↳ parts of backend.execute are exclusive: they add up to it (other = what they leave)
+        t.add_row("", "↳ backend.execute's waits and I/O", _fmt(_num(split.get("parts_us"))), "",
+                  f"{_num(split.get('parts_pct')):.1f} % of it", "", style="dim")
     t.add_row("", "sum of stages", _fmt(total), "", "", "", style="bold")
     if cycle:
         # The stages tile each connection's timeline: they close against the cycle, clients / TPS.

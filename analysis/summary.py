@@ -87,6 +87,8 @@ def summarize(rd: RunDir) -> dict:
             out["closure"]["stages_sum_us"] = lv.get("total_us")
             out["scheduler"] = lv.get("scheduler")
             out["disk"] = views.disk_view(stages, txns)
+            if lv.get("execute_split"):
+                out["closure"]["execute_split"] = lv["execute_split"]   # deep: backend.execute's parts vs it
             client_us = sum(x["us_per_txn"] for x in lv["stages"] if x.get("leg") == "client" and not x.get("parent"))
             if cycle_us and mean_ms * 1000.0 < 0.5 * (cycle_us - client_us):
                 out["notes"].append(

@@ -38,6 +38,8 @@ enum pp_stage {
 	PP_ST_PG_DATA_READ = 20,   /* smgr__md__read: a data block read from the kernel (a shared_buffers miss) */
 	PP_ST_PG_DIRTY_WRITE = 21, /* buffer__write__dirty: a dirty buffer written out to make room */
 	PP_ST_PG_WAL_FULL = 22,    /* wal__buffer__write__dirty: WAL buffers full, written out before inserting */
+	PP_ST_PG_EXCL = 19,        /* the same waits and I/O, exclusive of each other (sub = usdt index of the owner):
+	                            * they add up to no more than backend.execute, whose rest is CPU and the like */
 };
 #define PP_NUSDT 11
 

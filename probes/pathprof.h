@@ -14,6 +14,7 @@ struct pp_task {            /* task-local storage of a tracked thread: its prese
 	__u64 last_utime;       /* task->utime/stime at the last switch-out */
 	__u64 last_stime;
 	__u64 usdt_ts[PP_NUSDT];
+	__u64 io_mark;          /* deep: last boundary of the backend's exclusive waits/I-O (see usdt_mark) */
 	__u64 win;              /* window the timestamps above belong to (see fresh_task) */
 	__u32 hop;              /* hop id, < PP_MAX_HOPS */
 	__u32 consume_seq;      /* message number of that consume (hops' traces) */
