@@ -526,17 +526,27 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 		return 0;
 	}
 	__u64 old = s->ready_ts;
-	if (old >= ws)
-		return 0;                     /* queue not drained: the same message continues */
+	/* queue not drained: the same message continues. A hop's wait starts at its first piece; a request/response
+	 * receiver (pgbench, a backend) waits for the whole message, so its wait starts at the last piece: a pooler
+	 * that forwards a reply in parts between its own round trips upstream (pgpool) would otherwise have the
+	 * receiver's wakeup overlap all of that upstream work. The piece keeps its wire stage: it is on the path. */
+	int more = old >= ws;
+	if (more && is_hop_role(s->role))
+		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	if (__sync_val_compare_and_swap(&s->ready_ts, old, now) != old) {
 		stat_inc(PP_STAT_READY_RACE);   /* another CPU marked it first: that one is the message's start */
 		return 0;
 	}
-	if (old)
+	if (old && !more)
 		stat_inc(PP_STAT_WINDOW_EDGE);   /* left pending by an earlier window */
-	__u32 seq = ++s->seq;             /* only the cmpxchg winner writes it */
-	stat_inc(PP_STAT_MESSAGES);
+	__u32 seq = s->seq;
+	if (more) {
+		stat_inc(PP_STAT_PIECE_LATE);
+	} else {
+		seq = ++s->seq;               /* only the cmpxchg winner writes it */
+		stat_inc(PP_STAT_MESSAGES);
+	}
 	/* loopback/veth/unix: delivery runs inside the sender's send, so current = sender, and in_send tells it
 	 * apart from a receiver draining its socket backlog inside recv */
 	struct pp_task *t = cur_task(ws);
