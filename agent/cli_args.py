@@ -209,8 +209,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--json", action="store_true")
 
     cl = sub.add_parser("cleanup", help="remove what a killed run left behind", formatter_class=fmt,
-                        description="Replay every journal left in /var/lib/pathprof/journal, then remove any "
-                                    "remaining pp- namespaces, links and PP- iptables chains.")
+                        description="Replay every journal a killed run left in /var/lib/pathprof/journal, then "
+                                    "remove any remaining pp- namespaces, links and PP- iptables chains. Runs still "
+                                    "going on (their pathprof process is alive) and paths brought up with `topology "
+                                    "up` are left alone, with everything their journals name.")
     cl.add_argument("--dry-run", action="store_true", help="say what would be removed")
     cl.add_argument("--json", action="store_true")
     return p

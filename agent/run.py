@@ -64,6 +64,7 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
     probes = _probe_session(opts, topo)
     rd = RunDir.create(opts.runs_dir, topo.name)
     journal = Journal(rd.meta["run_id"])
+    journal.record("note", run_dir=str(rd.path.resolve()))   # `pathprof cleanup` marks it if this run is killed
     state_dir = STATE_ROOT / rd.meta["run_id"]
     journal.record("dir", path=str(state_dir))
     state_dir.mkdir(parents=True, exist_ok=True)
