@@ -119,6 +119,10 @@ def add_workload_options(p: argparse.ArgumentParser, clients_default: int | None
     pr.add_argument("--probe-duty", type=_number, metavar="PCT",
                     help="share of the run the detailed probes are attached, instead of --probe-period "
                          "(period = window * 100 / PCT); 100 = always on, every transaction measured")
+    pr.add_argument("--status-every", type=_number, default=10.0, metavar="SECONDS",
+                    help="while pgbench runs, rewrite <run dir>/status.json this often: pathprof's own memory, "
+                         "its BPF maps' entries and memory, lost/unpaired events so far (0: off; default: "
+                         "%(default)s)")
     pr.add_argument("--runs-dir", default=os.environ.get("PATHPROF_RUNS", "runs"), metavar="DIR",
                     help="where run directories are written (default: ./runs or $PATHPROF_RUNS)")
     pr.add_argument("--json", action="store_true", help="print one JSON document on stdout, progress on stderr")
@@ -252,10 +256,14 @@ def run_options(a, topology: str, clients: int | None = None):
     from .pgbench import Workload
     from .postgres import parse_pg_set
     from .run_options import RunOptions
+    if getattr(a, "status_every", 0) < 0:
+        from .errors import UserError
+        raise UserError(f"--status-every must be 0 (off) or a number of seconds, not {a.status_every:g}")
     w = Workload(clients=clients if clients is not None else a.clients, threads=a.threads, duration_s=a.duration,
                  mode=a.mode, script=a.script, connect=a.connect, scale=a.scale, rate=a.rate)
     return RunOptions(topology=topology, workload=w, pg_settings=parse_pg_set(a.pg_set),
                       dsn=getattr(a, "dsn", None), probes=a.probes, runs_dir=Path(a.runs_dir),
                       topo_options=topo_options(a), trace_sample=a.trace_sample,
                       wal_device_mb=getattr(a, "wal_device", 0) or 0,
-                      probe_window_s=a.probe_window, probe_period_s=probe_period(a))
+                      probe_window_s=a.probe_window, probe_period_s=probe_period(a),
+                      status_every_s=getattr(a, "status_every", 10.0))

@@ -238,8 +238,11 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
 
     history: list = []
     live = {}
+    from .status import StatusFile
+    status = StatusFile(rd.file("status.json"), probes, opts.status_every_s)
 
     def on_progress(pr) -> None:
+        status.update(pr)
         if not seen_sockets:  # one look at the live connections, while pgbench holds them open
             seen_sockets.update(recorder.live_sockets(topo))
         history.append(pr)

@@ -21,6 +21,7 @@ class RunOptions:
     wal_device_mb: int = 0           # the WAL on a loop device of its own (agent.storage); 0 = with the data
     probe_window_s: float = DEFAULT_WINDOW_S   # detailed probes attached this long every probe_period_s
     probe_period_s: float = DEFAULT_PERIOD_S
+    status_every_s: float = 10.0     # <run dir>/status.json rewritten this often while pgbench runs (0: never)
 
 
 class Reporter:
