@@ -190,7 +190,7 @@ def test_cleanup_during_a_live_run_leaves_it_alone(runs_dir):
     and objects alone, and the run completes as if nothing happened."""
     before = machine_state()
     p = _run_until_pgbench(runs_dir, "--topology", "docker-bridge", "--clients", "2", "--duration", "4",
-                           "--probes", "basic", "--json", "--no-live", settle_s=0.5)
+                           "--probes", "basic", "--status-every", "1", "--json", "--no-live", settle_s=0.5)
     (run_id,) = _run_ids_of(runs_dir)
     cp = run_pathprof("cleanup", timeout=120)
     assert f"left alone: run {run_id} is live" in cp.stdout, cp.stdout
@@ -201,3 +201,9 @@ def test_cleanup_during_a_live_run_leaves_it_alone(runs_dir):
     doc = json.loads(out)
     assert doc["status"] == "complete" and doc["transactions"] > 0 and doc["stages"]
     assert machine_state() == before
+    # the status file it kept while pgbench ran: its own memory, its maps, its events
+    status = json.loads((runs_dir / doc["run_dir"].split("/")[-1] / "status.json").read_text())
+    maps = {m["name"]: m for m in status["maps"]}
+    assert status["agent_rss_kb"] > 10_000 and status["events"]["messages"] > 0
+    assert maps["tasks"]["entries"] >= 3 and maps["socks"]["entries"] >= 2     # pgbench, 2 backends; 2 + 2 sockets
+    assert 0 <= maps["stages"]["entries"] <= maps["stages"]["max_entries"]
