@@ -137,8 +137,11 @@ def cleanup_all(dry_run: bool = False) -> dict:
     live_paths = {p for p, _, _ in live}
     kept += [f"left alone: {why}" for _, _, why in live]
     guarded = set().union(*(names_in(j.entries) for _, j, _ in live)) if live else set()
+    live_sysctls = {(e["name"], e.get("netns")) for _, j, _ in live for e in j.entries if e["kind"] == "sysctl"}
 
     def owned_by_live_run(entry: dict) -> bool:
+        if entry["kind"] == "sysctl" and (entry["name"], entry.get("netns")) in live_sysctls:
+            return True                   # restoring it would undo what the live run set
         return entry["kind"] not in ("process", "dir", "owner") and bool(names_in(entry) & guarded)
 
     for path in pending_journals():

@@ -10,9 +10,8 @@ MEANINGS = {
     "wire_unpaired": ("messages", "arrived without their sender's send start being seen (sent by a thread pathprof "
                       "does not follow, or delivered from another CPU's softirq)",
                       "their wire stage is missing, so the legs are short by about that share of wire.* time"),
-    "proc_unpaired": ("sends", "had no read before them to pair with (a hop or the server sending one message in "
-                      "parts, or sending again after forwarding a piece, as pgpool does between its round trips to "
-                      "the backend)",
+    "proc_unpaired": ("sends", "had no read before them to pair with (a server or client sending one message in "
+                      "parts, or a hop sending again after it slept without reading)",
                       "the work before those sends is in no stage, so the latency view is short by it (see the "
                       "closure)"),
     "ready_race": ("messages", "were marked ready by two CPUs at once", "none: the first mark starts the message"),

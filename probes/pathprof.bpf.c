@@ -479,6 +479,14 @@ int BPF_PROG(pp_tcp_send, const struct sock *sk, const struct msghdr *msg, const
 	if (t && !t->in_send) {
 		t->send_ts = bpf_ktime_get_ns();
 		t->in_send = 1;
+		/* a hop sending again with no read since its last send (whose delivery is cont_ts) and no sleep either
+		 * goes on working on the same message (pgpool sends a reply's piece to the client, then the next request
+		 * to the backend): this send's processing starts where the last one was delivered */
+		if (is_hop_role(t->role) && !t->consume_ts && t->cont_ts >= ws && t->wake_ts < t->cont_ts &&
+		    t->send_ts > t->cont_ts) {
+			t->consume_ts = t->cont_ts;
+			stat_inc(PP_STAT_HOP_CONTINUED);
+		}
 	}
 	return 0;
 }
@@ -554,6 +562,7 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 		span(PP_ST_WIRE, s->role, s->leg, s->hop, t->send_ts, now - t->send_ts, seq);
 		if (t->role == PP_ROLE_QEMU)
 			t->in_send = 0;           /* a tap write has no sock_send_length (pp_tap_recv) */
+		t->cont_ts = now;             /* a hop's next send without a read in between continues from here */
 	} else if (t && !t->in_send && sk->__sk_common.skc_family == AF_UNIX_NUM) {
 		t->send_ts = now;             /* unix: the send path up to here stays in the sender's stage */
 		t->in_send = 1;

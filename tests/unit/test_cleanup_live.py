@@ -13,7 +13,13 @@ from pathprof.agent.journal import Journal
 
 @pytest.fixture
 def jdir(tmp_path, monkeypatch):
+    """A journal directory of its own, and a machine whose pp- objects are the ones the journals name (the
+    real machine's, other engineers' runs among them, stay out of the test)."""
     monkeypatch.setattr(journal, "JOURNAL_DIR", tmp_path)
+    monkeypatch.setattr(cleanup, "leftover_namespaces", lambda: ["pp-nic-srv"])
+    monkeypatch.setattr(cleanup, "leftover_links", lambda: [])
+    monkeypatch.setattr(cleanup, "leftover_rules", lambda: [])
+    monkeypatch.setattr(cleanup, "leftover_chains", lambda: [])
     return tmp_path
 
 
@@ -30,7 +36,9 @@ def test_live_run_is_left_alone_and_dead_runs_are_replayed(jdir):
     live = Journal("20261123-live-nic", jdir)           # owned by this (alive) process
     live.record("netns", name="pp-nic-srv")
     live.record("iptables", table="nat", chain="PP-DOCKER", args=["-j", "RETURN"], netns="pp-nic-srv")
+    live.record("sysctl", name="net.ipv4.ip_forward", old="1", netns=None)
     _dead_journal(jdir, "20261123-dead-nic", {"kind": "netns", "name": "pp-nic-srv"},
+                  {"kind": "sysctl", "name": "net.ipv4.ip_forward", "old": "0", "netns": None},
                   {"kind": "link", "name": "pp-nic-c", "netns": "pp-nic-srv"},
                   {"kind": "netns", "name": "pp-gone-cli"})
     report = cleanup.cleanup_all(dry_run=True)
@@ -38,6 +46,7 @@ def test_live_run_is_left_alone_and_dead_runs_are_replayed(jdir):
     assert not any("pp-nic-srv" in a or "pp-nic-c" in a for a in report["actions"]), report["actions"]
     assert any(k.startswith("left alone: run 20261123-live-nic is live") for k in report["kept"])
     assert any("left netns pp-nic-srv" in k for k in report["kept"])
+    assert any("left sysctl net.ipv4.ip_forward" in k for k in report["kept"])
     assert live.path.exists()
 
 
@@ -49,8 +58,6 @@ def test_dead_run_replay_skips_a_live_runs_objects(jdir, monkeypatch):
     monkeypatch.setattr(journal, "undo", lambda e: undone.append(e) or True)
     monkeypatch.setattr(cleanup, "leftover_namespaces", lambda: [])
     monkeypatch.setattr(cleanup, "leftover_links", lambda: ["pp-lo-a", "pp-stray"])
-    monkeypatch.setattr(cleanup, "leftover_rules", lambda: [])
-    monkeypatch.setattr(cleanup, "leftover_chains", lambda: [])
     report = cleanup.cleanup_all(dry_run=True)
     assert report["actions"][-1] == "remove link pp-stray" and "remove link pp-lo-a" not in report["actions"]
     monkeypatch.setattr(cleanup.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
