@@ -66,6 +66,9 @@ def names_in(entry) -> set[str]:
         return set().union(*(names_in(v) for v in entry)) if entry else set()
     if isinstance(entry, str) and entry[:3].lower() == "pp-":
         return {entry}
+    if isinstance(entry, str) and "/pp-" in entry:      # a path to a pp- object (a cgroup): its last part
+        last = entry.rstrip("/").rsplit("/", 1)[-1]
+        return {last} if last[:3].lower() == "pp-" else set()
     return set()
 
 
@@ -167,6 +170,8 @@ def cleanup_all(dry_run: bool = False) -> dict:
     # The sweep: list first, then read the journals (see the module docstring).
     namespaces, links = leftover_namespaces(), leftover_links()
     rules, chains = leftover_rules(), leftover_chains()
+    from .io_limit import leftover_cgroups, undo_cgroup
+    cgroups = leftover_cgroups()
     guarded = protected_names()
     for ns in namespaces:
         if ns in guarded:
@@ -195,4 +200,10 @@ def cleanup_all(dry_run: bool = False) -> dict:
             subprocess.run(["iptables", "-w", "-t", table, "-F", chain], capture_output=True)
             if subprocess.run(["iptables", "-w", "-t", table, "-X", chain], capture_output=True).returncode:
                 problems.append(f"iptables chain {table}/{chain}")
+    for cg in cgroups:
+        if cg.name in guarded:
+            continue
+        actions.append(f"remove cgroup {cg}")
+        if not dry_run and not undo_cgroup(str(cg), None):
+            problems.append(f"cgroup {cg}")
     return {"actions": actions, "problems": problems, "kept": kept, "dry_run": dry_run}

@@ -124,6 +124,9 @@ def undo(entry: dict) -> bool:
         if not _quiet(netns_argv(ns, ["ip", "link", "show", "dev", name])):
             return True
         return _quiet(netns_argv(ns, ["ip", "link", "del", "dev", name]))
+    if k == "qdisc":
+        from pathprof.topologies.netem import qdisc_undo
+        return qdisc_undo(entry)
     if k == "iptables":
         cmd = entry.get("tool", "iptables")
         check = netns_argv(ns, [cmd, "-w", "-t", entry["table"], "-C", entry["chain"], *entry["args"]])
@@ -147,6 +150,12 @@ def undo(entry: dict) -> bool:
     if k == "loop":
         from .storage import undo_loop
         return undo_loop(entry["path"])
+    if k == "cgroup":
+        from .io_limit import undo_cgroup
+        return undo_cgroup(entry["path"], entry.get("back"))
+    if k == "cgroup_subtree":
+        from .io_limit import undo_subtree
+        return undo_subtree(entry["path"], entry["controller"])
     if k == "dir":
         p = Path(entry["path"]).resolve()
         if not any(p.is_relative_to(r) and p != r for r in REMOVABLE_ROOTS):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pathprof
 from pathprof.analysis.rundir import RunDir
+from pathprof.topologies import netem
 from pathprof.topologies import spec as specmod
 
 from . import pgbench, proc
@@ -43,11 +44,13 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
     require_root()
     proc.which("pgbench")
     ui = _Checked(ui)
+    if opts.dsn and opts.links:
+        raise UserError("--link impairs a link pathprof builds; a --dsn run has none (use a topology)")
     if opts.dsn:
         from .run_dsn import execute_dsn
         return execute_dsn(opts, ui)
     proc.which("initdb")
-    topo = specmod.load(opts.topology, opts.topo_options)
+    topo = specmod.load(opts.topology, opts.topo_options, opts.links)
     services_mod = None
     if topo.services:
         from pathprof.topologies import services as services_mod
@@ -60,6 +63,9 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
     if opts.wal_device_mb:
         from .storage import check_size
         check_size(opts.wal_device_mb)
+    if opts.wal_device_limit:
+        from .io_limit import check_available
+        check_available()
     _check_pg_limits(opts)
     probes = _probe_session(opts, topo)
     rd = RunDir.create(opts.runs_dir, topo.name)
@@ -160,7 +166,8 @@ def _probe_session(opts: RunOptions, topo):
                                  postgres_bin=proc.which("postgres"), trace_sample=opts.trace_sample,
                                  window_s=opts.probe_window_s, period_s=opts.probe_period_s,
                                  hop_slots=len({s.name for s in topo.services}) + 1,
-                                 tap_hop=any(s.kind == "qemu-guest" for s in topo.services))
+                                 tap_hop=any(s.kind == "qemu-guest" for s in topo.services),
+                                 qdisc=any(link.impairments() for link in topo.links), holds=netem.holds(topo))
     return probes_mod.ProbeSession(cfg)
 
 
@@ -194,6 +201,12 @@ def _start_postgres(opts, topo, ctx, journal, state_dir, ui):
     elif opts.workload.needs_tables:
         ui.phase(f"pgbench -i -s {opts.workload.scale}")
         pg.init_pgbench(opts.workload.scale)
+    if pg.wal_device and opts.wal_device_limit:      # after the load: only the measured run is throttled
+        from . import io_limit
+        pg.wal_device.limit = dict(opts.wal_device_limit)
+        ui.phase(f"WAL device limit: {io_limit.describe(pg.wal_device.limit)} on {pg.wal_device.device}")
+        pg.wal_device.cgroup = str(io_limit.apply(journal, journal.run_id, pg.wal_device.device, pg.pid,
+                                                  pg.wal_device.limit))
     ctx.postgres = PostgresEndpoint(topo.postgres.host, None if topo.postgres.listen == "unix" else
                                     topo.postgres.listen, topo.postgres.port, str(pg.socket_dir))
     return pg
@@ -260,6 +273,7 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
                                  should_stop=interrupted)
         except UserError as e:             # pgbench stuck or failed: say what of the path is broken, if anything
             broken = _dead_parts(pg, services, history) + [f"link {x} is down" for x in recorder.down_links(topo)]
+            broken += netem.dead_delay_lines(ctx.journal)
             if broken:
                 rd.update(failure=broken)
                 raise UserError(f"{e}; the path broke during the run: " + "; ".join(broken)) from None
@@ -276,6 +290,10 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
            "total_ns": total1 - total0}
     ui.phase("reading results")
     pgbench.finish(result, log_dir)
+    if pg is not None and pg.wal_device and pg.wal_device.cgroup:
+        from .io_limit import serviced
+        pg.wal_device.throttled = serviced(pg.wal_device.cgroup, pg.wal_device.device)
+        rd.update(postgres={**rd.meta.get("postgres", {}), "wal_device": pg.wal_device.describe()})
     meta_probes = {"level": opts.probes}
     if probes is not None:
         presult = probes.stop()

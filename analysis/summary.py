@@ -6,7 +6,8 @@ from .rundir import RunDir
 
 def summarize(rd: RunDir) -> dict:
     m = rd.meta
-    res = (m.get("pgbench") or {}).get("result") or {}
+    # a driven run has pgbench's result; an attached one what the probes observed (pathprof.agent.attach)
+    res = (m.get("pgbench") or {}).get("result") or m.get("observed") or {}
     w = m.get("workload") or {}
     cpu_meta = m.get("cpu") or {}
     probes = m.get("probes") or {}
@@ -39,6 +40,8 @@ def summarize(rd: RunDir) -> dict:
         "status": m.get("status"),
         "notes": list(probes.get("notes") or []),
         "run_dir": str(rd.path),
+        # who drove the load: pgbench (run), or clients pathprof only watched (attach: exchanges the probes counted)
+        "driver": "observed" if not (m.get("pgbench") or {}).get("result") and m.get("observed") else "pgbench",
     }
     if m.get("failure"):
         out["failure"] = list(m["failure"])
@@ -86,6 +89,8 @@ def summarize(rd: RunDir) -> dict:
             out["closure"]["stages_sum_us"] = lv.get("total_us")
             out["scheduler"] = lv.get("scheduler")
             out["disk"] = views.disk_view(stages, txns)
+            if lv.get("execute_split"):
+                out["closure"]["execute_split"] = lv["execute_split"]   # deep: backend.execute's parts vs it
             client_us = sum(x["us_per_txn"] for x in lv["stages"] if x.get("leg") == "client" and not x.get("parent"))
             if cycle_us and mean_ms * 1000.0 < 0.5 * (cycle_us - client_us):
                 out["notes"].append(

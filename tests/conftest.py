@@ -27,7 +27,9 @@ def machine_state() -> dict:
         links = [n for n in links if not re.match(ignore, n)]
     loops = sorted(l for l in out(["losetup", "-a"]).splitlines() if "pathprof" in l)
     mounts = sorted(l.split()[1] for l in open("/proc/mounts").read().splitlines() if "pathprof" in l)
-    return {"netns": netns, "links": links, "iptables": rules, "loops": loops, "mounts": mounts, **bpf_state()}
+    cgroups = sorted(str(p) for pat in ("pp-*", "*/pp-*") for p in Path("/sys/fs/cgroup").glob(pat) if p.is_dir())
+    return {"netns": netns, "links": links, "iptables": rules, "loops": loops, "mounts": mounts, "cgroups": cgroups,
+            **bpf_state()}
 
 
 def bpf_state() -> dict:

@@ -20,6 +20,7 @@ def jdir(tmp_path, monkeypatch):
     monkeypatch.setattr(cleanup, "leftover_links", lambda: [])
     monkeypatch.setattr(cleanup, "leftover_rules", lambda: [])
     monkeypatch.setattr(cleanup, "leftover_chains", lambda: [])
+    monkeypatch.setattr("pathprof.agent.io_limit.leftover_cgroups", lambda: [])
     return tmp_path
 
 
@@ -74,8 +75,9 @@ def test_topology_up_journal_is_kept(jdir):
 
 
 def test_names_in_finds_names_in_any_entry_shape():
-    entry = {"kind": "iptables_batch", "netns": "pp-a", "chains": [["nat", "PP-DOCKER"]], "rules": [{"x": "pp-b"}]}
-    assert cleanup.names_in(entry) == {"pp-a", "PP-DOCKER", "pp-b"}
+    entry = {"kind": "iptables_batch", "netns": "pp-a", "chains": [["nat", "PP-DOCKER"]], "rules": [{"x": "pp-b"}],
+             "path": "/sys/fs/cgroup/blkio/pp-c", "dir": "/var/lib/pathprof/state/x"}
+    assert cleanup.names_in(entry) == {"pp-a", "PP-DOCKER", "pp-b", "pp-c"}
 
 
 def test_journal_of_an_older_pathprof_without_owner(jdir):
