@@ -137,6 +137,8 @@ def cmd_cleanup(a) -> int:
     else:
         for line in report["actions"] or ["nothing to clean up"]:
             print(line)
+        for line in report["kept"]:
+            print(line)
         for line in report["problems"]:
             print(f"could not remove: {line}", file=sys.stderr)
     return 1 if report["problems"] else 0

@@ -131,6 +131,10 @@ def add_workload_options(p: argparse.ArgumentParser, clients_default: int | None
     pr.add_argument("--probe-duty", type=_number, metavar="PCT",
                     help="share of the run the detailed probes are attached, instead of --probe-period "
                          "(period = window * 100 / PCT); 100 = always on, every transaction measured")
+    pr.add_argument("--status-every", type=_number, default=10.0, metavar="SECONDS",
+                    help="while pgbench runs, rewrite <run dir>/status.json this often: pathprof's own memory, "
+                         "its BPF maps' entries and memory, lost/unpaired events so far (0: off; default: "
+                         "%(default)s)")
     pr.add_argument("--runs-dir", default=os.environ.get("PATHPROF_RUNS", "runs"), metavar="DIR",
                     help="where run directories are written (default: ./runs or $PATHPROF_RUNS)")
     pr.add_argument("--json", action="store_true", help="print one JSON document on stdout, progress on stderr")
@@ -268,8 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--json", action="store_true")
 
     cl = sub.add_parser("cleanup", help="remove what a killed run left behind", formatter_class=fmt,
-                        description="Replay every journal left in /var/lib/pathprof/journal, then remove any "
-                                    "remaining pp- namespaces, links and PP- iptables chains.")
+                        description="Replay every journal a killed run left in /var/lib/pathprof/journal, then "
+                                    "remove any remaining pp- namespaces, links and PP- iptables chains. Runs still "
+                                    "going on (their pathprof process is alive) and paths brought up with `topology "
+                                    "up` are left alone, with everything their journals name.")
     cl.add_argument("--dry-run", action="store_true", help="say what would be removed")
     cl.add_argument("--json", action="store_true")
     return p
@@ -334,6 +340,9 @@ def run_options(a, topology: str, clients: int | None = None):
     from .pgbench import Workload
     from .postgres import parse_pg_set
     from .run_options import RunOptions
+    if getattr(a, "status_every", 0) < 0:
+        from .errors import UserError
+        raise UserError(f"--status-every must be 0 (off) or a number of seconds, not {a.status_every:g}")
     w = Workload(clients=clients if clients is not None else a.clients, threads=a.threads, duration_s=a.duration,
                  mode=a.mode, script=a.script, connect=a.connect, scale=a.scale, rate=a.rate)
     return RunOptions(topology=topology, workload=w, pg_settings=parse_pg_set(a.pg_set),
@@ -342,4 +351,5 @@ def run_options(a, topology: str, clients: int | None = None):
                       trace_sample=a.trace_sample,
                       wal_device_mb=getattr(a, "wal_device", 0) or 0,
                       wal_device_limit=_wal_limit(a),
-                      probe_window_s=a.probe_window, probe_period_s=probe_period(a))
+                      probe_window_s=a.probe_window, probe_period_s=probe_period(a),
+                      status_every_s=getattr(a, "status_every", 10.0))

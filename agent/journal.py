@@ -54,23 +54,38 @@ class Journal:
         return list(self._entries)
 
     def record(self, kind: str, **fields) -> dict:
-        """Append and fsync one entry; call this before creating the object it describes."""
+        """Append and fsync one entry; call this before creating the object it describes. A journal's first
+        line names the process that owns it, so `pathprof cleanup` can tell a live run's from a dead one's."""
         entry = {"kind": kind, **fields}
         self.dir.mkdir(parents=True, exist_ok=True)
+        lines = [entry]
+        if not self._entries and not self.path.exists():
+            pid = os.getpid()
+            lines.insert(0, {"kind": "owner", "pid": pid, "start_time": pid_start_time(pid)})
         with open(self.path, "a") as f:
-            f.write(json.dumps(entry) + "\n")
+            f.write("".join(json.dumps(e) + "\n" for e in lines))
             f.flush()
             os.fsync(f.fileno())
-        self._entries.append(entry)
+        self._entries.extend(lines)
         return entry
+
+    def owner_alive(self) -> bool:
+        """The process that wrote this journal is still running (same pid, same start time): a live run."""
+        owner = next((e for e in self._entries if e.get("kind") == "owner"), None)
+        if owner is None:
+            return False                  # journals written before owners were recorded: treated as dead
+        return pid_alive(owner["pid"]) and pid_start_time(owner["pid"]) == owner.get("start_time")
 
     def record_process(self, pid: int, argv: list[str] | None = None, netns: str | None = None) -> dict:
         return self.record("process", pid=pid, start_time=pid_start_time(pid), argv=argv or [], netns=netns)
 
-    def teardown(self) -> list[str]:
-        """Undo every entry, newest first; returns what could not be undone (empty when clean)."""
+    def teardown(self, keep=None) -> list[str]:
+        """Undo every entry, newest first; returns what could not be undone (empty when clean). Entries for
+        which keep(entry) is true are left alone (another live run owns an object of that name now)."""
         problems = []
         for entry in reversed(self._entries):
+            if keep is not None and keep(entry):
+                continue
             try:
                 if not undo(entry):
                     problems.append(describe(entry))
@@ -147,7 +162,7 @@ def undo(entry: dict) -> bool:
             return False
         shutil.rmtree(p, ignore_errors=True)
         return not p.exists()
-    if k == "note":
+    if k in ("note", "owner"):
         return True
     return False
 

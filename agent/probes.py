@@ -372,6 +372,17 @@ class ProbeSession:
         stages = F.stage_frame(now, self._base, devs, self.hops, self._ns_labels(), self.hop_slots)
         return stages, F.cpu_frame(now, self._base, self.hops), F.sub(now["stats"], self._base.get("stats", {}))
 
+    def status(self, map_usage) -> dict | None:
+        """For the status file (agent.status): the maps' usage and the event counters since reset()."""
+        with self._lock:
+            if self.main is None or not self.started:
+                return None
+            st = F.sub(F.read_stats(self.main), self._base.get("stats", {}))
+            maps = map_usage(self.main)
+        lost = {k: v for k, v in st.items() if k in F.LOSS and v}
+        return {"maps": maps, "events": {"messages": st.get("messages", 0), "lost": lost,
+                                         "lost_total": sum(lost.values())}}
+
     def snapshot(self) -> dict:
         if not self.started:
             return {}

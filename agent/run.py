@@ -70,6 +70,7 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
     probes = _probe_session(opts, topo)
     rd = RunDir.create(opts.runs_dir, topo.name)
     journal = Journal(rd.meta["run_id"])
+    journal.record("note", run_dir=str(rd.path.resolve()))   # `pathprof cleanup` marks it if this run is killed
     state_dir = STATE_ROOT / rd.meta["run_id"]
     journal.record("dir", path=str(state_dir))
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -250,8 +251,11 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
 
     history: list = []
     live = {}
+    from .status import StatusFile
+    status = StatusFile(rd.file("status.json"), probes, opts.status_every_s)
 
     def on_progress(pr) -> None:
+        status.update(pr)
         if not seen_sockets:  # one look at the live connections, while pgbench holds them open
             seen_sockets.update(recorder.live_sockets(topo))
         history.append(pr)

@@ -72,6 +72,8 @@ def summarize(rd: RunDir) -> dict:
         txns, tps, mean_ms = win["txns"], win["tps"] or 0, win["latency_ms_mean"] or mean_ms
         busy, elapsed = win.get("busy_ns") or busy, win.get("elapsed_ns") or elapsed
     stages, cpu = rd.read_frame("stages.parquet"), rd.read_frame("cpu.parquet")
+    from .losses import add_to_summary as add_losses
+    add_losses(out, probes, stages, cpu)
     if txns and (stages is not None or cpu is not None):
         from . import views
         clients = w.get("clients") or 1

@@ -67,6 +67,8 @@ enum pp_stat {              /* per-CPU counters of everything not aggregated, so
 	PP_STAT_READY_RACE = 19,    /* two CPUs marked the same socket ready at once: the later one is dropped */
 	PP_STAT_SWITCH_IN_UNSEEN = 20,  /* a tracked thread left a CPU whose switch-in was not seen */
 	PP_STAT_PIECE_SUPERSEDED = 21,  /* a reply piece followed by another before the receiver answered */
+	PP_STAT_PIECE_LATE = 22,    /* a further piece before a request/response receiver read: its wait restarts */
+	PP_STAT_HOP_CONTINUED = 23, /* a hop's send without a read (or sleep) since its last: processing continued */
 	PP_NSTATS = 24,
 };
 

@@ -497,6 +497,14 @@ int BPF_PROG(pp_tcp_send, const struct sock *sk, const struct msghdr *msg, const
 		t->in_send = 1;
 		if (trace_every)
 			t->send_seq = send_number((struct sock *)sk, t);
+		/* a hop sending again with no read since its last send (whose delivery is cont_ts) and no sleep either
+		 * goes on working on the same message (pgpool sends a reply's piece to the client, then the next request
+		 * to the backend): this send's processing starts where the last one was delivered */
+		if (is_hop_role(t->role) && !t->consume_ts && t->cont_ts >= ws && t->wake_ts < t->cont_ts &&
+		    t->send_ts > t->cont_ts) {
+			t->consume_ts = t->cont_ts;
+			stat_inc(PP_STAT_HOP_CONTINUED);
+		}
 	}
 	return 0;
 }
@@ -544,21 +552,26 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 		return 0;
 	}
 	__u64 old = s->ready_ts;
-	if (old >= ws)
-		return 0;                     /* queue not drained: the same message continues */
+	/* queue not drained: the same message continues. A hop's wait starts at its first piece; a request/response
+	 * receiver (pgbench, a backend) waits for the whole message, so its wait starts at the last piece: a pooler
+	 * that forwards a reply in parts between its own round trips upstream (pgpool) would otherwise have the
+	 * receiver's wakeup overlap all of that upstream work. The piece keeps its wire stage: it is on the path. */
+	int more = old >= ws;
+	if (more && is_hop_role(s->role))
+		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	if (__sync_val_compare_and_swap(&s->ready_ts, old, now) != old) {
 		stat_inc(PP_STAT_READY_RACE);   /* another CPU marked it first: that one is the message's start */
 		return 0;
 	}
-	if (old)
+	if (old && !more)
 		stat_inc(PP_STAT_WINDOW_EDGE);   /* left pending by an earlier window */
-	stat_inc(PP_STAT_MESSAGES);
+	stat_inc(more ? PP_STAT_PIECE_LATE : PP_STAT_MESSAGES);
 	/* loopback/veth/unix: delivery runs inside the sender's send, so current = sender, and in_send tells it
 	 * apart from a receiver draining its socket backlog inside recv */
 	struct pp_task *t = cur_task(ws);
-	__u32 seq = ++s->seq;             /* only the cmpxchg winner writes it */
-	if (trace_every && t) {           /* the sender's transaction number, where the sender is known */
+	__u32 seq = more ? s->seq : ++s->seq;   /* only the cmpxchg winner writes it; a further piece keeps it */
+	if (!more && trace_every && t) {  /* the sender's transaction number, where the sender is known */
 		int is_unix = sk->__sk_common.skc_family == AF_UNIX_NUM;
 		if (is_unix && !t->in_send) { /* AF_UNIX: its send starts here; the sender's socket is the peer */
 			struct unix_sock *u = bpf_skc_to_unix_sock(sk);
@@ -574,6 +587,7 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 		span(PP_ST_WIRE, s->role, s->leg, s->hop, t->send_ts, now - t->send_ts, seq);
 		if (t->role == PP_ROLE_QEMU)
 			t->in_send = 0;           /* a tap write has no sock_send_length (pp_tap_recv) */
+		t->cont_ts = now;             /* a hop's next send without a read in between continues from here */
 	} else if (t && !t->in_send && sk->__sk_common.skc_family == AF_UNIX_NUM) {
 		t->send_ts = now;             /* unix: the send path up to here stays in the sender's stage */
 		t->in_send = 1;

@@ -23,6 +23,7 @@ struct pp_task {            /* task-local storage of a tracked thread: its prese
 	__u8  in_send;          /* between the start of a send and its sock_send_length */
 	__u8  wake_idle;        /* the last wakeup put it on a CPU that was idle (running its idle task) */
 	__u32 send_seq;         /* --trace-sample: the transaction number the send in progress carries */
+	__u64 cont_ts;          /* hops: when its last send was delivered (sk_data_ready in its send) */
 };
 
 struct pp_sock {            /* socket-local storage of a socket a tracked thread sent or received on */
