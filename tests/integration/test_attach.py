@@ -1,5 +1,6 @@
 """Profiling a path pathprof did not build: `run --dsn` with probes (path discovery) and `pathprof attach` on
-traffic it did not generate. The path is made by the test with plain commands (foreign_path.py)."""
+traffic it did not generate. The path is made by the test with plain commands (foreign_path.py: a pgbouncer
+in front of a server in its own namespace)."""
 from __future__ import annotations
 
 import json
@@ -36,8 +37,8 @@ def _json(cp) -> dict:
 
 
 def _built_equivalent(tmp: Path) -> Path:
-    """The same shape built by pathprof: clients and socat in one namespace, the server across a veth."""
-    spec = tmp / "socat-path.toml"
+    """The same shape built by pathprof: clients and pgbouncer in one namespace, the server across a veth."""
+    spec = tmp / "pooler-path.toml"
     spec.write_text(textwrap.dedent('''
         name = "pp-t11-built"
         [[hosts]]
@@ -51,11 +52,9 @@ def _built_equivalent(tmp: Path) -> Path:
         a = { host = "client", ifname = "pp-t11-b0", address = "198.18.212.1/24" }
         b = { host = "server", ifname = "pp-t11-b1", address = "198.18.212.2/24" }
         [[services]]
-        kind = "command"
+        kind = "pgbouncer"
         host = "client"
-        name = "socat"
-        argv = ["socat", "TCP-LISTEN:7432,bind=127.0.0.1,reuseaddr,fork", "TCP:{postgres_address}:{postgres_port}"]
-        ready_port = 7432
+        port = 7432
         [postgres]
         host = "server"
         listen = "198.18.212.2"
@@ -75,27 +74,27 @@ def test_run_dsn_discovers_the_forwarder_and_matches_the_built_path(runs_dir, tm
         postmaster = fp["postmaster"]
     topo = json.loads((Path(doc["run_dir"]) / "topology.json").read_text())
     hops = [c for c in topo["chain"] if c.get("hop")]
-    assert [(h["process"], h["role"]) for h in hops] == [("socat", "proxy")], topo["chain"]
+    assert [(h["process"], h["role"]) for h in hops] == [("pgbouncer", "pooler")], topo["chain"]
     server = topo["chain"][-1]
     assert server["process"] == "postgres" and server["pid"] == postmaster and server["netns"] == "pp-t11-db"
     names = {s["name"] for s in doc["stages"]}
-    assert {"wire.socat", "hop.socat", "wire.backend", "backend.execute", "client.pgbench"} <= names, names
+    assert {"wire.pgbouncer", "hop.pgbouncer", "wire.backend", "backend.execute", "client.pgbench"} <= names, names
     # the user's own rule in the server's namespace is bracketed; the veth's devices are timed
     assert "netfilter.input.pp-t11-db" in names and {"dev.pp-t11-h", "dev.pp-t11-d"} <= names, names
-    assert any(c["component"].startswith("hop.socat") for c in doc["cpu"])
+    assert any(c["component"].startswith("hop.pgbouncer") for c in doc["cpu"])
     assert abs(doc["closure"]["latency_error_pct"]) <= 10, doc["closure"]
 
     built = _json(run_pathprof("run", "--topology", str(_built_equivalent(tmp_path)), "--clients", "4",
                                "--duration", "5", "--probe-duty", "100", "--json", "--no-live",
                                runs_dir=runs_dir / "built"))
     # Same stages (tolerance: every stage carrying >= 1 % of one path's cycle exists on the other), and the
-    # forwarder's share of the cycle within a factor of 2 of the built path's.
+    # pooler's share of the cycle within a factor of 2 of the built path's.
     assert _shape(doc["stages"]) <= {f"{s['name']}/{s['leg']}" for s in built["stages"]}, \
         _shape(doc["stages"]) - {f"{s['name']}/{s['leg']}" for s in built["stages"]}
     assert _shape(built["stages"]) <= {f"{s['name']}/{s['leg']}" for s in doc["stages"]}
 
     def hop_share(d):
-        return sum(s["us_per_txn"] for s in d["stages"] if "socat" in s["name"]) / d["closure"]["stages_sum_us"]
+        return sum(s["us_per_txn"] for s in d["stages"] if "pgbouncer" in s["name"]) / d["closure"]["stages_sum_us"]
     assert 0.5 <= hop_share(doc) / hop_share(built) <= 2.0, (hop_share(doc), hop_share(built))
 
 
@@ -130,16 +129,15 @@ def test_attach_measures_a_load_it_did_not_start(runs_dir, tmp_path):
     assert doc["tps"] > 0 and abs(doc["tps"] - own) / own <= 0.10, (doc["tps"], own)
     assert doc["clients"] == 4
     topo = json.loads((Path(doc["run_dir"]) / "topology.json").read_text())
-    assert [c["process"] for c in topo["chain"]] == ["pgbench", "socat", "postgres"], topo["chain"]
+    assert [c["process"] for c in topo["chain"]] == ["pgbench", "pgbouncer", "postgres"], topo["chain"]
     names = {s["name"] for s in doc["stages"]}
-    assert {"wire.socat", "hop.socat", "backend.execute", "client.pgbench", "wire.pgbench"} <= names, names
-    # Loose: the cycle check assumes every connection is served evenly; on a loaded machine one connection can
-    # sit starved for seconds (seen: 22 of 144,656 exchanges on one of four), and a wait still open when the
-    # probes stop is in no stage.
-    assert abs(doc["closure"]["latency_error_pct"]) <= 35, doc["closure"]
+    assert {"wire.pgbouncer", "hop.pgbouncer", "backend.execute", "client.pgbench", "wire.pgbench"} <= names, names
+    # The cycle check assumes every connection stays busy (a connection stalled across the window would leave
+    # its open wait in no stage: seen with socat as the forwarder, which stalls connections here by itself).
+    assert abs(doc["closure"]["latency_error_pct"]) <= 10, doc["closure"]
     # the report reads the attached run like any other
     rep = run_pathprof("report", doc["run_dir"])
-    assert rep.returncode == 0 and "socat" in rep.stdout, rep.stderr[-2000:]
+    assert rep.returncode == 0 and "pgbouncer" in rep.stdout, rep.stderr[-2000:]
 
 
 def _error_line(cp) -> str:
