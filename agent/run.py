@@ -80,7 +80,7 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
         raise
     rd.update(pathprof_version=pathprof.__version__, host=host_info(),
               topology={"name": topo.name, "source": topo.source, "options": topo.options, "spec": topo.to_dict()},
-              workload=opts.workload.to_dict(), status="running")
+              workload=opts.workload.to_dict(), status="running", journal=journal.run_id)
     services: list = []
     pg = None
     probe_loading = None
