@@ -38,8 +38,14 @@ class Capability:
 
 
 def _probes_dir() -> Path:
-    from pathprof.agent.probes import _probes_dir as d
-    return d()
+    # The probe objects' package itself: importing pathprof.agent.probes for this would import pandas too,
+    # which a run then cannot overlap with these checks.
+    try:
+        import pathprof.probes as pp
+        return Path(pp.__file__).resolve().parent
+    except Exception:  # pragma: no cover
+        from pathprof.agent.probes import _probes_dir as d
+        return d()
 
 
 def usdt_notes(path: str) -> list[tuple[str, str]]:
