@@ -11,6 +11,9 @@ class Background:
 
     def __init__(self, fn, *args):
         self._box: dict = {}
+        # An Event, not Thread.join(): a join interrupted by Ctrl-C can make later joins return while the thread
+        # still runs (CPython gh-90882), and teardown must not start removing what the thread is still making.
+        self._done = threading.Event()
         self._thread = threading.Thread(target=self._work, args=(fn, *args), name=f"pp-{fn.__name__}", daemon=True)
         self._thread.start()
 
@@ -19,9 +22,11 @@ class Background:
             fn(*args)
         except BaseException as e:
             self._box["error"] = e
+        finally:
+            self._done.set()
 
     def join(self, quiet: bool = False) -> None:
-        self._thread.join()
+        self._done.wait()
         error = self._box.pop("error", None)
         if error is not None and not quiet:
             raise error

@@ -116,11 +116,9 @@ class PreparedCluster:
 
     def __init__(self, data_dir: Path, initdb_options: list[str], hba_lines: list[str], user: str, uid: int,
                  gid: int):
-        import threading
+        from .background import Background
         self.data_dir, self._box = data_dir, {}
-        args = (initdb_options, hba_lines, user, uid, gid)
-        self._thread = threading.Thread(target=self._work, args=args, name="pp-pg-template", daemon=True)
-        self._thread.start()
+        self._bg = Background(self._work, initdb_options, hba_lines, user, uid, gid)
 
     def _work(self, *args) -> None:
         try:
@@ -137,7 +135,7 @@ class PreparedCluster:
             self._box["error"] = e
 
     def wait(self) -> dict:
-        self._thread.join()
+        self._bg.join()
         if "error" in self._box:
             raise self._box["error"]
         return self._box["value"]

@@ -74,7 +74,7 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
     cluster = prepare_cluster(state_dir / "pg") if topo.postgres.kind == "local" else None
     importing = Background(_import_analysis)   # ~0.4 s of imports (pandas) the results need, overlapped too
     try:
-        probes = _probe_session(opts, topo)
+        _require_probes(opts)
         rd = RunDir.create(opts.runs_dir, topo.name)
     except BaseException:
         importing.join(quiet=True)
@@ -85,7 +85,7 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
               workload=opts.workload.to_dict(), status="running", journal=journal.run_id)
     services: list = []
     pg = None
-    probe_loading = None
+    probe_loading, loaded = None, {}
     clock.add("checks", time.monotonic() - clock.t0)
     try:
         with sigterm_as_interrupt():
@@ -93,9 +93,9 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
             ui.phase(f"building topology {topo.name}")
             with clock.phase("namespaces"):
                 ctx = builder.build(topo, journal, state_dir, progress=lambda s: ui.phase(f"creating {s}"))
-            if probes is not None:     # loaded (verified) in the background while the server and hops start
+            if opts.probes != "off":    # loaded (verified) in the background while the server and hops start
                 ui.phase(f"loading probes ({opts.probes}) in the background")
-                probe_loading = Background(probes.start)
+                probe_loading = Background(_load_probes, opts, topo, loaded)
             ctx.clients = opts.workload.clients
             pg = _start_postgres(opts, topo, ctx, journal, state_dir, ui, clock, cluster)
             with clock.phase("services"):
@@ -104,7 +104,7 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
                     svc = services_mod.create(s)
                     services.append(svc)
                     svc.start(ctx)
-            _measure(opts, topo, ctx, pg, services, probes, rd, ui, clock, probe_loading)
+            _measure(opts, topo, ctx, pg, services, (probe_loading, loaded), rd, ui, clock)
     except KeyboardInterrupt:
         rd.update(status="interrupted")
         raise Interrupted("interrupted; the topology was torn down") from None
@@ -118,8 +118,8 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
                 pg.begin_stop()         # its shutdown checkpoint runs while the probes are closed
             if probe_loading is not None:
                 probe_loading.join(quiet=True)  # never close what is still being loaded
-            if probes is not None:
-                probes.close()
+            if loaded.get("session") is not None:
+                loaded["session"].close()
             for svc in reversed(services):
                 try:
                     svc.stop()
@@ -178,12 +178,26 @@ def _import_analysis() -> None:
     import pyarrow.parquet  # noqa: F401
 
 
-def _probe_session(opts: RunOptions, topo):
+def _require_probes(opts: RunOptions) -> None:
+    """Refuse before anything is built when this machine cannot run the asked-for probes."""
     if opts.probes == "off":
-        return None
+        return
     try:
         from . import doctor
-        doctor.require(opts.probes)      # first: pandas (which the probes module needs) is imported meanwhile
+    except ImportError:
+        raise RequirementError("the probes are not built into this pathprof; use --probes off") from None
+    doctor.require(opts.probes)
+
+
+def _load_probes(opts: RunOptions, topo, loaded: dict) -> None:
+    """Import the probes (and pandas with them), create the session and load it: off the main thread. The
+    session goes into `loaded` before it loads, so teardown can close whatever part of it was loaded."""
+    loaded["session"] = _probe_session(opts, topo)
+    loaded["session"].start()
+
+
+def _probe_session(opts: RunOptions, topo):
+    try:
         from . import probes as probes_mod
     except ImportError:
         raise RequirementError("the probes are not built into this pathprof; use --probes off") from None
@@ -258,7 +272,7 @@ def _target(topo, pg) -> pgbench.Target:
     return pgbench.Target(t.host, t.port)
 
 
-def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui, phases: PhaseClock, probe_loading=None) -> None:
+def _measure(opts, topo, ctx, pg, services, loading: tuple, rd: RunDir, ui, phases: PhaseClock) -> None:
     from . import recorder
     w = opts.workload
     client_ns = topo.netns_of(topo.client.host)
@@ -271,8 +285,10 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui, phases: Phas
                   services=[s.describe() for s in services])
         clock = {"checkpoints0": recorder.checkpoints(pg)}
     with phases.phase("probe_load"):       # what is left of loading them, and attaching to the path
+        probe_loading, loaded = loading
         if probe_loading is not None:
             probe_loading.join()
+        probes = loaded.get("session")
         if probes is not None:
             recorder.track_path(probes, pg, services)
         conn_probe = _conn_probe(opts, probes, pg, ui)
