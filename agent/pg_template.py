@@ -93,7 +93,21 @@ def ensure(initdb_options: list[str], hba_lines: list[str], user: str, uid: int,
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    _remove_outdated(root, recipe)
     return final / "pgdata", False
+
+
+def _remove_outdated(root: Path, current: dict) -> None:
+    """Templates made by PostgreSQL binaries that are no longer installed (a package upgrade) are never used
+    again: remove them. Templates with other options stay (another option set may still be in use)."""
+    same = ("format", "version", "initdb", "postgres")
+    for marker in root.glob(f"*/{MARKER}"):
+        try:
+            recipe = json.loads(marker.read_text())
+        except (OSError, ValueError):
+            continue
+        if any(recipe.get(k) != current[k] for k in same):
+            shutil.rmtree(marker.parent, ignore_errors=True)
 
 
 def copy_cluster(template: Path, data_dir: Path) -> None:

@@ -114,3 +114,11 @@ def test_changed_initdb_options_or_half_built_template_are_not_reused(tmp_path, 
     rebuilt, reused = pg_template.ensure(INITDB_OPTIONS, HBA_LINES, PG_USER, uid, gid, root=root)
     assert reused is False and (rebuilt / "PG_VERSION").is_file() and (rebuilt.parent / "template.json").is_file()
     assert not stale.exists()
+    # a template of binaries no longer installed (an upgrade) is removed by the next build; other options stay
+    old = root / "pg15-00000000000000aa"
+    (old / "pgdata").mkdir(parents=True)
+    (old / "template.json").write_text(json.dumps({**json.loads((rebuilt.parent / "template.json").read_text()),
+                                                   "version": "postgres (PostgreSQL) 15.1"}))
+    (rebuilt.parent / "template.json").unlink()
+    pg_template.ensure(INITDB_OPTIONS, HBA_LINES, PG_USER, uid, gid, root=root)
+    assert not old.exists() and checked.exists() and other_hba.exists()
