@@ -118,8 +118,8 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
                 pg.begin_stop()         # its shutdown checkpoint runs while the probes are closed
             if probe_loading is not None:
                 probe_loading.join(quiet=True)  # never close what is still being loaded
-            if loaded.get("session") is not None:
-                loaded["session"].close()
+            # detaching the probes (tens of ms per link) overlaps stopping the hops and the server
+            closing = Background(loaded["session"].close) if loaded.get("session") is not None else None
             for svc in reversed(services):
                 try:
                     svc.stop()
@@ -127,6 +127,11 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
                     ui.note(f"stopping {svc.kind}: {e}")
             if pg:
                 pg.stop()
+            if closing is not None:
+                try:
+                    closing.join()
+                except Exception as e:
+                    ui.note(f"closing the probes: {e}")
             try:
                 _keep_logs(rd, state_dir, services)
             except OSError as e:        # a full runs directory must not keep the path from being torn down
