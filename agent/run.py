@@ -72,12 +72,10 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
     state_dir.mkdir(parents=True, exist_ok=True)
     # The owned cluster is copied from a cached initdb'ed template while the probe checks below run.
     cluster = prepare_cluster(state_dir / "pg") if topo.postgres.kind == "local" else None
-    importing = Background(_import_analysis)   # ~0.4 s of imports (pandas) the results need, overlapped too
     try:
         _require_probes(opts)
         rd = RunDir.create(opts.runs_dir, topo.name)
     except BaseException:
-        importing.join(quiet=True)
         _abandon(cluster, journal)
         raise
     rd.update(pathprof_version=pathprof.__version__, host=host_info(),
@@ -89,10 +87,13 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
     clock.add("checks", time.monotonic() - clock.t0)
     try:
         with sigterm_as_interrupt():
-            from pathprof.topologies import builder
             ui.phase(f"building topology {topo.name}")
             with clock.phase("namespaces"):
+                from pathprof.topologies import builder
                 ctx = builder.build(topo, journal, state_dir, progress=lambda s: ui.phase(f"creating {s}"))
+            # Only now, after pyroute2's forked helpers (a fork copies the locks another thread holds, such as
+            # an import's), ~0.4 s of imports the results need (pandas) on a thread, overlapping the set-up.
+            Background(_import_analysis)
             if opts.probes != "off":    # loaded (verified) in the background while the server and hops start
                 ui.phase(f"loading probes ({opts.probes}) in the background")
                 probe_loading = Background(_load_probes, opts, topo, loaded)
