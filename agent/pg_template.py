@@ -110,12 +110,6 @@ def _remove_outdated(root: Path, current: dict) -> None:
             shutil.rmtree(marker.parent, ignore_errors=True)
 
 
-def copy_cluster(template: Path, data_dir: Path) -> None:
-    """A run's own cluster from the template, owners and modes kept. Sparse: the unused tail of the WAL segment
-    and of the catalogs' pages is not written again (a third less to write; the disk of a busy VM is the limit)."""
-    subprocess.run(["cp", "-a", "--sparse=always", str(template), str(data_dir)], check=True, capture_output=True)
-
-
 def move_wal(data_dir: Path, waldir: Path) -> None:
     """The WAL into waldir (a device of its own) with pg_wal a symlink to it, as `initdb --waldir` makes it."""
     wal = data_dir / "pg_wal"
@@ -125,31 +119,25 @@ def move_wal(data_dir: Path, waldir: Path) -> None:
 
 
 class PreparedCluster:
-    """The template found (or built) and copied into data_dir on a thread of its own, so the copy overlaps the
-    run's checks and probe set-up; `wait()` returns the template's description or re-raises what failed."""
+    """The template found (or built, the first time) and `cp` started copying it into data_dir as a child process,
+    so the copy overlaps the run's next steps; `wait()` returns the template's description or raises a UserError.
+    A process, not a thread: the namespaces are built meanwhile by pyroute2, which forks helpers that run Python,
+    and a fork copies whatever locks another thread holds at that moment."""
 
     def __init__(self, data_dir: Path, initdb_options: list[str], hba_lines: list[str], user: str, uid: int,
                  gid: int):
-        from .background import Background
-        self.data_dir, self._box = data_dir, {}
-        self._bg = Background(self._work, initdb_options, hba_lines, user, uid, gid)
-
-    def _work(self, *args) -> None:
-        try:
-            template, reused = ensure(*args)
-            self.data_dir.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-            copy_cluster(template, self.data_dir)
-            self._box["value"] = {"key": template.parent.name, "reused": reused}
-        except subprocess.CalledProcessError as e:
-            self._box["error"] = UserError(f"copying the cached PostgreSQL cluster into {self.data_dir} failed: "
-                                           f"{(e.stderr or b'').decode(errors='replace').strip()[-300:]}")
-        except OSError as e:
-            self._box["error"] = UserError(f"the cached PostgreSQL cluster ({CACHE_ROOT}): {e}")
-        except BaseException as e:       # handed to wait()
-            self._box["error"] = e
+        import tempfile
+        template, reused = ensure(initdb_options, hba_lines, user, uid, gid)
+        self.data_dir = data_dir
+        self.info = {"key": template.parent.name, "reused": reused}
+        data_dir.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        self._err = tempfile.TemporaryFile()
+        self._cp = subprocess.Popen(["cp", "-a", "--sparse=always", str(template), str(data_dir)],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._err)
 
     def wait(self) -> dict:
-        self._bg.join()
-        if "error" in self._box:
-            raise self._box["error"]
-        return self._box["value"]
+        if self._cp.wait() != 0:
+            self._err.seek(0)
+            detail = self._err.read().decode(errors="replace").strip()[-300:]
+            raise UserError(f"copying the cached PostgreSQL cluster into {self.data_dir} failed: {detail}")
+        return self.info

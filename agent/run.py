@@ -70,9 +70,10 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
     state_dir = STATE_ROOT / journal.run_id
     journal.record("dir", path=str(state_dir))
     state_dir.mkdir(parents=True, exist_ok=True)
-    # The owned cluster is copied from a cached initdb'ed template while the probe checks below run.
-    cluster = prepare_cluster(state_dir / "pg") if topo.postgres.kind == "local" else None
+    cluster = None
     try:
+        # The owned cluster: a cached initdb'ed template, copied by a `cp` running while the run goes on.
+        cluster = prepare_cluster(state_dir / "pg") if topo.postgres.kind == "local" else None
         _require_probes(opts)
         rd = RunDir.create(opts.runs_dir, topo.name)
     except BaseException:
