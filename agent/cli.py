@@ -21,8 +21,31 @@ def cmd_run(a) -> int:
     from . import run as runmod
     from .console import make_reporter
     opts = cli_args.run_options(a, a.topology)
-    with make_reporter(a, opts.workload.duration_s) as ui:
+    from .metrics_live import serving
+    labels = {"topology": getattr(opts, "topology", None) or a.topology, "clients": opts.workload.clients,
+              "run_id": "live"}
+    with make_reporter(a, opts.workload.duration_s) as ui, serving(a.metrics_port, ui, labels) as ui:
         rd = runmod.execute(opts, ui)
+    summary = summarize(rd)
+    if a.json:
+        _print_json(summary)
+    else:
+        from .console import print_report
+        print_report(summary)
+    return 0
+
+
+def cmd_attach(a) -> int:
+    from pathprof.analysis.summary import summarize
+
+    from .attach import AttachOptions, execute_attach
+    from .console import make_reporter
+    opts = AttachOptions(port=a.port, server_pid=a.server_pid, dsn=a.dsn, duration_s=a.duration, probes=a.probes,
+                         trace_sample=a.trace_sample, runs_dir=Path(a.runs_dir))
+    from .metrics_live import serving
+    with make_reporter(a, opts.duration_s) as ui, serving(a.metrics_port, ui, {"topology": "attached",
+                                                                            "run_id": "live"}) as ui:
+        rd = execute_attach(opts, ui)
     summary = summarize(rd)
     if a.json:
         _print_json(summary)
@@ -114,6 +137,8 @@ def cmd_cleanup(a) -> int:
     else:
         for line in report["actions"] or ["nothing to clean up"]:
             print(line)
+        for line in report["kept"]:
+            print(line)
         for line in report["problems"]:
             print(f"could not remove: {line}", file=sys.stderr)
     return 1 if report["problems"] else 0
@@ -139,7 +164,7 @@ def cmd_export(a) -> int:
     return multi.export(a)
 
 
-COMMANDS = {"run": cmd_run, "report": cmd_report, "doctor": cmd_doctor, "topology": cmd_topology,
+COMMANDS = {"run": cmd_run, "attach": cmd_attach, "report": cmd_report, "doctor": cmd_doctor, "topology": cmd_topology,
             "cleanup": cmd_cleanup, "compare": cmd_compare, "sweep": cmd_sweep, "diff": cmd_diff,
             "export": cmd_export}
 

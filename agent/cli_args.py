@@ -95,6 +95,11 @@ def add_workload_options(p: argparse.ArgumentParser, clients_default: int | None
     s.add_argument("--wal-device", type=_whole_number, default=0, metavar="MB",
                    help="put the owned server's WAL on a block device of its own: a loop device of this size over "
                         "a file in the run's state directory (0, the default: with the data)")
+    s.add_argument("--wal-device-limit", metavar="KEY=N[,...]",
+                   help="make that WAL device slow: the kernel's block I/O throttle (a pp- cgroup holding the "
+                        "server) on it, KEY one of riops, wiops (requests/s), rbps, wbps (bytes/s, K/M/G), e.g. "
+                        "wiops=200; each commit's write and cache flush then wait their turn, inside "
+                        "backend.wal_flush (needs --wal-device)")
     s.add_argument("--userland-proxy", choices=["on", "off"],
                    help="docker topologies: carry published ports with docker-proxy (on, dockerd's default) or "
                         "hairpin NAT only (off)")
@@ -103,6 +108,13 @@ def add_workload_options(p: argparse.ArgumentParser, clients_default: int | None
                         "published-localhost, published-host, container)")
     s.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="set any option a topology spec declares in its [options] table")
+    s.add_argument("--link", action="append", default=[], metavar="NAME:KEY=VALUE,...",
+                   help="impair a link (repeatable): NAME is a link's name (both directions) or one end's interface "
+                        "(its egress only); keys delay_us, jitter_us, loss_pct, rate_mbit, and rtt_us (link names: "
+                        "delay_us = rtt_us/2 each way). E.g. --link wire:delay_us=250,jitter_us=20 or --link "
+                        "pp-nic-c:delay_us=200 (request leg only); in compare entries nic:link=wire:delay_us=250. "
+                        "Delays show as the stage delay.<device> (pathprof's NFQUEUE delay line: this kernel has no "
+                        "netem), rate limits as qdisc.<device> (tbf)")
     pr = p.add_argument_group("probes and output")
     pr.add_argument("--probes", choices=["off", "basic", "deep"], default="basic",
                     help="off: pgbench only; basic: scheduler, syscalls, netfilter, devices (default); "
@@ -119,6 +131,10 @@ def add_workload_options(p: argparse.ArgumentParser, clients_default: int | None
     pr.add_argument("--probe-duty", type=_number, metavar="PCT",
                     help="share of the run the detailed probes are attached, instead of --probe-period "
                          "(period = window * 100 / PCT); 100 = always on, every transaction measured")
+    pr.add_argument("--status-every", type=_number, default=10.0, metavar="SECONDS",
+                    help="while pgbench runs, rewrite <run dir>/status.json this often: pathprof's own memory, "
+                         "its BPF maps' entries and memory, lost/unpaired events so far (0: off; default: "
+                         "%(default)s)")
     pr.add_argument("--runs-dir", default=os.environ.get("PATHPROF_RUNS", "runs"), metavar="DIR",
                     help="where run directories are written (default: ./runs or $PATHPROF_RUNS)")
     pr.add_argument("--json", action="store_true", help="print one JSON document on stdout, progress on stderr")
@@ -131,6 +147,17 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"pathprof: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+ATTACH_EPILOG = """examples:
+  pathprof attach --port 5432 --duration 30          # whatever talks to the server on port 5432
+  pathprof attach --port 6432                         # a pgbouncer's port: the pooler is a hop of the path
+  pathprof attach --server-pid $(head -1 $PGDATA/postmaster.pid)
+  pathprof attach --dsn 'host=127.0.0.1 port=49155 user=postgres'   # through Docker's published port
+
+The report has the same latency and CPU views as a driven run; TPS is exchanges per second as the probes
+counted them. Clients on other machines are counted (their connections) but their side is not measured.
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -149,6 +176,35 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dsn", metavar="CONNINFO", help="profile an existing server instead: no path is built, "
                                                      "no server started")
     add_workload_options(r)
+    add_metrics_port(r)
+
+    at = sub.add_parser("attach", help="profile traffic already flowing to a local server (no pgbench)",
+                        formatter_class=fmt, epilog=ATTACH_EPILOG,
+                        description="Find the path to a PostgreSQL server on this machine (the server, every hop "
+                                    "in front of it such as docker-proxy, pgbouncer, pgpool or socat, in any "
+                                    "network namespace, and the clients connected now), follow all of them with "
+                                    "the probes for --duration, and record a run directory like `run` does. A "
+                                    "transaction is one request/response exchange on a client connection. Nothing "
+                                    "is changed on the server or the system: no restart, extension, setting, "
+                                    "namespace or rule.")
+    target = at.add_mutually_exclusive_group(required=True)
+    target.add_argument("--port", type=_positive_int, metavar="N",
+                        help="the TCP port clients connect to (the server's, or a proxy's/pooler's in front of it)")
+    target.add_argument("--server-pid", type=_positive_int, metavar="PID",
+                        help="the postmaster (or any of its processes)")
+    target.add_argument("--dsn", metavar="CONNINFO", help="connect as a client would and follow that connection")
+    at.add_argument("-T", "--duration", type=float, default=10.0, metavar="S",
+                    help="seconds to watch (default: %(default)s)")
+    at.add_argument("--probes", choices=["basic", "deep"], default="basic",
+                    help="basic: network, scheduler, CPU; deep: + PostgreSQL USDT (parse/plan/execute, locks, WAL, "
+                         "I/O) (default: %(default)s)")
+    at.add_argument("--trace-sample", type=_whole_number, default=0, metavar="N",
+                    help="also record every N-th exchange's spans (for the waterfall and Perfetto export)")
+    at.add_argument("--runs-dir", default=os.environ.get("PATHPROF_RUNS", "runs"), metavar="DIR",
+                    help="where the run directory is written (default: %(default)s, or $PATHPROF_RUNS)")
+    at.add_argument("--json", action="store_true", help="print one JSON document on stdout, progress on stderr")
+    at.add_argument("--no-live", action="store_true", help="plain progress lines instead of the live view")
+    add_metrics_port(at)
 
     rep = sub.add_parser("report", help="report on recorded runs", formatter_class=fmt,
                          description="Print the latency and CPU views of one or more run directories, or write "
@@ -179,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "growing and which stage grows with it.")
     sw.add_argument("-t", "--topology", default="loopback", metavar="NAME|FILE")
     sw.add_argument("--clients", default="1,4,16", metavar="N,N,...", help="client counts (default: %(default)s)")
+    sw.add_argument("--repeat", type=_positive_int, default=1, metavar="K",
+                    help="run each client count K times, interleaved; report the median run and the spread")
     sw.add_argument("--html", metavar="FILE")
     add_workload_options(sw, clients_default=None)
 
@@ -190,9 +248,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("export", help="export traces or stage tables", formatter_class=fmt,
                        description="perfetto: Chrome trace-event JSON for ui.perfetto.dev (needs a run made with "
-                                   "--trace-sample); csv/parquet: the stage and CPU tables.")
+                                   "--trace-sample); csv/parquet: the stage and CPU tables; openmetrics: the run's "
+                                   "figures as Prometheus/OpenMetrics text (to stdout unless -o).")
     e.add_argument("run", metavar="RUN_DIR")
-    e.add_argument("--format", choices=["perfetto", "csv", "parquet"], default="perfetto")
+    e.add_argument("--format", choices=["perfetto", "csv", "parquet", "openmetrics"], default="perfetto",
+                   help="openmetrics: TPS, latency, stages and CPU per transaction and stage histograms in the "
+                        "Prometheus/OpenMetrics text format (default: %(default)s)")
     e.add_argument("-o", "--output", metavar="PATH", help="output file or directory (default: inside the run dir)")
 
     doc = sub.add_parser("doctor", help="check what this machine lets pathprof measure", formatter_class=fmt,
@@ -206,14 +267,33 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("action", choices=["list", "show", "up", "down"])
     t.add_argument("name", nargs="?", metavar="NAME|FILE")
     t.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
+    t.add_argument("--link", action="append", default=[], metavar="NAME:KEY=VALUE,...",
+                   help="up: impair a link, as with `pathprof run --link` (delay lines stay until down)")
     t.add_argument("--json", action="store_true")
 
     cl = sub.add_parser("cleanup", help="remove what a killed run left behind", formatter_class=fmt,
-                        description="Replay every journal left in /var/lib/pathprof/journal, then remove any "
-                                    "remaining pp- namespaces, links and PP- iptables chains.")
+                        description="Replay every journal a killed run left in /var/lib/pathprof/journal, then "
+                                    "remove any remaining pp- namespaces, links and PP- iptables chains. Runs still "
+                                    "going on (their pathprof process is alive) and paths brought up with `topology "
+                                    "up` are left alone, with everything their journals name.")
     cl.add_argument("--dry-run", action="store_true", help="say what would be removed")
     cl.add_argument("--json", action="store_true")
     return p
+
+
+def _port(text: str) -> int:
+    n = _whole_number(text)
+    if n > 65535:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a TCP port (0-65535)")
+    return n
+
+
+def add_metrics_port(p: argparse.ArgumentParser) -> None:
+    """--metrics-port for commands that drive a live run (run, attach): see agent/metrics_live.py."""
+    p.add_argument("--metrics-port", type=_port, metavar="PORT",
+                   help="serve the live figures (TPS, latency, stages and CPU per transaction) at "
+                        "http://127.0.0.1:PORT/metrics in the OpenMetrics format for a Prometheus scrape, "
+                        "while the run goes on (0: any free port, printed on stderr)")
 
 
 def parse_kv(items: list[str], flag: str) -> dict[str, str]:
@@ -246,14 +326,30 @@ def probe_period(a) -> float:
     return 0.0 if duty >= 100 or window <= 0 else window * 100.0 / duty
 
 
+def _wal_limit(a) -> dict[str, int]:
+    text = getattr(a, "wal_device_limit", None)
+    if not text:
+        return {}
+    from .io_limit import parse_limits
+    if not getattr(a, "wal_device", 0):
+        raise UserError("--wal-device-limit needs --wal-device MB (the limit applies to the WAL's own device)")
+    return parse_limits(text)
+
+
 def run_options(a, topology: str, clients: int | None = None):
     from .pgbench import Workload
     from .postgres import parse_pg_set
     from .run_options import RunOptions
+    if getattr(a, "status_every", 0) < 0:
+        from .errors import UserError
+        raise UserError(f"--status-every must be 0 (off) or a number of seconds, not {a.status_every:g}")
     w = Workload(clients=clients if clients is not None else a.clients, threads=a.threads, duration_s=a.duration,
                  mode=a.mode, script=a.script, connect=a.connect, scale=a.scale, rate=a.rate)
     return RunOptions(topology=topology, workload=w, pg_settings=parse_pg_set(a.pg_set),
                       dsn=getattr(a, "dsn", None), probes=a.probes, runs_dir=Path(a.runs_dir),
-                      topo_options=topo_options(a), trace_sample=a.trace_sample,
+                      topo_options=topo_options(a), links=list(getattr(a, "link", []) or []),
+                      trace_sample=a.trace_sample,
                       wal_device_mb=getattr(a, "wal_device", 0) or 0,
-                      probe_window_s=a.probe_window, probe_period_s=probe_period(a))
+                      wal_device_limit=_wal_limit(a),
+                      probe_window_s=a.probe_window, probe_period_s=probe_period(a),
+                      status_every_s=getattr(a, "status_every", 10.0))

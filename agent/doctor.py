@@ -177,7 +177,39 @@ def check_capabilities(postgres_bin: str = POSTGRES_BIN) -> list[Capability]:
     vh = os.path.exists("/dev/vhost-net")
     caps.append(Capability("vhost-net", vh, "/dev/vhost-net present" if vh else "absent (information)",
                            required=False))
+    from .io_limit import check_available
+    throttle, tdetail = _try(check_available)
+    caps.append(Capability("block I/O throttle", throttle, ("cgroup blkio/io throttle: --wal-device-limit works"
+                           if throttle else tdetail), required=False))
+    dm = _device_mapper()
+    caps.append(Capability("device-mapper", dm, "present (not used: --wal-device-limit throttles instead)" if dm else
+                           "absent: no dm-delay; a slow device is emulated with the block I/O throttle",
+                           required=False))
+    caps.append(_delay_line())
     return caps
+
+
+def _device_mapper() -> bool:
+    """The kernel's device-mapper driver registered (a /dev/mapper/control node alone is not enough: opening it
+    without the driver fails with ENODEV)."""
+    try:
+        return any(line.split()[1:] == ["device-mapper"] for line in open("/proc/misc"))
+    except OSError:
+        return False
+
+
+def _delay_line() -> Capability:
+    """Link impairments (--link, netem tables): pathprof's delay line (NFQUEUE + pp-delayline)."""
+    try:
+        from pathprof.topologies.netem import delayline_binary
+        delayline_binary()
+    except Exception as e:   # RequirementError: not built
+        return Capability("link delay line", False, f"{e}; --link delays are refused", required=False)
+    if not os.path.exists("/proc/net/netfilter/nfnetlink_queue"):
+        return Capability("link delay line", False, "no NFQUEUE in this kernel (CONFIG_NETFILTER_NETLINK_QUEUE): "
+                          "--link delays fail to hold packets", required=False)
+    return Capability("link delay line", True, "pp-delayline built, NFQUEUE present (sch_netem is not needed)",
+                      required=False)
 
 
 def _can_open(path: str) -> bool:

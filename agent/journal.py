@@ -51,23 +51,38 @@ class Journal:
         return list(self._entries)
 
     def record(self, kind: str, **fields) -> dict:
-        """Append and fsync one entry; call this before creating the object it describes."""
+        """Append and fsync one entry; call this before creating the object it describes. A journal's first
+        line names the process that owns it, so `pathprof cleanup` can tell a live run's from a dead one's."""
         entry = {"kind": kind, **fields}
         self.dir.mkdir(parents=True, exist_ok=True)
+        lines = [entry]
+        if not self._entries and not self.path.exists():
+            pid = os.getpid()
+            lines.insert(0, {"kind": "owner", "pid": pid, "start_time": pid_start_time(pid)})
         with open(self.path, "a") as f:
-            f.write(json.dumps(entry) + "\n")
+            f.write("".join(json.dumps(e) + "\n" for e in lines))
             f.flush()
             os.fsync(f.fileno())
-        self._entries.append(entry)
+        self._entries.extend(lines)
         return entry
+
+    def owner_alive(self) -> bool:
+        """The process that wrote this journal is still running (same pid, same start time): a live run."""
+        owner = next((e for e in self._entries if e.get("kind") == "owner"), None)
+        if owner is None:
+            return False                  # journals written before owners were recorded: treated as dead
+        return pid_alive(owner["pid"]) and pid_start_time(owner["pid"]) == owner.get("start_time")
 
     def record_process(self, pid: int, argv: list[str] | None = None, netns: str | None = None) -> dict:
         return self.record("process", pid=pid, start_time=pid_start_time(pid), argv=argv or [], netns=netns)
 
-    def teardown(self) -> list[str]:
-        """Undo every entry, newest first; returns what could not be undone (empty when clean)."""
+    def teardown(self, keep=None) -> list[str]:
+        """Undo every entry, newest first; returns what could not be undone (empty when clean). Entries for
+        which keep(entry) is true are left alone (another live run owns an object of that name now)."""
         problems = []
         for entry in reversed(self._entries):
+            if keep is not None and keep(entry):
+                continue
             try:
                 if not undo(entry):
                     problems.append(describe(entry))
@@ -112,6 +127,9 @@ def undo(entry: dict) -> bool:
     if k == "iptables_batch":
         from .iptables_batch import remove
         return remove(entry)
+    if k == "qdisc":
+        from pathprof.topologies.netem import qdisc_undo
+        return qdisc_undo(entry)
     if k == "iptables":          # journals written before batches (one entry per rule)
         cmd = entry.get("tool", "iptables")
         check = netns_argv(ns, [cmd, "-w", "-t", entry["table"], "-C", entry["chain"], *entry["args"]])
@@ -135,13 +153,19 @@ def undo(entry: dict) -> bool:
     if k == "loop":
         from .storage import undo_loop
         return undo_loop(entry["path"])
+    if k == "cgroup":
+        from .io_limit import undo_cgroup
+        return undo_cgroup(entry["path"], entry.get("back"))
+    if k == "cgroup_subtree":
+        from .io_limit import undo_subtree
+        return undo_subtree(entry["path"], entry["controller"])
     if k == "dir":
         p = Path(entry["path"]).resolve()
         if not any(p.is_relative_to(r) and p != r for r in REMOVABLE_ROOTS):
             return False
         shutil.rmtree(p, ignore_errors=True)
         return not p.exists()
-    if k == "note":
+    if k in ("note", "owner"):
         return True
     return False
 

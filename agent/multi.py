@@ -57,7 +57,7 @@ def compare(a) -> int:
     planned = []
     for v in variants:   # fail fast on an unknown name or setting, before any run
         ns, own = apply(a, v)
-        spec.load(v.topology, own)
+        spec.load(v.topology, own, getattr(ns, "link", None))
         planned.append((v, ns, own))
     runs: dict[str, list[dict]] = {v.label: [] for v in variants}
     total = len(variants) * a.repeat
@@ -82,7 +82,8 @@ def compare(a) -> int:
     spreads = {lb: spread(runs[lb]) for lb in labels} if a.repeat > 1 else None
     if a.html:
         from pathprof.analysis.html import write_html
-        write_html(chosen, Path(a.html), explanations=explanations)
+        write_html(chosen, Path(a.html), explanations=explanations,
+                   repeats=[runs[lb] for lb in labels] if a.repeat > 1 else None)
         print(f"pathprof: wrote {a.html}", file=sys.stderr)
     if a.json:
         _out_json({"runs": chosen, "baseline": labels[0], "explanations": explanations,
@@ -107,10 +108,20 @@ def sweep(a) -> int:
     from pathprof.analysis.sweep import sweep_analysis
     from pathprof.topologies import spec
     counts = parse_clients(a.clients)
-    spec.load(a.topology, cli_args.topo_options(a))
-    summaries = [_one_run(a, a.topology, c, f"{a.topology}: {c} clients ({i + 1}/{len(counts)})")
-                 for i, c in enumerate(counts)]
+    spec.load(a.topology, cli_args.topo_options(a), a.link)
+    repeat = getattr(a, "repeat", 1) or 1
+    runs: dict[int, list[dict]] = {c: [] for c in counts}
+    n = 0
+    for k in range(repeat):    # interleaved, like compare: drift hits every client count alike
+        for c in counts:
+            n += 1
+            runs[c].append(_one_run(a, a.topology, c, f"{a.topology}: {c} clients ({n}/{len(counts) * repeat})"))
+    summaries = [_median_run(runs[c]) for c in counts]
     analysis = sweep_analysis(summaries)
+    if repeat > 1:
+        for p in analysis["points"]:
+            tps = [r.get("tps") or 0.0 for r in runs.get(p["clients"], [])]
+            p.update(tps_min=min(tps), tps_max=max(tps), tps_runs=tps)
     if a.html:
         from pathprof.analysis.html import write_html
         write_html(summaries, Path(a.html), sweep=analysis)
@@ -142,6 +153,8 @@ def export(a) -> int:
     from pathprof.analysis import export as ex
     from pathprof.analysis.rundir import RunDir
     rd = RunDir.open(a.run)
+    if a.format == "openmetrics":
+        return _export_openmetrics(rd, a.output)
     if a.format == "perfetto":
         traces = rd.read_frame("traces.parquet")
         if traces is None or not len(traces):
@@ -159,4 +172,17 @@ def export(a) -> int:
             if frame is not None:
                 write(frame, out / f"{name}.{a.format}")
     print(out)
+    return 0
+
+
+def _export_openmetrics(rd, output: str | None) -> int:
+    from pathprof.analysis.openmetrics import render, stage_histograms
+    from pathprof.analysis.summary import summarize
+    summary = {**summarize(rd), "run_id": rd.meta.get("run_id") or rd.path.name}
+    text = render([summary], {summary["run_id"]: stage_histograms(rd.read_frame("stages.parquet"))})
+    if output:
+        Path(output).write_text(text)
+        print(output)
+    else:
+        sys.stdout.write(text)
     return 0

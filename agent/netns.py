@@ -15,14 +15,24 @@ CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
+def ns_path(netns: str) -> str:
+    """The file of a namespace reference: a name under /run/netns (the ones pathprof and `ip netns` make), or
+    a path such as /proc/PID/ns/net (a namespace someone else made, found by path discovery)."""
+    return netns if netns.startswith("/") else f"/run/netns/{netns}"
+
+
 def netns_argv(netns: str | None, argv: list[str]) -> list[str]:
-    """argv run inside `netns` (None = the caller's namespace)."""
-    return list(argv) if not netns else ["ip", "netns", "exec", netns, *argv]
+    """argv run inside `netns` (None = the caller's namespace; a name or a /proc/PID/ns/net path)."""
+    if not netns:
+        return list(argv)
+    if netns.startswith("/"):
+        return ["nsenter", f"--net={netns}", *argv]
+    return ["ip", "netns", "exec", netns, *argv]
 
 
 def enter(netns: str) -> None:
-    """Move the calling thread into the named namespace (/run/netns/NAME); OSError on failure."""
-    fd = os.open(f"/run/netns/{netns}", os.O_RDONLY)
+    """Move the calling thread into the namespace (a name or a path, ns_path); OSError on failure."""
+    fd = os.open(ns_path(netns), os.O_RDONLY)
     try:
         if _libc.setns(fd, CLONE_NEWNET) != 0:
             e = ctypes.get_errno()

@@ -9,6 +9,7 @@ import subprocess
 import numpy as np
 import pandas as pd
 from pathprof.agent.bpf.layout import HIST_WORDS
+from pathprof.agent.netns import netns_argv
 
 # stats that mean something was not measured (shown as lost events); window_edge is reported apart
 LOSS = {"tasks_full", "socks_full", "stages_full", "cpu_full", "wire_unpaired", "nf_unpaired", "nf_nested_full",
@@ -67,10 +68,10 @@ def prog_stats(objs) -> dict:
 
 
 def devnames(netns_names: dict) -> dict:
-    """(ifindex, netns inode) -> device name, for the dev.* stages."""
+    """(ifindex, netns inode) -> device name, for the dev.*, qdisc.* and delay.* stages."""
     out = {}
     for ino, ns in netns_names.items():
-        argv = ["ip", "-o", "link"] if ns == "root" else ["ip", "-n", ns, "-o", "link"]
+        argv = netns_argv(None if ns == "root" else ns, ["ip", "-o", "link"])
         try:
             text = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
         except (OSError, subprocess.SubprocessError):
@@ -119,7 +120,11 @@ def stage_frame(now: dict, base: dict, devs: dict, hops: dict, netns_names: dict
         if kind == "block":
             row(kind, d, 0, 0, hook=L.BLOCK_OPS.get(sub, f"op{sub}"), dev=block_name(hop))
             continue
-        if kind == "dev":
+        if kind == "pg_excl":        # exclusive part of a backend wait/I-O: named by its owner, in `hook`
+            row(kind, d, role, leg, hop_names.get(hop, ""), hook=L.EXCL_OWNERS.get(sub, f"u{sub}"))
+            continue
+        if kind in ("dev", "qdisc"):              # qdisc sub 1: held by the link's delay line (topologies.netem)
+            kind = "delay" if kind == "qdisc" and sub == 1 else kind
             row(kind, d, 0, leg, dev=devs.get((hop, netns), f"if{hop}"), netns=netns_names.get(netns, str(netns)))
         else:
             row(kind, d, role, leg, hop_names.get(hop, ""))

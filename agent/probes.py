@@ -45,6 +45,10 @@ NETFILTER = ("nf_begin", "nf_end")      # BPF netfilter links, attached per (nam
 PIDFD_THREAD = os.O_EXCL                # pidfd_open flag: a pidfd for one thread (Linux >= 6.9)
 # attached (in windows) only when the run tracks a process of one of these roles: zero cost on other paths
 ONLY_FOR = {"pp_tcp_consume": {"pooler", "proxy", "qemu", "other"}, "pp_tap_read": {"qemu"}, "pp_tap_recv": {"qemu"}}
+# link impairments (topologies.netem): loaded only when the path has an impaired link; the delay line's
+# brackets sit just before and after the mangle table (-150) of the hooks that hold packets
+QDISC_PROGS = ("pp_qdisc_enq", "pp_qdisc_deq", "pp_qdisc_recv", "pp_hold_begin", "pp_hold_end")
+HOLD_PRI = {"pp_hold_begin": -151, "pp_hold_end": -149}
 
 
 def _probes_dir() -> Path:
@@ -66,6 +70,9 @@ class ProbeConfig:
     period_s: float = DEFAULT_PERIOD_S    # ...every period_s; window_s <= 0 or period_s <= window_s: always on
     hop_slots: int = 8                    # distinct hops + 1 the run may track (sizes the latency array)
     tap_hop: bool = True                  # a qemu guest behind a tap is on the path (its wire needs send starts)
+    netns_labels: dict = field(default_factory=dict)   # namespace reference -> name in the tables (discovered paths)
+    qdisc: bool = False                   # a link is impaired: qdisc.<dev> / delay.<dev> stages (topologies.netem)
+    holds: list = field(default_factory=list)   # (netns, hook) of the delay lines: bracketed by pp_hold_*
 
 
 @dataclass
@@ -159,19 +166,24 @@ class ProbeSession:
             self.main.set_rodata(svc_ports=(C.c_uint16 * L.MAX_PORTS)(*ports), nf_netns=inos,
                                  nf_nns=C.c_uint32(len(self.netns_names)), lat_hops=C.c_uint32(hop_slots),
                                  trace_every=C.c_uint32(max(int(self.config.trace_sample or 0), 0)),
-                                 tap_wire=C.c_uint32(1 if self.config.tap_hop else 0))
+                                 tap_wire=C.c_uint32(1 if self.config.tap_hop else 0),
+                                 qdisc_on=C.c_uint32(1 if self.config.qdisc else 0))
             self.main.maps["lat"].set_max_entries(L.lat_entries(hop_slots))
             self.main.maps["nfagg"].set_max_entries((len(self.netns_names) + 1) * L.NF_PER_NETNS)
             self.main.maps["cpu_idle"].set_max_entries(num_possible_cpus())
             self.hop_slots = hop_slots
             for name, prog in self.main.programs.items():
                 prog.set_autoload(deep or not name.startswith("pg_"))
+                if name in QDISC_PROGS and not self.config.qdisc:
+                    prog.set_autoload(False)    # no netem on this path: never loaded, never attached
+                    self.dropped.add(name)
+                    continue
                 tp = prog.section.removeprefix("tp_btf/") if prog.section.startswith("tp_btf/") else None
                 if tp and not kernel_has_tracepoint(tp):      # drop only the stage that needs it
                     prog.set_autoload(False)
                     self.dropped.add(name)
                     self._note(f"tracepoint {tp} is not in this kernel: {name} not loaded, its stage is missing")
-                if name in NETFILTER:
+                if name in NETFILTER or name in HOLD_PRI:
                     prog.set_type(BPF_PROG_TYPE_NETFILTER, BPF_NETFILTER)
             self.main.load()
             for name in ALWAYS_ON:
@@ -199,7 +211,7 @@ class ProbeSession:
         for name, prog in self.main.programs.items():
             if (name in ONLY_FOR and not ONLY_FOR[name] & self.roles) or name in self.dropped:
                 continue
-            if name not in ALWAYS_ON and name not in NETFILTER and not name.startswith("pg_"):
+            if name not in ALWAYS_ON and name not in NETFILTER and name not in HOLD_PRI and not name.startswith("pg_"):
                 out.append(self.main.attach(name))
         if self.config.level == "deep":
             binary = self.config.postgres_bin
@@ -223,6 +235,12 @@ class ProbeSession:
                     out.append(self.main.attach_netfilter("nf_end", hook, NF_PRI_LAST, None if ns == "root" else ns))
             except (UserError, OSError) as e:     # BpfError, NetfilterLinkError
                 self._note(f"netfilter brackets not attached in {ns} namespace: {e}")
+        for ns, hook in self.config.holds if self.config.qdisc else []:
+            try:
+                for name, pri in HOLD_PRI.items():
+                    out.append(self.main.attach_netfilter(name, hook, pri, ns))
+            except (UserError, OSError) as e:
+                self._note(f"delay line brackets not attached in {ns or 'root'} {hook}: {e}; its hold is in the wire")
         return out
 
     def _note(self, text: str) -> None:
@@ -351,8 +369,19 @@ class ProbeSession:
                 return None
             now = F.collect(self.main)
             devs = F.devnames(self.netns_names)
-        stages = F.stage_frame(now, self._base, devs, self.hops, self.netns_names, self.hop_slots)
+        stages = F.stage_frame(now, self._base, devs, self.hops, self._ns_labels(), self.hop_slots)
         return stages, F.cpu_frame(now, self._base, self.hops), F.sub(now["stats"], self._base.get("stats", {}))
+
+    def status(self, map_usage) -> dict | None:
+        """For the status file (agent.status): the maps' usage and the event counters since reset()."""
+        with self._lock:
+            if self.main is None or not self.started:
+                return None
+            st = F.sub(F.read_stats(self.main), self._base.get("stats", {}))
+            maps = map_usage(self.main)
+        lost = {k: v for k, v in st.items() if k in F.LOSS and v}
+        return {"maps": maps, "events": {"messages": st.get("messages", 0), "lost": lost,
+                                         "lost_total": sum(lost.values())}}
 
     def snapshot(self) -> dict:
         if not self.started:
@@ -388,7 +417,7 @@ class ProbeSession:
             notes.append("lost/unpaired events: " + ", ".join(f"{k}={v}" for k, v in lost.items()))
         if stats.get("window_edge"):
             notes.append(f"window edges: {stats['window_edge']} pairings begun before a window opened were discarded")
-        stages = F.stage_frame(now, base, devs, self.hops, self.netns_names, self.hop_slots)
+        stages = F.stage_frame(now, base, devs, self.hops, self._ns_labels(), self.hop_slots)
         cpu = F.cpu_frame(now, base, self.hops)
         traces = F.trace_frame(self._spans, self.hops) if self.config.trace_sample else None
         return ProbeResult(stages, cpu, cost, lost, traces, counters=stats, notes=notes, windows=list(self.windows))
@@ -408,16 +437,21 @@ class ProbeSession:
             self.main = None
             self.started = False
 
+    def _ns_labels(self) -> dict:
+        """netns inode -> the name the tables show (a discovered namespace's label instead of its /proc path)."""
+        return {ino: self.config.netns_labels.get(ref, ref) for ino, ref in self.netns_names.items()}
+
     def _netns_inodes(self):
         """The topology's namespaces (None = ours) -> their inodes, in slot order (the last slot is "other")."""
         from pathprof.agent.bpf import layout as L
+        from pathprof.agent.netns import ns_path
         names = list(dict.fromkeys(self.config.netns or [None]))
         if len(names) > L.MAX_NETNS - 1:
             raise UserError(f"the probes follow at most {L.MAX_NETNS - 1} network namespaces; this path has "
                             f"{len(names)}")
         for ns in names:
             try:
-                ino = os.stat(f"/run/netns/{ns}" if ns else "/proc/self/ns/net").st_ino & 0xFFFFFFFF
+                ino = os.stat(ns_path(ns) if ns else "/proc/self/ns/net").st_ino & 0xFFFFFFFF
             except OSError as e:
                 raise UserError(f"network namespace {ns}: {e}") from None
             self.netns_names[ino] = ns or "root"

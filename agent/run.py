@@ -8,19 +8,19 @@ from pathlib import Path
 
 import pathprof
 from pathprof.analysis.rundir import RunDir
+from pathprof.topologies import netem
 from pathprof.topologies import spec as specmod
 
 from . import pgbench, proc
 from .background import Background, in_background
-from .errors import Interrupted, RequirementError, UserError
+from .errors import Interrupted, UserError
 from .host import cpu_busy_ns, host_info, require_root  # noqa: F401  (run.require_root: topology_cmd)
 from .journal import Journal
 from .phase_clock import PhaseClock
 from .postgres import ManagedPostgres, prepare_cluster
 from .run_options import Reporter, RunOptions
+from .run_setup import STATE_ROOT, abandon, claim_run_id, import_analysis, load_probes, require_probes, settle
 from .signals import checkpoint, interrupted, sigterm_as_interrupt, uninterruptible
-
-STATE_ROOT = Path(os.environ.get("PATHPROF_STATE", "/var/lib/pathprof")) / "state"
 
 
 class _Checked(Reporter):
@@ -46,11 +46,13 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
     require_root()
     proc.which("pgbench")
     ui = _Checked(ui)
+    if opts.dsn and opts.links:
+        raise UserError("--link impairs a link pathprof builds; a --dsn run has none (use a topology)")
     if opts.dsn:
         from .run_dsn import execute_dsn
         return execute_dsn(opts, ui)
     proc.which("initdb")
-    topo = specmod.load(opts.topology, opts.topo_options)
+    topo = specmod.load(opts.topology, opts.topo_options, opts.links)
     services_mod = None
     if topo.services:
         from pathprof.topologies import services as services_mod
@@ -63,10 +65,11 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
     if opts.wal_device_mb:
         from .storage import check_size
         check_size(opts.wal_device_mb)
+    if opts.wal_device_limit:
+        from .io_limit import check_available
+        check_available()
     _check_pg_limits(opts)
-    # The journal's id has the pid: two runs started in the same second (different runs directories) must not
-    # share a journal or a state directory, or one's teardown would remove the other's cluster.
-    journal = Journal(f"{time.strftime('%Y%m%d-%H%M%S')}-{topo.name.replace('/', '_')}-{os.getpid()}")
+    journal = Journal(claim_run_id(opts.runs_dir, topo.name))
     state_dir = STATE_ROOT / journal.run_id
     journal.record("dir", path=str(state_dir))
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -74,10 +77,11 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
     try:
         # The owned cluster: a cached initdb'ed template, copied by a `cp` running while the run goes on.
         cluster = prepare_cluster(state_dir / "pg") if topo.postgres.kind == "local" else None
-        _require_probes(opts)
-        rd = RunDir.create(opts.runs_dir, topo.name)
+        require_probes(opts)
+        rd = RunDir.create(opts.runs_dir, topo.name, run_id=journal.run_id)
+        journal.record("note", run_dir=str(rd.path.resolve()))   # `pathprof cleanup` marks it if this run is killed
     except BaseException:
-        _abandon(cluster, journal)
+        abandon(cluster, journal)
         raise
     rd.update(pathprof_version=pathprof.__version__, host=host_info(),
               topology={"name": topo.name, "source": topo.source, "options": topo.options, "spec": topo.to_dict()},
@@ -94,10 +98,10 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
                 ctx = builder.build(topo, journal, state_dir, progress=lambda s: ui.phase(f"creating {s}"))
             # Only now, after pyroute2's forked helpers (a fork copies the locks another thread holds, such as
             # an import's), ~0.4 s of imports the results need (pandas) on a thread, overlapping the set-up.
-            Background(_import_analysis)
+            Background(import_analysis)
             if opts.probes != "off":    # loaded (verified) in the background while the server and hops start
                 ui.phase(f"loading probes ({opts.probes}) in the background")
-                probe_loading = Background(_load_probes, opts, topo, loaded)
+                probe_loading = Background(load_probes, opts, topo, loaded)
             ctx.clients = opts.workload.clients
             pg = _start_postgres(opts, topo, ctx, journal, state_dir, ui, clock, cluster)
             with clock.phase("services"):
@@ -138,7 +142,7 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
                 _keep_logs(rd, state_dir, services)
             except OSError as e:        # a full runs directory must not keep the path from being torn down
                 ui.note(f"server and hop logs not kept: {e}")
-            _settle(cluster)            # a copy still going would recreate files teardown removes
+            settle(cluster)            # a copy still going would recreate files teardown removes
             problems = journal.teardown()
             if problems:
                 ui.note("could not remove: " + "; ".join(problems) + " (run `pathprof cleanup`)")
@@ -180,59 +184,6 @@ def _check_pg_limits(opts: RunOptions) -> None:
                             f"(max_connections={mc_i}, 3 reserved for superusers)")
 
 
-def _import_analysis() -> None:
-    import pandas  # noqa: F401
-    import pyarrow.parquet  # noqa: F401
-
-
-def _require_probes(opts: RunOptions) -> None:
-    """Refuse before anything is built when this machine cannot run the asked-for probes."""
-    if opts.probes == "off":
-        return
-    try:
-        from . import doctor
-    except ImportError:
-        raise RequirementError("the probes are not built into this pathprof; use --probes off") from None
-    doctor.require(opts.probes)
-
-
-def _load_probes(opts: RunOptions, topo, loaded: dict) -> None:
-    """Import the probes (and pandas with them), create the session and load it: off the main thread. The
-    session goes into `loaded` before it loads, so teardown can close whatever part of it was loaded."""
-    loaded["session"] = _probe_session(opts, topo)
-    loaded["session"].start()
-
-
-def _probe_session(opts: RunOptions, topo):
-    try:
-        from . import probes as probes_mod
-    except ImportError:
-        raise RequirementError("the probes are not built into this pathprof; use --probes off") from None
-    ports = sorted({topo.postgres.port, *[t.port for t in topo.client.targets.values() if t.port]} |
-                   {int(s.options["port"]) for s in topo.services if "port" in s.options})
-    cfg = probes_mod.ProbeConfig(level=opts.probes, netns=topo.namespaces(), service_ports=ports,
-                                 postgres_bin=proc.which("postgres"), trace_sample=opts.trace_sample,
-                                 window_s=opts.probe_window_s, period_s=opts.probe_period_s,
-                                 hop_slots=len({s.name for s in topo.services}) + 1,
-                                 tap_hop=any(s.kind == "qemu-guest" for s in topo.services))
-    return probes_mod.ProbeSession(cfg)
-
-
-def _settle(cluster) -> None:
-    """Let a background template copy finish; its errors do not matter when the run is ending anyway."""
-    if cluster is not None:
-        try:
-            cluster.wait()
-        except Exception:
-            pass
-
-
-def _abandon(cluster, journal: Journal) -> None:
-    """A run refused before it began: nothing of it may stay."""
-    _settle(cluster)
-    journal.teardown()
-
-
 def _start_postgres(opts, topo, ctx, journal, state_dir, ui, clock: PhaseClock, cluster=None):
     from pathprof.topologies.builder import PostgresEndpoint, port_in_use
     netns = topo.netns_of(topo.postgres.host)
@@ -267,6 +218,12 @@ def _start_postgres(opts, topo, ctx, journal, state_dir, ui, clock: PhaseClock, 
         ui.phase(f"pgbench -i -s {opts.workload.scale}")
         with clock.phase("pgbench_init"):
             pg.init_pgbench(opts.workload.scale)
+    if pg.wal_device and opts.wal_device_limit:      # after the load: only the measured run is throttled
+        from . import io_limit
+        pg.wal_device.limit = dict(opts.wal_device_limit)
+        ui.phase(f"WAL device limit: {io_limit.describe(pg.wal_device.limit)} on {pg.wal_device.device}")
+        pg.wal_device.cgroup = str(io_limit.apply(journal, journal.run_id, pg.wal_device.device, pg.pid,
+                                                  pg.wal_device.limit))
     ctx.postgres = PostgresEndpoint(topo.postgres.host, None if topo.postgres.listen == "unix" else
                                     topo.postgres.listen, topo.postgres.port, str(pg.socket_dir))
     return pg
@@ -315,8 +272,11 @@ def _measure(opts, topo, ctx, pg, services, loading: tuple, rd: RunDir, ui, phas
 
     history: list = []
     live = {}
+    from .status import StatusFile
+    status = StatusFile(rd.file("status.json"), probes, opts.status_every_s)
 
     def on_progress(pr) -> None:
+        status.update(pr)
         if not seen_sockets:  # one look at the live connections, while pgbench holds them open
             seen_sockets.update(recorder.live_sockets(topo))
         history.append(pr)
@@ -335,6 +295,7 @@ def _measure(opts, topo, ctx, pg, services, loading: tuple, rd: RunDir, ui, phas
                                      on_start=started, should_stop=interrupted)
         except UserError as e:             # pgbench stuck or failed: say what of the path is broken, if anything
             broken = _dead_parts(pg, services, history) + [f"link {x} is down" for x in recorder.down_links(topo)]
+            broken += netem.dead_delay_lines(ctx.journal)
             if broken:
                 rd.update(failure=broken)
                 raise UserError(f"{e}; the path broke during the run: " + "; ".join(broken)) from None
@@ -353,6 +314,10 @@ def _measure(opts, topo, ctx, pg, services, loading: tuple, rd: RunDir, ui, phas
     ui.phase("reading results")
     logs = pgbench.read_logs(log_dir)          # once: the latency percentiles and the windows both need them
     pgbench.finish(result, log_dir, logs=logs, compress=False)
+    if pg is not None and pg.wal_device and pg.wal_device.cgroup:
+        from .io_limit import serviced
+        pg.wal_device.throttled = serviced(pg.wal_device.cgroup, pg.wal_device.device)
+        rd.update(postgres={**rd.meta.get("postgres", {}), "wal_device": pg.wal_device.describe()})
     meta_probes = {"level": opts.probes}
     with in_background(pgbench.compress_logs, log_dir):   # gzip the logs while the probes' results are saved
         if probes is not None:

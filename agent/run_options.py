@@ -17,10 +17,13 @@ class RunOptions:
     probes: str = "basic"
     runs_dir: Path = Path("runs")
     topo_options: dict[str, str] = field(default_factory=dict)
+    links: list[str] = field(default_factory=list)   # --link WHERE:KEY=VALUE,... (topologies.netem)
     trace_sample: int = 0
     wal_device_mb: int = 0           # the WAL on a loop device of its own (agent.storage); 0 = with the data
+    wal_device_limit: dict[str, int] = field(default_factory=dict)   # throttle on it (agent.io_limit)
     probe_window_s: float = DEFAULT_WINDOW_S   # detailed probes attached this long every probe_period_s
     probe_period_s: float = DEFAULT_PERIOD_S
+    status_every_s: float = 10.0     # <run dir>/status.json rewritten this often while pgbench runs (0: never)
 
 
 class Reporter:

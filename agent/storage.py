@@ -19,13 +19,17 @@ class WalDevice:
     device: str
     mountpoint: Path
     size_mb: int
+    limit: dict | None = None       # agent.io_limit throttle on it, when asked for
+    cgroup: str | None = None
+    throttled: dict | None = None   # requests the throttle counted: {'reads', 'writes'} (after the run)
 
     @property
     def waldir(self) -> Path:
         return self.mountpoint / "pg_wal"
 
     def describe(self) -> dict:
-        return {"device": self.device, "size_mb": self.size_mb, "mountpoint": str(self.mountpoint)}
+        return {"device": self.device, "size_mb": self.size_mb, "mountpoint": str(self.mountpoint),
+                "limit": self.limit, "cgroup": self.cgroup, "throttled": self.throttled}
 
 
 def check_size(size_mb: int) -> None:

@@ -18,7 +18,7 @@ def _run_id(name: str) -> str:
 def up(a) -> int:
     from pathprof.topologies import builder, spec
     require_root()
-    topo = spec.load(a.name, cli_args.topo_options(a))
+    topo = spec.load(a.name, cli_args.topo_options(a), getattr(a, "link", None))
     journal = Journal(_run_id(topo.name))
     if journal.path.exists():
         raise UserError(f"topology {topo.name} is already up (pathprof topology down {a.name})")

@@ -4,10 +4,13 @@
     unix:clients=16  unix:clients=96                                  client counts
     loopback  loopback:pg-set=fsync=off                               a postgresql.conf setting
     pgbouncer:option=pool_mode=transaction:mode=simple                several settings at once
+    nic  nic:link=wire:delay_us=250                                   the same path with and without a delay
 
 A KEY is any `pathprof run` option without its dashes (clients, threads, duration, mode, script, connect, scale,
 rate, pg-set, userland-proxy, target, option, probes, probe-duty, ...); VALUE is what that option takes (a flag
-such as connect takes on/off). The entry as written is the run's label in tables and JSON.
+such as connect takes on/off). The entry as written is the run's label in tables and JSON. After `link=NAME`,
+impairment keys (delay_us=, jitter_us=, loss_pct=, rate_mbit=, rtt_us=) belong to that --link (the ':' of
+`--link NAME:KEY=VALUE` works here too, as does `link=NAME,KEY=VALUE,...`).
 """
 from __future__ import annotations
 
@@ -35,11 +38,15 @@ def parse_variant(text: str) -> Variant:
     topology, *pairs = text.split(":")
     if not topology:
         raise UserError(f"compare entry '{text}': no topology before the first ':'")
+    from pathprof.topologies.netem import KEYS, SHARED_ONLY
     settings = []
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise UserError(f"compare entry '{text}': '{pair}' is not KEY=VALUE (e.g. {topology}:clients=16)")
+        if key.strip() in KEYS + SHARED_ONLY and settings and settings[-1][0] == "link":
+            settings[-1] = ("link", f"{settings[-1][1]},{pair}")     # link=wire:delay_us=250: one --link
+            continue
         settings.append((key.strip().lstrip("-"), value))
     return Variant(text, topology, settings)
 

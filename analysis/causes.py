@@ -8,10 +8,13 @@ A line item (`softirq.net`, `wire.backend`, `hop.docker-proxy.sys`) answers "whe
                       connections instead of one)
   netfilter           netfilter.* stages and the `netfilter` CPU component (rules, conntrack, NAT)
   devices             dev.* (veth, bridge, tap, lo queues)
+  link impairment     delay.* and qdisc.*: a delay or rate limit put on a link (--link, netem tables)
   network stack       wire.* and softirq.net: protocol processing between the send and the receiver's socket
   scheduler           wakeup.*, idle_exit.*, runqueue.*, recv.*, queued.* of the run's own processes: waiting to
                       be woken, for a CPU to leave idle, for a CPU, behind other work
-  backend             backend.* (execute and its USDT parts, user/sys CPU), postmaster.*, pg_aux.*
+  backend I/O         backend.wal_flush, .data_read, .dirty_write, .wal_buffers_full (deep runs, when both have
+                      backend.execute's exclusive parts): the WAL's fsync, reads on misses, write-outs
+  backend             backend.* (execute or its other parts, user/sys CPU), postmaster.*, pg_aux.*
   client              client.pgbench and pgbench's CPU
   connection setup    connect.* (new connection per transaction)
   probes              pathprof's own BPF programs (the CPU basis leaves them out of the gap: they are not the
@@ -23,6 +26,9 @@ Everything here is a pure function of an explanation's items.
 from __future__ import annotations
 
 KERNEL_NETWORK = ("network stack", "devices", "netfilter")
+# deep runs' exclusive parts of backend.execute that are the server's own I/O: the WAL flush (fsync), data
+# reads on shared_buffers misses, dirty buffers written out to make room, full WAL buffers
+BACKEND_IO = ("backend.wal_flush", "backend.data_read", "backend.dirty_write", "backend.wal_buffers_full")
 _SCHED = ("wakeup.", "idle_exit.", "runqueue.", "recv.", "queued.")
 
 
@@ -39,8 +45,12 @@ def cause_of(name: str, hops: set[str]) -> str:
         return "netfilter"
     if name.startswith("dev."):
         return "devices"
+    if name.startswith(("delay.", "qdisc.")):
+        return "link impairment"
     if name == "softirq.net":
         return "network stack"
+    if name in BACKEND_IO:
+        return "backend I/O"
     if name.startswith(("backend.", "postmaster.", "pg_aux.")):
         return "backend"
     if name.startswith(("client.", "pgbench.")):

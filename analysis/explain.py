@@ -65,13 +65,22 @@ def _num(value, default: float = 0.0) -> float:
     return x if math.isfinite(x) else default
 
 
-def stage_totals(summary: dict) -> dict[str, float]:
+def has_execute_parts(summary: dict) -> bool:
+    """Deep runs with exclusive parts of backend.execute (its waits and I/O + backend.execute.other)."""
+    return any(st.get("part") for st in summary.get("stages") or [])
+
+
+def stage_totals(summary: dict, split_execute: bool = False) -> dict[str, float]:
     """µs per transaction per stage name, summed over legs (a hop appears on the request and response leg, and a
     DBA asks about "the docker-proxy hop", not about one of its legs). Parts of a stage (backend.execute's USDT
-    split) are not counted again."""
+    split) are not counted again -- unless `split_execute` and the run has exclusive parts: then backend.execute
+    is replaced by them (they add up to it), so a gap inside the server is named by its wait or I/O."""
+    split = split_execute and has_execute_parts(summary)
     out: dict[str, float] = {}
     for st in summary.get("stages") or []:
-        if st.get("parent"):
+        if split and st.get("part"):
+            pass
+        elif st.get("parent") or (split and st.get("name") == "backend.execute"):
             continue
         name = str(st.get("name", "?"))
         out[name] = out.get(name, 0.0) + _num(st.get("us_per_txn"))
@@ -185,6 +194,7 @@ def explain(baseline: dict, other: dict, basis: str | None = None, noise_pct: fl
 
 
 def _explain_on(baseline: dict, other: dict, basis: str, noise_pct: float) -> dict:
+    split = has_execute_parts(baseline) and has_execute_parts(other)    # name the server's waits and I/O
     if basis == "cpu":
         # pathprof's own probes are not a cause of the system's gap: out of the items and of the measured gap
         a, b = cpu_totals(baseline), cpu_totals(other)
@@ -192,17 +202,17 @@ def _explain_on(baseline: dict, other: dict, basis: str, noise_pct: float) -> di
         gap = (measured_cpu_us(other) - pb) - (measured_cpu_us(baseline) - pa)
         measure = "cpu_us_per_txn"
     elif opens_connections(baseline) or opens_connections(other):
-        a = {**stage_totals(baseline), **connection_totals(baseline)}
-        b = {**stage_totals(other), **connection_totals(other)}
+        a = {**stage_totals(baseline, split), **connection_totals(baseline)}
+        b = {**stage_totals(other, split), **connection_totals(other)}
         gap = measured_cycle_us(other) - measured_cycle_us(baseline)
         measure = "client_cycle_us"
     elif (baseline.get("closure") or {}).get("cycle_us") and (other.get("closure") or {}).get("cycle_us"):
         # The stages tile each connection's timeline, so the measure they add up to is the cycle (clients/TPS).
-        a, b = stage_totals(baseline), stage_totals(other)
+        a, b = stage_totals(baseline, split), stage_totals(other, split)
         gap = measured_cycle_us(other) - measured_cycle_us(baseline)
         measure = "client_cycle_us"
     else:
-        a, b = stage_totals(baseline), stage_totals(other)
+        a, b = stage_totals(baseline, split), stage_totals(other, split)
         gap = measured_latency_us(other) - measured_latency_us(baseline)
         measure = "mean_latency_us"
 
@@ -241,7 +251,19 @@ def _explain_on(baseline: dict, other: dict, basis: str, noise_pct: float) -> di
         "unexplained_pct": round(unexplained, 1) if not verdict else None,
         "ranked": not verdict,
         "verdict": verdict,
+        "io_stages": _io_moves(baseline, other) if basis == "cpu" and split else [],
     }
+
+
+IO_STAGES = ("backend.wal_flush", "backend.data_read", "backend.dirty_write", "backend.wal_buffers_full")
+
+
+def _io_moves(baseline: dict, other: dict) -> list[dict]:
+    """On the CPU basis the server's I/O waits are not what moved throughput (other clients' CPU work filled
+    them), but a DBA asking "was it the fsync?" wants them named: their moves in the latency view."""
+    a, b = stage_totals(baseline, True), stage_totals(other, True)
+    moves = [{"name": n, "delta_us_per_txn": round(b.get(n, 0.0) - a.get(n, 0.0), 3)} for n in IO_STAGES]
+    return sorted((m for m in moves if abs(m["delta_us_per_txn"]) >= 1.0), key=lambda m: -abs(m["delta_us_per_txn"]))
 
 
 def _verdict(items: list[dict], causes: list[dict], gap: float, tps_delta: float, noise_pct: float) -> str | None:
@@ -275,9 +297,11 @@ def _cause_phrase(cause: dict) -> str:
         hop = name[4:]
         extra = [i for i in cause.get("items") or [] if not (str(i).startswith("hop.") or str(i).endswith("." + hop))]
         return f"the {hop} hop" + (" (with the network work of its second connection)" if extra else "")
-    return {"scheduler": "the scheduler", "backend": "the backend", "client": "the client (pgbench)",
+    return {"scheduler": "the scheduler", "backend": "the backend", "backend I/O": "the server's I/O",
+            "client": "the client (pgbench)",
             "network stack": "the network stack", "devices": "the device path",
-            "foreign load": "other processes' CPU load", "probes": "pathprof's probes"}.get(name, name)
+            "foreign load": "other processes' CPU load", "probes": "pathprof's probes",
+            "link impairment": "the delay or rate limit put on the link"}.get(name, name)
 
 
 def _fmt_pct(x: float) -> str:
@@ -293,6 +317,11 @@ def explain_text(expl: dict) -> str:
     transaction), 0.9 % unexplained". With `real_gap` set (by compare --repeat, from is_real_gap) the sentence
     also says whether the gap stands out of the noise."""
     text = _explain_sentence(expl)
+    io = expl.get("io_stages") or []
+    if io:
+        text += ("; the server's I/O waits moved too (latency view: "
+                 + ", ".join(f"{m['name']} {_num(m['delta_us_per_txn']):+,.1f}" for m in io[:3])
+                 + " µs per transaction), hidden behind the other clients' CPU work")
     if expl.get("real_gap") is True:
         return text + " (the gap exceeds the run-to-run spread)"
     if expl.get("real_gap") is False:

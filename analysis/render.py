@@ -75,6 +75,8 @@ def header(summary: dict) -> Panel:
     grid.add_column(style="bold")
     grid.add_column()
     tps_line = f"{_fmt(summary.get('tps'), ',.0f')} TPS measured"
+    if summary.get("driver") == "observed":
+        tps_line = f"{_fmt(summary.get('tps'), ',.0f')} exchanges/s observed by the probes"
     if summary.get("predicted_tps") is not None:
         tps_line += f", {_fmt(summary['predicted_tps'], ',.0f')} predicted by the model without probes"
     if summary.get("status") not in (None, "complete"):
@@ -154,20 +156,26 @@ def latency_table(summary: dict, bar_width: int = 30) -> Table | Text:
             t.add_section()
         for j, st in enumerate(rows):
             us = _num(st.get("us_per_txn"))
-            part = bool(st.get("parent"))
-            t.add_row(leg if j == 0 else "", ("  ↳ " if part else "") + str(st.get("name")), _fmt(us),
+            part = bool(st.get("parent"))      # phases (deep: parse/plan/executor) overlap the parts: "·"
+            t.add_row(leg if j == 0 else "", ("  · " if st.get("phase") else "  ↳ " if part else "")
+                      + str(st.get("name")), _fmt(us),
                       _fmt(st.get("p99_us")), f"{us / total * 100:.1f} %" if total else "–",
                       Text(bar(us, biggest, bar_width), style="dim cyan" if part else "cyan"),
                       style="dim" if part else None)
     t.add_section()
     mean_us = (summary.get("latency_ms") or {}).get("mean")
     cycle = (summary.get("closure") or {}).get("cycle_us")
+    split = (summary.get("closure") or {}).get("execute_split")
+    if split:   # the ↳ parts of backend.execute are exclusive: they add up to it (other = what they leave)
+        t.add_row("", "↳ backend.execute's waits and I/O", _fmt(_num(split.get("parts_us"))), "",
+                  f"{_num(split.get('parts_pct')):.1f} % of it", "", style="dim")
     t.add_row("", "sum of stages", _fmt(total), "", "", "", style="bold")
     if cycle:
         # The stages tile each connection's timeline: they close against the cycle, clients / TPS.
         t.add_row("", "measured cycle (clients ÷ TPS)", _fmt(_num(cycle)), "", "", "", style="bold")
     if mean_us is not None:
-        t.add_row("", "pgbench mean latency", _fmt(_num(mean_us) * 1000), "", "", "", style="dim")
+        label = "observed mean latency" if summary.get("driver") == "observed" else "pgbench mean latency"
+        t.add_row("", label, _fmt(_num(mean_us) * 1000), "", "", "", style="dim")
     return t
 
 
@@ -369,7 +377,9 @@ def sweep_view(analysis: dict):
     for p in pts:
         lat = p.get("latency_ms") or {}
         gain = p.get("gain_per_doubling_pct")
-        t.add_row(str(p["clients"]), _fmt(p["tps"], ",.0f"), Text(bar(p["tps"], best, 30), style="cyan"),
+        tps = _fmt(p["tps"], ",.0f") + (f" ({p['tps_min']:,.0f}…{p['tps_max']:,.0f})"   # --repeat spread
+                                         if p.get("tps_min") is not None else "")
+        t.add_row(str(p["clients"]), tps, Text(bar(p["tps"], best, 30), style="cyan"),
                   "" if gain is None else f"{gain:+.1f} %", _fmt(lat.get("mean"), ".3f"),
                   _fmt(lat.get("p99"), ".3f"), str(p.get("regime") or "?"),
                   "◀ knee" if p["clients"] == analysis.get("knee_clients") else "")

@@ -6,7 +6,8 @@ from .rundir import RunDir
 
 def summarize(rd: RunDir) -> dict:
     m = rd.meta
-    res = (m.get("pgbench") or {}).get("result") or {}
+    # a driven run has pgbench's result; an attached one what the probes observed (pathprof.agent.attach)
+    res = (m.get("pgbench") or {}).get("result") or m.get("observed") or {}
     w = m.get("workload") or {}
     cpu_meta = m.get("cpu") or {}
     probes = m.get("probes") or {}
@@ -40,6 +41,8 @@ def summarize(rd: RunDir) -> dict:
         "setup_s": m.get("setup_s"),
         "notes": list(probes.get("notes") or []),
         "run_dir": str(rd.path),
+        # who drove the load: pgbench (run), or clients pathprof only watched (attach: exchanges the probes counted)
+        "driver": "observed" if not (m.get("pgbench") or {}).get("result") and m.get("observed") else "pgbench",
     }
     if m.get("failure"):
         out["failure"] = list(m["failure"])
@@ -70,6 +73,8 @@ def summarize(rd: RunDir) -> dict:
         txns, tps, mean_ms = win["txns"], win["tps"] or 0, win["latency_ms_mean"] or mean_ms
         busy, elapsed = win.get("busy_ns") or busy, win.get("elapsed_ns") or elapsed
     stages, cpu = rd.read_frame("stages.parquet"), rd.read_frame("cpu.parquet")
+    from .losses import add_to_summary as add_losses
+    add_losses(out, probes, stages, cpu)
     if txns and (stages is not None or cpu is not None):
         from . import views
         clients = w.get("clients") or 1
@@ -85,6 +90,8 @@ def summarize(rd: RunDir) -> dict:
             out["closure"]["stages_sum_us"] = lv.get("total_us")
             out["scheduler"] = lv.get("scheduler")
             out["disk"] = views.disk_view(stages, txns)
+            if lv.get("execute_split"):
+                out["closure"]["execute_split"] = lv["execute_split"]   # deep: backend.execute's parts vs it
             client_us = sum(x["us_per_txn"] for x in lv["stages"] if x.get("leg") == "client" and not x.get("parent"))
             if cycle_us and mean_ms * 1000.0 < 0.5 * (cycle_us - client_us):
                 out["notes"].append(

@@ -12,6 +12,10 @@ message the probes measure, back to back, so the stages tile the connection's ti
                        pathprof's INT_MIN+1 and INT_MAX-1 brackets, i.e. iptables/nftables, conntrack, NAT
   dev.<device>         net_dev_start_xmit -> netif_receive_skb of the same data skb (lo, veth, bridge...);
                        for a tap into qemu, -> qemu's read of it
+  qdisc.<device>       the data skb in the device's root qdisc, enqueue -> dequeue: where an impaired link's
+                       rate limit (topologies.netem) holds it, on the leg it was sent on
+  delay.<device>       the data skb held by the link's delay line (its delay_us/jitter_us, topologies.netem)
+                       on <device>, the end's egress device (its peer's ingress for an end on a bridge)
   wakeup.<receiver>    sk_data_ready -> sched_wakeup of the consuming thread, onto a CPU that was busy
   idle_exit.<receiver> the same, onto a CPU that was idle: the wakeup IPI and the CPU leaving idle (on a VM
                        ~20-30 µs; what makes 1-client paths slow on an idle machine)
@@ -33,11 +37,15 @@ message the probes measure, back to back, so the stages tile the connection's ti
 <receiver> is the receiving role (`backend`, `pgbench`) or hop name. Legs: `request` (into a backend, or into
 a hop on its service port), `server`, `response` (into pgbench, or into a hop from upstream), `client`.
 A stage name can occur on both legs (a hop, netfilter on loopback): (name, leg) identifies a row.
-`--probes deep` adds PostgreSQL USDT breakdowns with `parent: "backend.execute"` (not summed again):
-backend.query, backend.parse, backend.plan, backend.executor, backend.lock_wait, backend.lwlock_wait, and the
-backend's I/O: backend.wal_flush (a commit waiting for its WAL to be written and flushed, fsync included;
-XLogFlush), backend.data_read (blocks read from the kernel on shared_buffers misses),
-backend.dirty_write (dirty buffers written out to make room), backend.wal_buffers_full (WAL buffers full).
+`--probes deep` splits backend.execute (rows with `parent: "backend.execute"`, never summed into the total).
+Its *parts* (`part: true`) are exclusive and add up to it: the waits backend.lock_wait, backend.lwlock_wait
+and the backend's I/O: backend.wal_flush (a commit waiting for its WAL to be written and flushed, fsync
+included, and the WALWriteLock waits inside; XLogFlush), backend.data_read (blocks read from the kernel on
+shared_buffers misses), backend.dirty_write (dirty buffers written out to make room, with the WAL flush that
+needs), backend.wal_buffers_full (WAL buffers full) -- each its exclusive time (`inclusive_us` beside it) --
+and backend.execute.other, what they leave (executor/planner CPU, protocol, run-queue waits inside the span).
+Its *phases* (`phase: true`: backend.query, .parse, .plan, .executor) overlap the parts and are only shown.
+Runs recorded before the exclusive times existed show the parts inclusive and no `other`.
 
 CPU view components (CPU µs per transaction; they add up to the CPUs' busy time):
   <role>.user / <role>.sys      on-CPU time of the run's threads by role (pgbench, backend, postmaster,
@@ -55,12 +63,17 @@ import pandas as pd
 
 from .histogram import merge, quantile
 
-LAT_KINDS = ("wire", "wakeup", "idle_exit", "runqueue", "recv", "queued", "proc", "netfilter", "dev")
+LAT_KINDS = ("wire", "wakeup", "idle_exit", "runqueue", "recv", "queued", "proc", "netfilter", "dev", "qdisc", "delay")
+INSIDE_WIRE = ("netfilter", "dev", "qdisc", "delay")   # measured inside a wire span: carved out of it
 USDT_NAMES = {"pg_query": "backend.query", "pg_parse": "backend.parse", "pg_plan": "backend.plan",
               "pg_wal_flush": "backend.wal_flush",
               "pg_data_read": "backend.data_read", "pg_dirty_write": "backend.dirty_write",
               "pg_wal_full": "backend.wal_buffers_full",
               "pg_execute": "backend.executor", "pg_lock": "backend.lock_wait", "pg_lwlock": "backend.lwlock_wait"}
+# The waits and I/O that probes/pathprof.bpf.c also times exclusively (PP_ST_PG_EXCL): with those, they are
+# backend.execute's parts (they add up to it with backend.execute.other); query/parse/plan/executor are phases
+# that overlap them, shown but never summed
+EXCLUSIVE = ("pg_wal_flush", "pg_data_read", "pg_dirty_write", "pg_wal_full", "pg_lock", "pg_lwlock")
 LEG_ORDER = {"request": 0, "server": 1, "response": 2, "client": 3, "": 4}
 CPU_BOUND_SHARE = 0.9   # busy >= 90 % of all CPUs: throughput is CPU-limited
 
@@ -77,8 +90,8 @@ def stage_name(kind: str, role: str, hop: str = "", hook: str = "", netns: str =
         return {"backend": "backend.execute", "pgbench": "client.pgbench"}.get(role, f"hop.{role}")
     if kind == "netfilter":
         return f"netfilter.{hook}" + (f".{netns}" if netns and netns != "root" else "")
-    if kind == "dev":
-        return f"dev.{dev}"
+    if kind in ("dev", "qdisc", "delay"):
+        return f"{kind}.{dev}"
     if kind in USDT_NAMES:
         return USDT_NAMES[kind]
     return f"{kind}.{_label(role, hop)}"
@@ -103,6 +116,7 @@ def latency_view(stages: pd.DataFrame, txns: int, measured_mean_us: float, cycle
         return out
     df = stages.fillna({"hop": "", "hook": "", "netns": "", "dev": "", "leg": "", "role": ""})
     rows: dict[tuple, dict] = {}
+    excl: dict[str, int] = {}         # exclusive ns of the backend's waits and I/O, by the owning span's kind
     for r in df.itertuples(index=False):
         kind = r.kind
         if kind == "nf_all":
@@ -111,6 +125,10 @@ def latency_view(stages: pd.DataFrame, txns: int, measured_mean_us: float, cycle
         if kind == "sched_runq":
             out["scheduler"].append({"role": _label(r.role, r.hop), "runq_us_mean": r.sum_ns / r.count / 1e3,
                                      "wakeups_per_txn": r.count / txns})
+            continue
+        if kind == "pg_excl":
+            if r.role == "backend":
+                excl[r.hook] = excl.get(r.hook, 0) + int(r.sum_ns)
             continue
         if kind not in LAT_KINDS and kind not in USDT_NAMES:
             continue
@@ -122,10 +140,10 @@ def latency_view(stages: pd.DataFrame, txns: int, measured_mean_us: float, cycle
         e["sum_ns"] += int(r.sum_ns)
         e["count"] += int(r.count)
         e["hists"].append(getattr(r, "hist", None))
-    # wire is reported exclusive of the netfilter/device time inside it, leg by leg (shared pro rata
+    # wire is reported exclusive of the netfilter/device/qdisc time inside it, leg by leg (shared pro rata
     # when a leg has several wires, e.g. client -> hop and hop -> backend)
     for leg in {k[1] for k in rows}:
-        inner = sum(e["sum_ns"] for (n, lg), e in rows.items() if lg == leg and e["kind"] in ("netfilter", "dev"))
+        inner = sum(e["sum_ns"] for (n, lg), e in rows.items() if lg == leg and e["kind"] in INSIDE_WIRE)
         wires = [e for (n, lg), e in rows.items() if lg == leg and e["kind"] == "wire"]
         total = sum(e["sum_ns"] for e in wires)
         for e in wires:
@@ -139,8 +157,15 @@ def latency_view(stages: pd.DataFrame, txns: int, measured_mean_us: float, cycle
                 "count_per_txn": round(e["count"] / txns, 3)}
         if e["kind"] in USDT_NAMES:
             item["parent"] = "backend.execute"
+            if excl and e["kind"] in EXCLUSIVE:
+                item["part"], item["inclusive_us"] = True, item["us_per_txn"]
+                item["us_per_txn"] = round(excl.get(e["kind"], 0) / txns / 1e3, 3)
+            elif excl:
+                item["phase"] = True
         out["stages"].append(item)
-    out["stages"].sort(key=lambda s: (LEG_ORDER.get(s["leg"], 9), "parent" in s, -s["us_per_txn"]))
+    if excl:
+        out["execute_split"] = _execute_other(out["stages"])
+    out["stages"].sort(key=lambda s: (LEG_ORDER.get(s["leg"], 9), "parent" in s, "phase" in s, -s["us_per_txn"]))
     total = sum(s["us_per_txn"] for s in out["stages"] if "parent" not in s)
     out["total_us"] = round(total, 3)
     ref, out["closure_basis"] = (cycle_us, "cycle") if cycle_us else (measured_mean_us, "latency")
@@ -148,6 +173,19 @@ def latency_view(stages: pd.DataFrame, txns: int, measured_mean_us: float, cycle
         out["closure_error_pct"] = round((total - ref) / ref * 100.0, 2)
     out["netfilter_packets_per_txn"] = round(out["netfilter_packets_per_txn"], 2)
     return out
+
+
+def _execute_other(stages: list[dict]) -> dict:
+    """Add `backend.execute.other` (what the exclusive parts leave of backend.execute: executor and planner CPU,
+    protocol handling, run-queue waits inside the span) and return the split's own check: the parts must not add
+    up to more than their parent (`other_raw_us` < 0 would mean overlap or window-edge mismatch)."""
+    execute = sum(s["us_per_txn"] for s in stages if s["name"] == "backend.execute" and "parent" not in s)
+    parts = sum(s["us_per_txn"] for s in stages if s.get("part"))
+    other = execute - parts
+    stages.append({"name": "backend.execute.other", "leg": "server", "us_per_txn": round(max(other, 0.0), 3),
+                   "p50_us": None, "p99_us": None, "count_per_txn": None, "parent": "backend.execute", "part": True})
+    return {"execute_us": round(execute, 3), "parts_us": round(parts, 3), "other_raw_us": round(other, 3),
+            "parts_pct": round(parts / execute * 100.0, 2) if execute else None}
 
 
 def cpu_view(cpu: pd.DataFrame, txns: int, busy_ns: int, elapsed_ns: int, ncpu: int, *,

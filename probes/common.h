@@ -28,6 +28,7 @@ enum pp_stage {
 	/* rarer ones: the `stages` per-CPU hash */
 	PP_ST_DEV = 8,         /* net_dev_start_xmit -> netif_receive_skb of the same data skb (hop = ifindex) */
 	PP_ST_BLOCK = 9,       /* a block request: issue (else allocation) -> completion (hop = dev_t, sub = op) */
+	PP_ST_QDISC = 10,      /* a data skb in a root qdisc (netem): enqueue -> dequeue (hop = ifindex); qdisc.bpf.h */
 	PP_ST_PG_QUERY = 12,   /* USDT (deep): query__start/done and the phases below */
 	PP_ST_PG_PARSE = 13, PP_ST_PG_PLAN = 14, PP_ST_PG_EXECUTE = 15,
 	PP_ST_PG_LOCK = 16, PP_ST_PG_LWLOCK = 17,
@@ -37,6 +38,8 @@ enum pp_stage {
 	PP_ST_PG_DATA_READ = 20,   /* smgr__md__read: a data block read from the kernel (a shared_buffers miss) */
 	PP_ST_PG_DIRTY_WRITE = 21, /* buffer__write__dirty: a dirty buffer written out to make room */
 	PP_ST_PG_WAL_FULL = 22,    /* wal__buffer__write__dirty: WAL buffers full, written out before inserting */
+	PP_ST_PG_EXCL = 19,        /* the same waits and I/O, exclusive of each other (sub = usdt index of the owner):
+	                            * they add up to no more than backend.execute, whose rest is CPU and the like */
 };
 #define PP_NUSDT 11
 
@@ -64,6 +67,8 @@ enum pp_stat {              /* per-CPU counters of everything not aggregated, so
 	PP_STAT_READY_RACE = 19,    /* two CPUs marked the same socket ready at once: the later one is dropped */
 	PP_STAT_SWITCH_IN_UNSEEN = 20,  /* a tracked thread left a CPU whose switch-in was not seen */
 	PP_STAT_PIECE_SUPERSEDED = 21,  /* a reply piece followed by another before the receiver answered */
+	PP_STAT_PIECE_LATE = 22,    /* a further piece before a request/response receiver read: its wait restarts */
+	PP_STAT_HOP_CONTINUED = 23, /* a hop's send without a read (or sleep) since its last: processing continued */
 	PP_NSTATS = 24,
 };
 

@@ -324,6 +324,8 @@ static __always_inline struct pp_devq *devq_slot(struct sk_buff *skb)
 	return bpf_map_lookup_elem(&devq, &idx);
 }
 
+#include "qdisc.bpf.h"   /* link impairments (qdisc, delay line): their own programs and maps */
+
 /* ---------------- scheduler: on-CPU accounting and wakeups ---------------- */
 SEC("tp_btf/sched_switch")
 int BPF_PROG(pp_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
@@ -465,6 +467,20 @@ int BPF_PROG(pp_softirq_exit, unsigned int vec)
 	return 0;
 }
 
+/* --trace-sample: the number a message carries, so every message of one transaction has the same one and the
+ * sample (number % trace_every) takes all of them: a client's request opens a new number (its connection's
+ * last + 1), a backend answers with the request's, a hop forwards the one it consumed. Per-socket counters
+ * alone drift apart whenever a window opens mid-transaction. Only runs with traces on (trace_every != 0). */
+static __always_inline __u32 send_number(struct sock *sk, struct pp_task *t)
+{
+	if (is_hop_role(t->role))
+		return t->consume_seq;
+	struct pp_sock *s = sk ? bpf_sk_storage_get(&socks, sk, 0, 0) : 0;
+	if (!s)
+		return 0;
+	return t->role == PP_ROLE_PGBENCH ? s->seq + 1 : s->seq;
+}
+
 /* ---------------- messages: send -> ready -> consumed -> next send ----------------
  * TCP send start: the first tcp_sendmsg_locked of the send (a few hundred ns after the syscall entry; syscall
  * tracepoints would put every syscall of every process on the slow path). AF_UNIX has no such tracepoint: its
@@ -479,6 +495,16 @@ int BPF_PROG(pp_tcp_send, const struct sock *sk, const struct msghdr *msg, const
 	if (t && !t->in_send) {
 		t->send_ts = bpf_ktime_get_ns();
 		t->in_send = 1;
+		if (trace_every)
+			t->send_seq = send_number((struct sock *)sk, t);
+		/* a hop sending again with no read since its last send (whose delivery is cont_ts) and no sleep either
+		 * goes on working on the same message (pgpool sends a reply's piece to the client, then the next request
+		 * to the backend): this send's processing starts where the last one was delivered */
+		if (is_hop_role(t->role) && !t->consume_ts && t->cont_ts >= ws && t->wake_ts < t->cont_ts &&
+		    t->send_ts > t->cont_ts) {
+			t->consume_ts = t->cont_ts;
+			stat_inc(PP_STAT_HOP_CONTINUED);
+		}
 	}
 	return 0;
 }
@@ -526,24 +552,42 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 		return 0;
 	}
 	__u64 old = s->ready_ts;
-	if (old >= ws)
-		return 0;                     /* queue not drained: the same message continues */
+	/* queue not drained: the same message continues. A hop's wait starts at its first piece; a request/response
+	 * receiver (pgbench, a backend) waits for the whole message, so its wait starts at the last piece: a pooler
+	 * that forwards a reply in parts between its own round trips upstream (pgpool) would otherwise have the
+	 * receiver's wakeup overlap all of that upstream work. The piece keeps its wire stage: it is on the path. */
+	int more = old >= ws;
+	if (more && is_hop_role(s->role))
+		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	if (__sync_val_compare_and_swap(&s->ready_ts, old, now) != old) {
 		stat_inc(PP_STAT_READY_RACE);   /* another CPU marked it first: that one is the message's start */
 		return 0;
 	}
-	if (old)
+	if (old && !more)
 		stat_inc(PP_STAT_WINDOW_EDGE);   /* left pending by an earlier window */
-	__u32 seq = ++s->seq;             /* only the cmpxchg winner writes it */
-	stat_inc(PP_STAT_MESSAGES);
+	stat_inc(more ? PP_STAT_PIECE_LATE : PP_STAT_MESSAGES);
 	/* loopback/veth/unix: delivery runs inside the sender's send, so current = sender, and in_send tells it
 	 * apart from a receiver draining its socket backlog inside recv */
 	struct pp_task *t = cur_task(ws);
-	if (t && t->in_send && now > t->send_ts) {
+	__u32 seq = more ? s->seq : ++s->seq;   /* only the cmpxchg winner writes it; a further piece keeps it */
+	if (!more && trace_every && t) {  /* the sender's transaction number, where the sender is known */
+		int is_unix = sk->__sk_common.skc_family == AF_UNIX_NUM;
+		if (is_unix && !t->in_send) { /* AF_UNIX: its send starts here; the sender's socket is the peer */
+			struct unix_sock *u = bpf_skc_to_unix_sock(sk);
+			t->send_seq = u && u->peer ? send_number(u->peer, t) : 0;
+		}
+		if ((t->in_send || is_unix) && t->send_seq)
+			s->seq = seq = t->send_seq;
+	}
+	__u64 qs = qdisc_on ? qdisc_send_start(ws) : 0;   /* out of a netem qdisc: sent from elsewhere, earlier */
+	if (qs && now > qs) {
+		span(PP_ST_WIRE, s->role, s->leg, s->hop, qs, now - qs, seq);
+	} else if (t && t->in_send && now > t->send_ts) {
 		span(PP_ST_WIRE, s->role, s->leg, s->hop, t->send_ts, now - t->send_ts, seq);
 		if (t->role == PP_ROLE_QEMU)
 			t->in_send = 0;           /* a tap write has no sock_send_length (pp_tap_recv) */
+		t->cont_ts = now;             /* a hop's next send without a read in between continues from here */
 	} else if (t && !t->in_send && sk->__sk_common.skc_family == AF_UNIX_NUM) {
 		t->send_ts = now;             /* unix: the send path up to here stays in the sender's stage */
 		t->in_send = 1;
@@ -951,6 +995,63 @@ int BPF_PROG(pp_block_done, struct request *rq, blk_status_t error, unsigned int
 }
 
 /* ---------------- PostgreSQL USDT (--probes deep) ---------------- */
+/* Exclusive time. The waits and I/O nest (a commit's XLogFlush waits for WALWriteLock, an LWLock wait; writing
+ * a dirty buffer first flushes the WAL up to its LSN), so their inclusive times overlap and cannot be summed.
+ * Every boundary of one of them charges the time since the previous boundary to the span that owned it:
+ * the outermost open I/O span (wal_flush, dirty_write, wal_full: the waits inside are part of that I/O), else
+ * the innermost open wait (lock, lwlock, data_read). Usdt indices below; a span is open while usdt_ts[i] != 0. */
+#define PP_U_LOCK 4
+#define PP_U_LWLOCK 5
+#define PP_U_WAL_FLUSH 6
+#define PP_U_DATA_READ 8
+#define PP_U_DIRTY_WRITE 9
+#define PP_U_WAL_FULL 10
+
+static __always_inline int is_excl(int i)
+{
+	return i == PP_U_LOCK || i == PP_U_LWLOCK || i == PP_U_WAL_FLUSH || i == PP_U_DATA_READ ||
+	       i == PP_U_DIRTY_WRITE || i == PP_U_WAL_FULL;
+}
+
+static __always_inline int excl_owner(struct pp_task *t)
+{
+	int owner = -1;
+	__u64 best = ~0ULL;
+	const int io[3] = { PP_U_WAL_FLUSH, PP_U_DIRTY_WRITE, PP_U_WAL_FULL };
+	const int waits[3] = { PP_U_LOCK, PP_U_LWLOCK, PP_U_DATA_READ };
+#pragma unroll
+	for (int j = 0; j < 3; j++) {
+		__u64 ts = t->usdt_ts[io[j]];
+		if (ts && ts < best) {
+			best = ts;
+			owner = io[j];
+		}
+	}
+	if (owner >= 0)
+		return owner;
+	best = 0;
+#pragma unroll
+	for (int j = 0; j < 3; j++) {
+		__u64 ts = t->usdt_ts[waits[j]];
+		if (ts > best) {
+			best = ts;
+			owner = waits[j];
+		}
+	}
+	return owner;
+}
+
+static __always_inline void excl_boundary(struct pp_task *t, __u64 now)
+{
+	int owner = excl_owner(t);
+	if (owner >= 0 && t->io_mark && now > t->io_mark) {
+		struct pp_stage_key k = { .stage = PP_ST_PG_EXCL, .role = t->role, .leg = PP_LEG_SERVER,
+					  .sub = (__u8)owner, .hop = t->hop };
+		stage_add(&k, now - t->io_mark);
+	}
+	t->io_mark = now;
+}
+
 static __always_inline int usdt_mark(int i, int done, __u8 stage)
 {
 	__u64 ws = win_start();
@@ -960,6 +1061,8 @@ static __always_inline int usdt_mark(int i, int done, __u8 stage)
 	if (!t || i < 0 || i >= PP_NUSDT)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
+	if (is_excl(i))
+		excl_boundary(t, now);
 	if (!done) {
 		t->usdt_ts[i] = now;
 	} else if (t->usdt_ts[i]) {

@@ -14,6 +14,7 @@ struct pp_task {            /* task-local storage of a tracked thread: its prese
 	__u64 last_utime;       /* task->utime/stime at the last switch-out */
 	__u64 last_stime;
 	__u64 usdt_ts[PP_NUSDT];
+	__u64 io_mark;          /* deep: last boundary of the backend's exclusive waits/I-O (see usdt_mark) */
 	__u64 win;              /* window the timestamps above belong to (see fresh_task) */
 	__u32 hop;              /* hop id, < PP_MAX_HOPS */
 	__u32 consume_seq;      /* message number of that consume (hops' traces) */
@@ -21,7 +22,8 @@ struct pp_task {            /* task-local storage of a tracked thread: its prese
 	__u8  consume_leg;
 	__u8  in_send;          /* between the start of a send and its sock_send_length */
 	__u8  wake_idle;        /* the last wakeup put it on a CPU that was idle (running its idle task) */
-	__u8  pad[4];
+	__u32 send_seq;         /* --trace-sample: the transaction number the send in progress carries */
+	__u64 cont_ts;          /* hops: when its last send was delivered (sk_data_ready in its send) */
 };
 
 struct pp_sock {            /* socket-local storage of a socket a tracked thread sent or received on */

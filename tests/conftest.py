@@ -1,3 +1,4 @@
+import json
 import os
 import re
 import subprocess
@@ -26,7 +27,33 @@ def machine_state() -> dict:
         links = [n for n in links if not re.match(ignore, n)]
     loops = sorted(l for l in out(["losetup", "-a"]).splitlines() if "pathprof" in l)
     mounts = sorted(l.split()[1] for l in open("/proc/mounts").read().splitlines() if "pathprof" in l)
-    return {"netns": netns, "links": links, "iptables": rules, "loops": loops, "mounts": mounts}
+    cgroups = sorted(str(p) for pat in ("pp-*", "*/pp-*") for p in Path("/sys/fs/cgroup").glob(pat) if p.is_dir())
+    return {"netns": netns, "links": links, "iptables": rules, "loops": loops, "mounts": mounts, "cgroups": cgroups,
+            **bpf_state()}
+
+
+def bpf_state() -> dict:
+    """BPF objects no process holds: pathprof's programs and any link kept only by the kernel (a pin, a tc
+    attachment) and pinned objects. A live run's programs and links are held by its fds, so concurrent runs
+    of other engineers do not show here; a killed one's would only if something kept them."""
+    held_progs, held_links = set(), set()
+    for fdinfo in Path("/proc").glob("[0-9]*/fdinfo/*"):
+        try:
+            text = fdinfo.read_text()
+        except OSError:
+            continue
+        held_progs.update(int(x) for x in re.findall(r"^prog_id:\s*(\d+)", text, re.M))
+        held_links.update(int(x) for x in re.findall(r"^link_id:\s*(\d+)", text, re.M))
+    def listing(kind):
+        cp = subprocess.run(["bpftool", kind, "show", "-j"], capture_output=True, text=True)
+        return json.loads(cp.stdout or "[]") if cp.returncode == 0 else []
+    progs = listing("prog")
+    ours = {p["id"]: p.get("name", "") for p in progs if p.get("name", "").startswith(("pp_", "nf_begin", "nf_end"))}
+    orphan_links = sorted(f"{l.get('type')}:{ours.get(l.get('prog_id'), l.get('prog_id'))}" for l in listing("link")
+                          if l.get("id") not in held_links and l.get("prog_id") in ours)
+    orphan_progs = sorted(n for i, n in ours.items() if i not in held_progs)
+    pinned = sorted(str(p) for p in Path("/sys/fs/bpf").rglob("*") if p.name not in ("maps.debug", "progs.debug"))
+    return {"bpf_orphan_progs": orphan_progs, "bpf_orphan_links": orphan_links, "bpf_pinned": pinned}
 
 
 def run_pathprof(*args, timeout=300, check=False, **kw) -> subprocess.CompletedProcess:

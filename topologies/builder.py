@@ -18,6 +18,7 @@ from pyroute2 import IPRoute, NetNS
 from pyroute2 import config as pr_config
 from pyroute2 import netns as pr_netns
 
+from . import netem
 from .spec import Topology
 
 # pyroute2 forks helper children (netns.create, NetNS) and stops them with SIGTERM. A child inherits our signal
@@ -123,6 +124,7 @@ def build(topo: Topology, journal: Journal, state_dir: Path, progress: Callable[
             _veth(topo, journal, link, bridge_ns, hosts)
         else:
             _tap(topo, journal, link, bridge_ns, hosts)
+    _impair(topo, journal, bridge_ns, progress)
     # After links: per-interface sysctls (net.ipv4.conf.<bridge>.route_localnet) need the interface to exist.
     for h in topo.hosts.values():
         for key, value in h.sysctls.items():
@@ -163,6 +165,11 @@ def apply_iptables(topo: Topology, journal: Journal, progress: Callable[[str], N
                  f"{len(b.rules)} rules")
         journal.record("iptables_batch", **iptables_batch.journal_fields(b, tools))
         iptables_batch.apply(b, tools, f"host namespace {b.netns}" if b.netns else "the root namespace")
+
+def _impair(topo: Topology, journal: Journal, bridge_ns: dict, progress: Callable[[str], None]) -> None:
+    """Link impairments (topologies.netem), once every end is placed: rate qdiscs and delay lines."""
+    if any(link.impairments() for link in topo.links):
+        netem.impair(topo, journal, bridge_ns, progress)
 
 
 def _sysctl(journal: Journal, netns: str | None, key: str, value: str) -> None:

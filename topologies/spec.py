@@ -9,6 +9,7 @@ so one spec can describe variants (e.g. dockerd's userland-proxy on/off); `[opti
 from __future__ import annotations
 
 import ipaddress
+import re
 import tomllib
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -16,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from pathprof.agent.errors import UserError
+
+from . import netem as netem_mod
+from .netem import Netem
 
 BENCH_NET = ipaddress.ip_network("198.18.0.0/15")
 NAME_PREFIX = "pp-"
@@ -56,6 +60,12 @@ class Link:
     kind: str                      # "veth" | "tap"
     a: LinkEnd
     b: LinkEnd | None = None       # a tap has one end (the guest holds the other)
+    name: str | None = None        # what `--link NAME:...` calls it
+    netem_a: Netem | None = None   # impairment on end a's egress (a -> b), topologies.netem
+    netem_b: Netem | None = None   # ... on end b's egress (b -> a)
+
+    def impairments(self) -> list[tuple[LinkEnd, Netem]]:
+        return [(e, n) for e, n in ((self.a, self.netem_a), (self.b, self.netem_b)) if e is not None and n]
 
 
 @dataclass
@@ -150,8 +160,9 @@ def builtin_text(name: str) -> str:
     return (resources.files("pathprof.topologies") / f"{name}.toml").read_text()
 
 
-def load(name_or_path: str, options: dict[str, str] | None = None) -> Topology:
-    """A built-in by name, or a user's TOML file by path; options override the spec's [options]."""
+def load(name_or_path: str, options: dict[str, str] | None = None, links: list[str] | None = None) -> Topology:
+    """A built-in by name, or a user's TOML file by path; options override the spec's [options], `links` are
+    `--link WHERE:KEY=VALUE,...` impairments laid over the spec's (topologies.netem)."""
     if name_or_path in builtin_names():
         text, source = builtin_text(name_or_path), f"built-in topology '{name_or_path}'"
     elif "/" in name_or_path or name_or_path.endswith(".toml"):
@@ -162,15 +173,16 @@ def load(name_or_path: str, options: dict[str, str] | None = None) -> Topology:
     else:
         raise UserError(f"unknown topology '{name_or_path}'; known: {', '.join(builtin_names())} "
                         "(or give a path to a .toml file)")
-    return parse(text, source, options or {})
+    return parse(text, source, options or {}, links)
 
 
-def parse(text: str, source: str, options: dict[str, str] | None = None) -> Topology:
+def parse(text: str, source: str, options: dict[str, str] | None = None, links: list[str] | None = None
+          ) -> Topology:
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{source}: not valid TOML: {e}") from None
-    return _Parser(raw, source, text, options or {}).topology()
+    return _Parser(raw, source, text, options or {}, links or []).topology()
 
 
 # Top-level keys a spec may have; anything else is a typo (e.g. [[service]]) and is refused, naming the key.
@@ -179,8 +191,8 @@ SECTIONS = {"name", "description", "options", "option_choices", "hosts", "bridge
 
 
 class _Parser:
-    def __init__(self, raw: dict, source: str, text: str, overrides: dict[str, str]):
-        self.raw, self.source, self.text = raw, source, text
+    def __init__(self, raw: dict, source: str, text: str, overrides: dict[str, str], links: list[str] | None = None):
+        self.raw, self.source, self.text, self.link_args = raw, source, text, links or []
         for key in raw:
             if key not in SECTIONS:
                 raise self.err(key, f"unknown section (known: {', '.join(sorted(SECTIONS))})")
@@ -253,6 +265,58 @@ class _Parser:
             raise self.err(f"{key}.table", f"'{t}' is not one of {', '.join(IPTABLES_TABLES)}")
         return t
 
+    def link_name(self, key: str, link: dict, links: list[Link]) -> str | None:
+        name = link.get("name")
+        if name is None:
+            return None
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+            raise self.err(f"{key}.name", f"{name!r} must be a word of letters, digits, '.', '_', '-'")
+        if any(x.name == name for x in links):
+            raise self.err(f"{key}.name", f"'{name}' names two links")
+        return name
+
+    def impair(self, links: list[Link], raws: list[tuple[str, dict]]) -> None:
+        """netem / netem_a / netem_b of each link, then the command line's --link over them (topologies.netem):
+        spec shared < spec per-end < --link NAME < --link IFNAME."""
+        layers = []
+        for link, (key, raw) in zip(links, raws):
+            where = f"{self.source}: {key}"
+            own = {}
+            for side in ("a", "b"):
+                if f"netem_{side}" in raw and getattr(link, side) is None:
+                    raise self.err(f"{key}.netem_{side}", "this link has no end b (a tap: use netem or netem_a)")
+                own[side] = netem_mod.read_table(raw.get(f"netem_{side}", {}), f"{where}.netem_{side}",
+                                                 self.options, shared=False)
+            layers.append([netem_mod.read_table(raw.get("netem", {}), f"{where}.netem", self.options, True),
+                           own["a"], own["b"], {}, {"a": {}, "b": {}}])
+        for text in self.link_args:
+            target, pairs = netem_mod.parse_link_arg(text)
+            hit = False
+            for link, layer in zip(links, layers):
+                if link.name == target:
+                    layer[3].update(netem_mod.read_table(pairs, f"--link {target}", self.options, shared=True))
+                    hit = True
+                for side in ("a", "b"):
+                    end = getattr(link, side)
+                    if end is not None and end.ifname == target:
+                        layer[4][side].update(netem_mod.read_table(pairs, f"--link {target}", self.options, False))
+                        hit = True
+            if not hit:
+                names = ", ".join(x.name for x in links if x.name) or "none"
+                ifs = ", ".join(e.ifname for x in links for e in (x.a, x.b) if e is not None) or "none"
+                raise UserError(f"--link '{text}': {self.source} has no link or interface named '{target}' "
+                                f"(links: {names}; interfaces: {ifs})")
+        for link, (key, _), (shared, own_a, own_b, cli_shared, cli_own) in zip(links, raws, layers):
+            where = f"{self.source}: {key}"
+            link.netem_a = netem_mod.resolve({**shared, **own_a, **cli_shared}, cli_own["a"], f"{where}.netem_a")
+            if link.b is not None:
+                link.netem_b = netem_mod.resolve({**shared, **own_b, **cli_shared}, cli_own["b"], f"{where}.netem_b")
+            for side, other in (("a", "b"), ("b", "a")):
+                end, peer, n = getattr(link, side), getattr(link, other), getattr(link, f"netem_{side}")
+                if n and n.delay_line() and end.host is None and (peer is None or peer.host is None):
+                    raise self.err(f"{key}.netem_{side}", f"a delay on {end.ifname} needs it or its peer in a host (a "
+                                   "tap into a guest, or a veth between two bridges, cannot carry one; rate_mbit can)")
+
     def host_ref(self, key: str, name: str, hosts: dict) -> str:
         if name not in hosts:
             raise self.err(key, f"unknown host '{name}' (hosts: {', '.join(hosts)})")
@@ -311,7 +375,8 @@ class _Parser:
                 if "address" in e:
                     end.address = self.address(f"{k}.address", e["address"], True)
                 ends.append(end)
-            links.append(Link(kind, ends[0], ends[1]))
+            links.append(Link(kind, ends[0], ends[1], self.link_name(key, link, links)))
+        self.impair(links, self.items("links"))
         routes = [Route(self.host_ref(f"{k}.host", self.need(x, k, "host"), hosts), self.need(x, k, "dst"),
                         self.address(f"{k}.via", self.need(x, k, "via"), False))
                   for k, x in self.items("routes")]

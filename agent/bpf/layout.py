@@ -22,14 +22,19 @@ AUX_KINDS = {"checkpointer": 1, "bgwriter": 2, "walwriter": 3, "autovacuum": 4, 
 AUX_NAMES = {v: k for k, v in AUX_KINDS.items()}
 LEGS = {0: "", 1: "request", 2: "server", 3: "response", 4: "client"}
 STAGES = {1: "wire", 2: "wakeup", 3: "runqueue", 4: "recv", 5: "queued", 6: "proc", 7: "idle_exit", 8: "dev",
-          9: "block", 12: "pg_query", 13: "pg_parse", 14: "pg_plan", 15: "pg_execute", 16: "pg_lock", 17: "pg_lwlock",
-          18: "pg_wal_flush", 20: "pg_data_read", 21: "pg_dirty_write", 22: "pg_wal_full"}
+          9: "block", 10: "qdisc",
+          12: "pg_query", 13: "pg_parse", 14: "pg_plan", 15: "pg_execute", 16: "pg_lock", 17: "pg_lwlock",
+          18: "pg_wal_flush", 19: "pg_excl", 20: "pg_data_read", 21: "pg_dirty_write", 22: "pg_wal_full"}
 STATS = {0: "tasks_full", 1: "socks_full", 2: "stages_full", 3: "cpu_full", 4: "wire_unpaired",
          5: "ready_unlearned", 6: "nf_unpaired", 7: "nf_nested_full", 8: "nf_nat", 9: "dev_overwritten",
          10: "messages", 11: "nf_packets", 12: "proc_unpaired", 13: "hop_overflow",
          14: "wire_untimed", 15: "window_edge", 16: "trace_lost", 17: "traces", 18: "dev_stale", 19: "ready_race",
-         20: "switch_in_unseen", 21: "piece_superseded"}
+         20: "switch_in_unseen", 21: "piece_superseded", 22: "piece_late",
+         23: "hop_continued"}
 NF_HOOK_NAMES = {0: "prerouting", 1: "input", 2: "forward", 3: "output", 4: "postrouting"}
+# PP_ST_PG_EXCL's sub: the usdt index of the span that owned the time (see excl_owner() in pathprof.bpf.c)
+EXCL_OWNERS = {4: "pg_lock", 5: "pg_lwlock", 6: "pg_wal_flush", 8: "pg_data_read", 9: "pg_dirty_write",
+               10: "pg_wal_full"}
 BLOCK_OPS = {0: "read", 1: "write", 2: "flush", 3: "discard", 5: "secure_erase", 9: "write_zeroes"}
 LAT_STAGES, NROLES, NLEGS, MAX_HOPS = 7, 9, 5, 8
 NF_PER_NETNS = 5 * 2 * 2
@@ -81,9 +86,9 @@ class Task(C.Structure):
     _fields_ = [("send_ts", C.c_uint64), ("wake_ts", C.c_uint64), ("oncpu_ts", C.c_uint64),
                 ("runnable_ts", C.c_uint64), ("excl_snap", C.c_uint64), ("consume_ts", C.c_uint64),
                 ("last_utime", C.c_uint64), ("last_stime", C.c_uint64),
-                ("usdt_ts", C.c_uint64 * NUSDT), ("win", C.c_uint64), ("hop", C.c_uint32),
+                ("usdt_ts", C.c_uint64 * NUSDT), ("io_mark", C.c_uint64), ("win", C.c_uint64), ("hop", C.c_uint32),
                 ("consume_seq", C.c_uint32), ("role", C.c_uint8), ("consume_leg", C.c_uint8), ("in_send", C.c_uint8),
-                ("wake_idle", C.c_uint8), ("pad", C.c_uint8 * 4)]
+                ("wake_idle", C.c_uint8), ("send_seq", C.c_uint32), ("cont_ts", C.c_uint64)]
 
 
 class Sock(C.Structure):

@@ -1,11 +1,13 @@
 """Ground truth inside the server: known I/O changes land in the backend's I/O stages (--probes deep)."""
 import json
 import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from conftest import machine_state, run_pathprof
+from conftest import PATHPROF, machine_state, run_pathprof
 
 pytestmark = pytest.mark.integration
 STATE = "/var/lib/pathprof"
@@ -29,8 +31,9 @@ def _fsync_us() -> float:
     return best
 
 
-def _run(runs_dir, *extra) -> dict:
-    cp = run_pathprof("run", "--topology", "loopback", "--clients", "2", "--duration", "4", "--script", "tpcb-like",
+def _run(runs_dir, *extra, clients: int = 2) -> dict:
+    cp = run_pathprof("run", "--topology", "loopback", "--clients", str(clients), "--duration", "4",
+                      "--script", "tpcb-like",
                       "--probes", "deep", "--probe-duty", "100", "--json", *extra, runs_dir=runs_dir, check=True,
                       timeout=600)
     doc = json.loads(cp.stdout)
@@ -45,6 +48,14 @@ def test_fsync_off_removes_the_wal_flush_wait(runs_dir):
     off = _run(runs_dir, "--pg-set", "fsync=off")
     assert machine_state() == before
     assert on["backend.wal_flush"] > 50, on
+    # backend.execute's parts are exclusive: they add up to it (other is what they leave), and the waits and I/O
+    # alone never exceed it (nested waits are not counted twice)
+    split = on["_doc"]["closure"]["execute_split"]
+    assert split["other_raw_us"] > -0.03 * split["execute_us"], split
+    parts = [s for s in on["_doc"]["stages"] if s.get("part")]
+    assert {"backend.wal_flush", "backend.execute.other"} <= {s["name"] for s in parts}, parts
+    assert sum(s["us_per_txn"] for s in parts) == pytest.approx(on["backend.execute"], rel=0.03), parts
+    assert all(s["us_per_txn"] <= s["inclusive_us"] + 0.01 for s in parts if "inclusive_us" in s), parts
     assert off.get("backend.wal_flush", 0.0) < 0.2 * on["backend.wal_flush"], (on, off)
     for st in ("wire.backend", "wire.pgbench"):          # the network stages stay about where they were
         assert abs(on[st] - off[st]) < 50, (st, on[st], off[st])
@@ -89,3 +100,79 @@ def test_wal_device_too_small_is_refused_before_anything_is_built(runs_dir):
     cp = run_pathprof("run", "--wal-device", "10", "--probes", "off", "--duration", "2", runs_dir=runs_dir)
     assert cp.returncode == 2 and "at least 64 MB" in cp.stderr and "Traceback" not in cp.stderr
     assert machine_state() == before and not (runs_dir.exists() and any(runs_dir.iterdir()))
+
+
+def test_a_throttled_wal_device_grows_the_wal_flush_by_what_the_limit_implies(runs_dir):
+    """The WAL on a loop device, then on the same kind of device throttled to 200 writes/s (the cgroup block I/O
+    throttle): 1 client, so each commit's writes wait their turn. The throttle counts k requests per
+    transaction; at 200/s the cycle cannot be shorter than k/200 s, and the throttle lets a request go early by
+    whatever the rest of the cycle already took, so wal_flush should grow by about k/200 s minus the unthrottled
+    cycle. The wait is in the throttle's queue, before a block request exists: not the device's time. The
+    network stages stay where they were; the cgroup is gone afterwards."""
+    before = machine_state()
+    base = _run(runs_dir, "--wal-device", "128", clients=1)
+    slow = _run(runs_dir, "--wal-device", "128", "--wal-device-limit", "wiops=200", clients=1)
+    assert machine_state() == before
+    meta = json.loads((Path(slow["_doc"]["run_dir"]) / "run.json").read_text())
+    wal = meta["postgres"]["wal_device"]
+    txns = meta["pgbench"]["result"]["transactions"]
+    k = wal["throttled"]["writes"] / txns
+    assert 1.0 <= k <= 4.0, wal                    # a commit's WAL write and its cache flush (+ the WAL writer's)
+    implied_us = k / 200 * 1e6
+    base_cycle_us, slow_cycle_us = 1e6 / base["_doc"]["tps"], 1e6 / slow["_doc"]["tps"]
+    assert 0.8 * implied_us < slow_cycle_us < 1.25 * implied_us, (k, implied_us, slow_cycle_us)
+    grew = slow["backend.wal_flush"] - base["backend.wal_flush"]
+    expected = implied_us - base_cycle_us
+    assert 0.7 * expected < grew < 1.25 * expected, (grew, expected, base["backend.wal_flush"], k)
+    for st in ("wire.backend", "wire.pgbench"):
+        assert abs(slow[st] - base[st]) < 50, (st, base[st], slow[st])
+    # Were the throttle's wait device time, the loop device's time would grow by all of `grew`. It grows by far
+    # less: only as the disk under the loop file slows with other load (on a shared machine that alone can
+    # double it between two runs, hence the margin)
+    def device_us(run):
+        dev = json.loads((Path(run["_doc"]["run_dir"]) / "run.json").read_text())["postgres"]["wal_device"]["device"]
+        return sum(d["us_per_txn"] for d in run["_doc"]["disk"] if d["device"] == dev.rsplit("/", 1)[1])
+    assert device_us(slow) - device_us(base) < 0.6 * grew, (device_us(base), device_us(slow), grew)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--wal-device-limit", "wiops=200"], "needs --wal-device"),
+    (["--wal-device", "128", "--wal-device-limit", "wiops=fast"], "takes a whole number"),
+    (["--wal-device", "128", "--wal-device-limit", "latency=5ms"], "is not one of riops"),
+])
+def test_bad_wal_device_limits_are_refused_before_anything_is_built(runs_dir, args, words):
+    before = machine_state()
+    cp = run_pathprof("run", "--probes", "off", "--duration", "2", *args, runs_dir=runs_dir)
+    assert cp.returncode == 2 and words in cp.stderr and "Traceback" not in cp.stderr, cp.stderr
+    assert len(cp.stderr.strip().splitlines()) == 1, cp.stderr
+    assert machine_state() == before and not (runs_dir.exists() and any(runs_dir.iterdir()))
+
+
+def test_a_killed_throttled_run_is_undone_by_its_journal(runs_dir):
+    """SIGKILL while the server runs inside its pp- cgroup: the journal (replayed here for this run only, as
+    `pathprof cleanup` would) moves the processes out, removes the cgroup, the mount and the loop device."""
+    from pathprof.agent.journal import JOURNAL_DIR, Journal
+    before = machine_state()
+    env = dict(os.environ, PATHPROF_RUNS=str(runs_dir))
+    p = subprocess.Popen([*PATHPROF, "run", "--topology", "unix", "--clients", "1", "--duration", "30", "--script",
+                          "tpcb-like", "--probes", "off", "--wal-device", "128", "--wal-device-limit", "wiops=100"],
+                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not any(runs_dir.glob("*/pgbench/argv.txt")):
+            time.sleep(0.3)
+        time.sleep(1.5)
+        runs = list(runs_dir.glob("*"))
+        assert runs, "the run never started"
+        found = [d / f"pp-{runs[0].name}" for d in (Path("/sys/fs/cgroup/blkio"), Path("/sys/fs/cgroup"))
+                 if (d / f"pp-{runs[0].name}").exists()]          # cgroup v1 blkio, else v2
+        assert found, "no pp- cgroup for the run"
+        cg = found[0]
+        assert cg.exists() and (cg / "cgroup.procs").read_text().split(), "the server is not in its cgroup"
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    journal = JOURNAL_DIR / f"{runs[0].name}.jsonl"
+    assert cg.exists() and journal.exists(), "a SIGKILLed run cannot tear down; its objects stay"
+    assert Journal.load(journal).teardown() == []
+    assert not cg.exists() and machine_state() == before

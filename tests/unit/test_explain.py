@@ -200,3 +200,45 @@ def test_new_connection_per_transaction_is_explained_by_connection_setup():
     assert text.startswith("unix (new connection per transaction) is 99 % slower than unix; connection setup "
                            "causes 92 % of that (+2,770.0 µs per transaction: connect.backend.start +1,400.0, "
                            "connect.postmaster.fork +950.0, connect.auth +300.0)")
+
+
+def _deep(wal_flush: float, other: float, tps: float, regime: str = "latency-bound", cpu: dict | None = None) -> dict:
+    """A deep tpcb-like summary: backend.execute with its exclusive parts (wal_flush, lock_wait, other)."""
+    doc = summary("loopback", clients=4, tps=tps, regime=regime, cpu=cpu,
+                  stages={"wire.backend": 20.0, "runqueue.backend": 60.0, "wire.pgbench": 25.0,
+                          "backend.execute": wal_flush + 100.0 + other})
+    doc["stages"] += [{"name": "backend.wal_flush", "leg": "server", "us_per_txn": wal_flush, "parent":
+                       "backend.execute", "part": True, "inclusive_us": wal_flush},
+                      {"name": "backend.lock_wait", "leg": "server", "us_per_txn": 100.0, "parent": "backend.execute",
+                       "part": True, "inclusive_us": 100.0},
+                      {"name": "backend.execute.other", "leg": "server", "us_per_txn": other,
+                       "parent": "backend.execute", "part": True},
+                      {"name": "backend.executor", "leg": "server", "us_per_txn": 400.0, "parent": "backend.execute",
+                       "phase": True}]
+    return doc
+
+
+def test_a_gap_inside_the_server_is_named_by_its_io_stage():
+    """fsync off: the commit's WAL flush goes (2,400 -> 10 µs); backend.execute is split into its exclusive parts,
+    so the item is backend.wal_flush and the cause the server's I/O, not `the backend` as one block."""
+    on, off = _deep(2400.0, 300.0, tps=1400.0), _deep(10.0, 290.0, tps=9500.0)
+    e = explain(on, off)
+    assert e["basis"] == "latency"
+    assert e["items"][0]["name"] == "backend.wal_flush"
+    assert e["causes"][0]["name"] == "backend I/O" and e["causes"][0]["share_pct"] > 90
+    assert "backend.execute" not in {it["name"] for it in e["items"]}
+    assert "backend.executor" not in {it["name"] for it in e["items"]}        # a phase: never an item
+    assert "the server's I/O causes" in explain_text(e)
+
+
+def test_cpu_bound_runs_still_name_the_io_waits_that_moved():
+    """Both runs CPU-bound: the basis stays CPU (other clients' work filled the fsync waits), and the sentence adds
+    the I/O stages' moves from the latency view."""
+    cpu_on = dict(BASE_CPU, backend=BASE_CPU["backend"] + 60.0)
+    on = _deep(2400.0, 300.0, tps=2400.0, regime="cpu-bound", cpu=cpu_on)
+    off = _deep(10.0, 290.0, tps=3600.0, regime="cpu-bound")
+    e = explain(on, off)
+    assert e["basis"] == "cpu"
+    assert e["io_stages"][0]["name"] == "backend.wal_flush"
+    assert e["io_stages"][0]["delta_us_per_txn"] == pytest.approx(-2390.0)
+    assert "backend.wal_flush -2,390.0" in explain_text(e)

@@ -19,7 +19,8 @@ def test_compare_report(tmp_path):
                "docker-dnat": [rng.lognormvariate(-0.8, 0.4) for _ in range(500)]}
     path = write_html([b, d], tmp_path / "report.html", explanations=[expl], latency_samples=samples)
     doc = path.read_text()
-    assert doc.startswith("<!DOCTYPE html>") and "<style>" in doc and "<script" not in doc
+    assert doc.startswith("<!DOCTYPE html>") and "<style>" in doc
+    assert not re.search(r"<script[^>]*\bsrc=", doc) and not re.search(r"<link[^>]*\bhref=", doc)  # inline only
     assert "http://" not in doc and "https://" not in doc            # self-contained
     sentence = explain_text(expl)
     assert sentence in doc
@@ -52,3 +53,21 @@ def test_same_input_same_png(tmp_path):
     write_html([bridge(), dnat()], tmp_path / "a.html")
     write_html([bridge(), dnat()], tmp_path / "b.html")
     assert (tmp_path / "a-stages.png").read_bytes() == (tmp_path / "b-stages.png").read_bytes()
+
+
+def test_stacked_stages_never_count_a_stage_and_its_parts_twice():
+    """The latency bars stack stages by cause: backend.execute's exclusive parts and overlapping phases are inside
+    it, so the stack's height is the view's total, and the report's table of them says which is which."""
+    from pathprof.analysis.charts import stage_groups
+    from pathprof.analysis.html import _run_section as run_section
+    st = [{"name": "wire.backend", "leg": "request", "us_per_txn": 20.0},
+          {"name": "backend.execute", "leg": "server", "us_per_txn": 600.0},
+          {"name": "backend.executor", "leg": "server", "us_per_txn": 500.0, "parent": "backend.execute",
+           "phase": True},
+          {"name": "backend.wal_flush", "leg": "server", "us_per_txn": 300.0, "parent": "backend.execute",
+           "part": True},
+          {"name": "backend.execute.other", "leg": "server", "us_per_txn": 300.0, "parent": "backend.execute",
+           "part": True}]
+    assert sum(stage_groups({"stages": st}, set()).values()) == 620.0
+    page = run_section({"topology": "loopback", "clients": 4, "tps": 100.0, "stages": st})
+    assert "add up to it" in page and "· backend.executor" in page

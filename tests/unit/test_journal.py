@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 import time
@@ -12,7 +13,8 @@ def test_record_is_durable_before_creation_and_torn_lines_are_skipped(tmp_path):
     with open(j.path, "a") as f:
         f.write('{"kind": "note", "te')  # a writer killed mid-line
     loaded = Journal.load(j.path)
-    assert [e["kind"] for e in loaded.entries] == ["note", "dir"]
+    assert [e["kind"] for e in loaded.entries] == ["owner", "note", "dir"]
+    assert loaded.entries[0]["pid"] == os.getpid() and loaded.owner_alive()
 
 
 def test_teardown_kills_only_the_recorded_process(tmp_path):

@@ -150,3 +150,43 @@ def test_disk_view_per_device_and_operation():
         ("vda", "write", 2.0, 120.0, 60.0), ("vda", "flush", 1.0, 50.0, 50.0)]
     # the disk is not a stage of the transaction's timeline: the latency view leaves it out
     assert [s["name"] for s in views.latency_view(stages, 1000, 5.0)["stages"]] == ["wire.backend"]
+
+
+def test_execute_splits_into_exclusive_parts_that_add_up():
+    """A commit whose XLogFlush (300 µs) waited 100 µs of it on an LWLock, plus an 80 µs row-lock wait, inside a
+    600 µs backend.execute. Inclusive, wal_flush + lwlock_wait + lock_wait would be 480; the exclusive parts the
+    probes recorded (pg_excl, owner in `hook`) are 300 + 0 + 80, and backend.execute.other is the 220 left. The
+    executor phase overlaps them: shown, never summed; the view's total counts backend.execute once."""
+    df = stages_1client(execute_us=600.0)
+    df = pd.concat([df, pd.DataFrame([
+        row("pg_wal_flush", "backend", "server", 300.0), row("pg_lwlock", "backend", "server", 100.0),
+        row("pg_lock", "backend", "server", 80.0), row("pg_execute", "backend", "server", 500.0),
+        row("pg_lwlock", "pg_aux", "server", 50.0),                       # the WAL writer's: not a transaction's
+        row("pg_excl", "backend", "server", 300.0, hook="pg_wal_flush"),
+        row("pg_excl", "backend", "server", 80.0, hook="pg_lock"),
+        row("pg_excl", "pg_aux", "server", 50.0, hook="pg_lwlock")])], ignore_index=True)
+    v = views.latency_view(df, 1000, 1.0)
+    s = by_name(v)
+    parts = {n: st for (n, leg), st in s.items() if st.get("part")}
+    assert set(parts) == {"backend.wal_flush", "backend.lwlock_wait", "backend.lock_wait", "backend.execute.other"}
+    assert parts["backend.wal_flush"]["us_per_txn"] == pytest.approx(300.0)
+    assert parts["backend.lwlock_wait"]["us_per_txn"] == 0.0
+    assert parts["backend.lwlock_wait"]["inclusive_us"] == pytest.approx(100.0)
+    assert parts["backend.execute.other"]["us_per_txn"] == pytest.approx(220.0)
+    assert sum(p["us_per_txn"] for p in parts.values()) == pytest.approx(s[("backend.execute", "server")]["us_per_txn"])
+    assert s[("backend.executor", "server")].get("phase") and not s[("backend.executor", "server")].get("part")
+    assert v["execute_split"] == {"execute_us": 600.0, "parts_us": 380.0, "other_raw_us": 220.0,
+                                  "parts_pct": pytest.approx(63.33, abs=0.01)}
+    no_deep = views.latency_view(stages_1client(execute_us=600.0), 1000, 1.0)
+    assert v["total_us"] == pytest.approx(no_deep["total_us"])       # nothing nested is counted twice
+
+
+def test_runs_without_exclusive_times_keep_the_inclusive_parts():
+    """Runs recorded before the exclusive split: the I/O stages stay inclusive, under execute, with no `other`."""
+    df = pd.concat([stages_1client(execute_us=600.0),
+                    pd.DataFrame([row("pg_wal_flush", "backend", "server", 300.0)])], ignore_index=True)
+    v = views.latency_view(df, 1000, 1.0)
+    s = by_name(v)
+    assert s[("backend.wal_flush", "server")]["us_per_txn"] == pytest.approx(300.0)
+    assert "part" not in s[("backend.wal_flush", "server")] and ("backend.execute.other", "server") not in s
+    assert "execute_split" not in v

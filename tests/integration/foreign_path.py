@@ -1,0 +1,108 @@
+"""A path built the way a user's deployment is, with plain `ip`/`iptables`/`initdb` commands and not with
+pathprof's builder: PostgreSQL in a namespace of its own behind a veth, a forwarder (socat) in the root
+namespace in front of it, clients in the root namespace. pathprof must find it and profile it."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from contextlib import contextmanager
+
+PG_BIN = "/usr/lib/postgresql/15/bin"
+NS, HOST_IF, DB_IF = "pp-t11-db", "pp-t11-h", "pp-t11-d"
+HOST_IP, DB_IP = "198.18.211.1", "198.18.211.2"
+
+
+def _sh(*argv: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    full = ["ip", "netns", "exec", ns, *argv] if ns else list(argv)
+    return subprocess.run(full, check=check, capture_output=True, text=True, timeout=60)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(host: str, port: int, ns: str | None = None, timeout: float = 30.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if _sh(f"{PG_BIN}/pg_isready", "-q", "-h", host, "-p", str(port), ns=ns, check=False).returncode == 0:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"nothing answered on {host}:{port}")
+
+
+@contextmanager
+def foreign_path(forwarder: str = "socat"):
+    """Yields {"port": the forwarder's port on 127.0.0.1, "pg_port", "postmaster": pid, "forwarder": pid}."""
+    tmp = tempfile.mkdtemp(prefix="pp-t11-")
+    procs: list[subprocess.Popen] = []
+    try:
+        _sh("ip", "netns", "add", NS)
+        _sh("ip", "link", "add", HOST_IF, "type", "veth", "peer", "name", DB_IF)
+        _sh("ip", "link", "set", DB_IF, "netns", NS)
+        _sh("ip", "addr", "add", f"{HOST_IP}/30", "dev", HOST_IF)
+        _sh("ip", "link", "set", HOST_IF, "up")
+        _sh("ip", "addr", "add", f"{DB_IP}/30", "dev", DB_IF, ns=NS)
+        _sh("ip", "link", "set", DB_IF, "up", ns=NS)
+        _sh("ip", "link", "set", "lo", "up", ns=NS)
+        # a rule of the user's own in the server's namespace: netfilter runs there
+        _sh("iptables", "-A", "INPUT", "-p", "tcp", "--dport", "5432", "-j", "ACCEPT", ns=NS)
+        data = os.path.join(tmp, "data")
+        shutil.chown(tmp, "postgres", "postgres")
+        _sh("runuser", "-u", "postgres", "--", f"{PG_BIN}/initdb", "-D", data, "-A", "trust", "-U", "postgres")
+        with open(os.path.join(data, "pg_hba.conf"), "a") as f:
+            f.write("host all all 198.18.0.0/15 trust\n")
+        pg = subprocess.Popen(["ip", "netns", "exec", NS, "runuser", "-u", "postgres", "--", f"{PG_BIN}/postgres",
+                               "-D", data, "-c", f"listen_addresses={DB_IP}", "-c", f"unix_socket_directories={tmp}",
+                               "-c", "max_connections=60", "-c", "fsync=off"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        procs.append(pg)
+        _wait_port(DB_IP, 5432, ns=NS)
+        port = free_port()
+        fwd = subprocess.Popen(["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork",
+                                f"TCP:{DB_IP}:5432"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               stdin=subprocess.DEVNULL)
+        procs.append(fwd)
+        _wait_port("127.0.0.1", port)
+        postmaster = int(open(os.path.join(data, "postmaster.pid")).readline())
+        yield {"port": port, "pg_port": 5432, "postmaster": postmaster, "forwarder": fwd.pid, "netns": NS}
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        subprocess.run(["pkill", "-f", f"socat TCP-LISTEN:.*{DB_IP}"], capture_output=True)
+        _sh("ip", "netns", "del", NS, check=False)
+        _sh("ip", "link", "del", HOST_IF, check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def pgbench(port: int, clients: int, seconds: int, tmp: str, log_dir: str | None = None) -> subprocess.Popen:
+    """A pgbench the test starts itself (select 1, prepared), logging progress every second (and every
+    transaction into log_dir, when given)."""
+    script = os.path.join(tmp, "select1.sql")
+    with open(script, "w") as f:
+        f.write("select 1;\n")
+    logging = ["-l", "--log-prefix", os.path.join(log_dir, "pgbench_log")] if log_dir else []
+    return subprocess.Popen([f"{PG_BIN}/pgbench", "-n", "-M", "prepared", "-f", script, "-c", str(clients),
+                             "-j", str(min(clients, 2)), "-T", str(seconds), "-P", "1", *logging, "-h", "127.0.0.1",
+                             "-p", str(port), "-U", "postgres", "postgres"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+
+
+def wait_connected(port: int, n: int, timeout: float = 30.0) -> None:
+    """Until n client connections to 127.0.0.1:port are established (pgbench has started its load)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        out = _sh("ss", "-Htn", "state", "established", f"( sport = :{port} )").stdout
+        if len(out.splitlines()) >= n:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"pgbench did not connect {n} clients to port {port}")

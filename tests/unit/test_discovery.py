@@ -1,0 +1,76 @@
+"""Socket tables and path following on hand-made tables (the integration tests do it on the real machine)."""
+from __future__ import annotations
+
+from pathprof.agent import discovery
+from pathprof.agent.sockets import Addr, Proc, Sock, SocketTable, parse_conntrack, parse_proc_tcp, parse_ss_unix
+
+TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1538 00000000:0000 0A 00000000:00000000 00:00000000 00000000   106        0 41234 1
+   1: 0100007F:D431 0100007F:1538 01 00000000:00000000 00:00000000 00000000     0        0 41240 1
+"""
+TCP6 = """  sl  local_address                         remote_address                        st tx_queue
+   0: 0000000000000000FFFF00000100007F:1538 0000000000000000FFFF00000100007F:D432 01 0 0 0 0 0 0 0 777 1
+"""
+SS_UNIX = """u_str LISTEN 0 244 /run/postgresql/.s.PGSQL.5432 30733 * 0
+u_str ESTAB 0 0 * 30801 * 30802
+"""
+CONNTRACK = ("ipv4     2 tcp      6 431999 ESTABLISHED src=198.18.0.1 dst=198.18.0.1 sport=40000 dport=49155 "
+             "src=198.18.9.2 dst=198.18.0.1 sport=5432 dport=40000 [ASSURED] mark=0 zone=0 use=2\n"
+             "ipv4     2 udp      17 20 src=1.1.1.1 dst=2.2.2.2 sport=1 dport=2 "
+             "src=2.2.2.2 dst=1.1.1.1 sport=2 dport=1\n")
+
+
+def test_proc_tcp_rows_decode_addresses_ports_states_and_inodes():
+    rows = parse_proc_tcp(TCP, netns=7)
+    assert [(str(r.local), str(r.remote), r.state, r.inode) for r in rows] == [
+        ("127.0.0.1:5432", "0.0.0.0:0", "listen", 41234),
+        ("127.0.0.1:54321", "127.0.0.1:5432", "established", 41240)]
+    v6 = parse_proc_tcp(TCP6, netns=7)[0]
+    assert v6.local == Addr("127.0.0.1", 5432) and v6.remote.port == 0xD432     # v4-mapped shown as v4
+
+
+def test_unix_rows_and_conntrack_entries():
+    lst, est = parse_ss_unix(SS_UNIX, netns=1)
+    assert lst.state == "listen" and lst.path.endswith(".s.PGSQL.5432") and lst.inode == 30733
+    assert est.state == "established" and est.path == "" and est.peer_inode == 30802
+    (o_src, o_dst, r_src, r_dst), = parse_conntrack(CONNTRACK)       # udp skipped
+    assert o_dst == Addr("198.18.0.1", 49155) and r_src == Addr("198.18.9.2", 5432) and r_dst == o_src
+
+
+def _table() -> SocketTable:
+    """client (pid 10, ns 1) -> published port 49155, DNAT -> a proxy (pid 20, ns 1) would be the userland
+    variant; here the kernel rewrote it: the server's backend (pid 31, ns 2) holds the other end."""
+    t = SocketTable(root_ns=1)
+    t.procs = {10: Proc(10, "myapp", 1, 1), 30: Proc(30, "postgres", 1, 2), 31: Proc(31, "postgres", 30, 2)}
+    t.ns_pid = {1: 10, 2: 30}
+    t._unix_read = True
+    client = Sock(1, "tcp", "established", 100, Addr("198.18.0.1", 40000), Addr("198.18.0.1", 49155))
+    backend = Sock(2, "tcp", "established", 200, Addr("198.18.9.2", 5432), Addr("198.18.0.1", 40000))
+    listen = Sock(2, "tcp", "listen", 300, Addr("0.0.0.0", 5432), Addr("0.0.0.0", 0))
+    t.socks = [client, backend, listen]
+    t.owners = {100: [10], 200: [31], 300: [30]}
+    t._ct = parse_conntrack(CONNTRACK)
+    return t
+
+
+def test_a_nat_rewritten_connection_is_followed_through_conntrack():
+    t = _table()
+    other, how = t.peer(t.socks[0])
+    assert other.inode == 200 and how == "nat"
+    back, how = t.peer(other)                  # and from the server's side back to the client (attach)
+    assert back.inode == 100 and how == "nat"
+    path = discovery.follow(t, t.socks[0])
+    assert path.postmaster == 30 and path.hops == [] and path.namespaces == [1, 2] and 5432 in path.ports
+
+
+def test_an_unanswered_connection_is_said_not_guessed():
+    t = _table()
+    t._ct = []
+    t.socks = [t.socks[0]]                 # the server side is not on this machine
+    path = discovery.follow(t, t.socks[0])
+    assert path.postmaster is None and "not answered by any process" in path.unseen[0]
+
+
+def test_hop_roles_by_command():
+    assert [discovery.hop_role(c) for c in ("pgbouncer", "pgpool", "docker-proxy", "socat", "qemu-system-x86",
+                                            "mystery")] == ["pooler", "pooler", "proxy", "proxy", "qemu", "other"]
