@@ -38,8 +38,14 @@ class Capability:
 
 
 def _probes_dir() -> Path:
-    from pathprof.agent.probes import _probes_dir as d
-    return d()
+    # The probe objects' package itself: importing pathprof.agent.probes for this would import pandas too,
+    # which a run then cannot overlap with these checks.
+    try:
+        import pathprof.probes as pp
+        return Path(pp.__file__).resolve().parent
+    except Exception:  # pragma: no cover
+        from pathprof.agent.probes import _probes_dir as d
+        return d()
 
 
 def usdt_notes(path: str) -> list[tuple[str, str]]:
@@ -241,14 +247,44 @@ def to_json(caps: list[Capability]) -> dict:
     return {"capabilities": [c.to_json() for c in caps]}
 
 
+# A run's gate remembers a pass until the next boot (tmpfs), keyed by what could change it: the kernel, the
+# probe objects, the postgres binary. The checks load and attach test programs: about half a second per run.
+PASSED_DIR = Path("/run/pathprof/doctor")
+
+
+def _pass_key(level: str) -> str:
+    import hashlib
+    try:
+        boot = open("/proc/sys/kernel/random/boot_id").read().strip()
+    except OSError:
+        boot = "unknown-boot"
+    parts = [level, boot, os.uname().release, str(os.geteuid())]
+    for p in (_probes_dir() / "pathprof.bpf.o", _probes_dir() / "doctor.bpf.o", Path(POSTGRES_BIN)):
+        try:
+            st = p.stat()
+            parts += [str(p), str(st.st_size), str(st.st_mtime_ns)]
+        except OSError:
+            parts += [str(p), "missing"]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
+
+
 def require(level: str) -> None:
-    """Refuse early, with the doctor's words, when --probes LEVEL cannot work here."""
+    """Refuse early, with the doctor's words, when --probes LEVEL cannot work here (a pass is remembered for this
+    boot and these probe objects; `pathprof doctor` itself always checks everything)."""
     if level == "off":
+        return
+    key = _pass_key(level)
+    if (PASSED_DIR / key).exists():
         return
     miss = missing(check_capabilities(), level)
     if miss:
         raise RequirementError(f"--probes {level} needs: " + "; ".join(f"{c.name} ({c.detail})" for c in miss)
                                + ". Run `pathprof doctor` for the full list, or use --probes off")
+    try:
+        PASSED_DIR.mkdir(parents=True, exist_ok=True)
+        (PASSED_DIR / key).touch()
+    except OSError:
+        pass
 
 
 __all__ = ["Capability", "check_capabilities", "render_capabilities", "require", "missing", "to_json",

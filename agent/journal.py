@@ -26,9 +26,6 @@ def _quiet(argv: list[str]) -> bool:
     return subprocess.run(argv, capture_output=True, timeout=30, stdin=subprocess.DEVNULL).returncode == 0
 
 
-
-
-
 class Journal:
     def __init__(self, run_id: str, directory: Path | None = None):
         self.run_id = run_id
@@ -101,6 +98,9 @@ class Journal:
 
 def describe(entry: dict) -> str:
     k = entry["kind"]
+    if k == "iptables_batch":
+        from .iptables_batch import describe as describe_batch
+        return describe_batch(entry)
     if k == "iptables":
         return f"iptables -t {entry['table']} {entry['chain']} {' '.join(entry['args'])}"
     return f"{k} {entry.get('name') or entry.get('pid') or entry.get('path') or ''}".strip()
@@ -124,10 +124,13 @@ def undo(entry: dict) -> bool:
         if not _quiet(netns_argv(ns, ["ip", "link", "show", "dev", name])):
             return True
         return _quiet(netns_argv(ns, ["ip", "link", "del", "dev", name]))
+    if k == "iptables_batch":
+        from .iptables_batch import remove
+        return remove(entry)
     if k == "qdisc":
         from pathprof.topologies.netem import qdisc_undo
         return qdisc_undo(entry)
-    if k == "iptables":
+    if k == "iptables":          # journals written before batches (one entry per rule)
         cmd = entry.get("tool", "iptables")
         check = netns_argv(ns, [cmd, "-w", "-t", entry["table"], "-C", entry["chain"], *entry["args"]])
         if not _quiet(check):

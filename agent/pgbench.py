@@ -316,13 +316,15 @@ def _duration_of(argv: list[str]) -> float:
     return float(argv[argv.index("-T") + 1]) if "-T" in argv else 0.0
 
 
-def finish(result: PgbenchResult, log_dir: Path) -> PgbenchResult:
-    """Fill latency percentiles from the per-transaction logs, then compress them."""
-    logs = read_logs(log_dir)
+def finish(result: PgbenchResult, log_dir: Path, logs=None, compress: bool = True) -> PgbenchResult:
+    """Fill latency percentiles from the per-transaction logs (read now unless given), then compress them."""
+    if logs is None:
+        logs = read_logs(log_dir)
     pct = latency_percentiles(logs) if len(logs) else {}
     if pct:  # otherwise keep pgbench's own "latency average"
         result.latency_ms = pct
-    compress_logs(log_dir)
+    if compress:
+        compress_logs(log_dir)
     return result
 
 

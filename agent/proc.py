@@ -13,7 +13,8 @@ from .netns import netns_argv  # noqa: F401  (proc.netns_argv is part of the doc
 
 # Debian package that provides each external tool, for "missing tool" messages.
 PACKAGE_OF = {
-    "ip": "iproute2", "iptables": "iptables", "iptables-save": "iptables", "nft": "nftables",
+    "ip": "iproute2", "iptables": "iptables", "iptables-save": "iptables", "iptables-restore": "iptables",
+    "nft": "nftables",
     "pgbench": "postgresql-contrib (postgresql-15)", "initdb": "postgresql-15", "pg_ctl": "postgresql-15",
     "psql": "postgresql-client-15",
     "postgres": "postgresql-15", "pgbouncer": "pgbouncer", "pgpool": "pgpool2", "docker-proxy": "docker.io",

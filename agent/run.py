@@ -12,14 +12,15 @@ from pathprof.topologies import netem
 from pathprof.topologies import spec as specmod
 
 from . import pgbench, proc
-from .errors import Interrupted, RequirementError, UserError
+from .background import Background, in_background
+from .errors import Interrupted, UserError
 from .host import cpu_busy_ns, host_info, require_root  # noqa: F401  (run.require_root: topology_cmd)
 from .journal import Journal
-from .postgres import ManagedPostgres
+from .phase_clock import PhaseClock
+from .postgres import ManagedPostgres, prepare_cluster
 from .run_options import Reporter, RunOptions
+from .run_setup import STATE_ROOT, abandon, claim_run_id, import_analysis, load_probes, require_probes, settle
 from .signals import checkpoint, interrupted, sigterm_as_interrupt, uninterruptible
-
-STATE_ROOT = Path(os.environ.get("PATHPROF_STATE", "/var/lib/pathprof")) / "state"
 
 
 class _Checked(Reporter):
@@ -41,6 +42,7 @@ class _Checked(Reporter):
 
 
 def execute(opts: RunOptions, ui: Reporter) -> RunDir:
+    clock = PhaseClock()
     require_root()
     proc.which("pgbench")
     ui = _Checked(ui)
@@ -67,31 +69,48 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
         from .io_limit import check_available
         check_available()
     _check_pg_limits(opts)
-    probes = _probe_session(opts, topo)
-    rd = RunDir.create(opts.runs_dir, topo.name)
-    journal = Journal(rd.meta["run_id"])
-    journal.record("note", run_dir=str(rd.path.resolve()))   # `pathprof cleanup` marks it if this run is killed
-    state_dir = STATE_ROOT / rd.meta["run_id"]
+    journal = Journal(claim_run_id(opts.runs_dir, topo.name))
+    state_dir = STATE_ROOT / journal.run_id
     journal.record("dir", path=str(state_dir))
     state_dir.mkdir(parents=True, exist_ok=True)
+    cluster = None
+    try:
+        # The owned cluster: a cached initdb'ed template, copied by a `cp` running while the run goes on.
+        cluster = prepare_cluster(state_dir / "pg") if topo.postgres.kind == "local" else None
+        require_probes(opts)
+        rd = RunDir.create(opts.runs_dir, topo.name, run_id=journal.run_id)
+        journal.record("note", run_dir=str(rd.path.resolve()))   # `pathprof cleanup` marks it if this run is killed
+    except BaseException:
+        abandon(cluster, journal)
+        raise
     rd.update(pathprof_version=pathprof.__version__, host=host_info(),
               topology={"name": topo.name, "source": topo.source, "options": topo.options, "spec": topo.to_dict()},
-              workload=opts.workload.to_dict(), status="running")
+              workload=opts.workload.to_dict(), status="running", journal=journal.run_id)
     services: list = []
     pg = None
+    probe_loading, loaded = None, {}
+    clock.add("checks", time.monotonic() - clock.t0)
     try:
         with sigterm_as_interrupt():
-            from pathprof.topologies import builder
             ui.phase(f"building topology {topo.name}")
-            ctx = builder.build(topo, journal, state_dir, progress=lambda s: ui.phase(f"creating {s}"))
+            with clock.phase("namespaces"):
+                from pathprof.topologies import builder
+                ctx = builder.build(topo, journal, state_dir, progress=lambda s: ui.phase(f"creating {s}"))
+            # Only now, after pyroute2's forked helpers (a fork copies the locks another thread holds, such as
+            # an import's), ~0.4 s of imports the results need (pandas) on a thread, overlapping the set-up.
+            Background(import_analysis)
+            if opts.probes != "off":    # loaded (verified) in the background while the server and hops start
+                ui.phase(f"loading probes ({opts.probes}) in the background")
+                probe_loading = Background(load_probes, opts, topo, loaded)
             ctx.clients = opts.workload.clients
-            pg = _start_postgres(opts, topo, ctx, journal, state_dir, ui)
-            for s in topo.services:
-                ui.phase(f"starting {s.kind} ({s.name}) in {s.host}")
-                svc = services_mod.create(s)
-                services.append(svc)
-                svc.start(ctx)
-            _measure(opts, topo, ctx, pg, services, probes, rd, ui)
+            pg = _start_postgres(opts, topo, ctx, journal, state_dir, ui, clock, cluster)
+            with clock.phase("services"):
+                for s in topo.services:
+                    ui.phase(f"starting {s.kind} ({s.name}) in {s.host}")
+                    svc = services_mod.create(s)
+                    services.append(svc)
+                    svc.start(ctx)
+            _measure(opts, topo, ctx, pg, services, (probe_loading, loaded), rd, ui, clock)
     except KeyboardInterrupt:
         rd.update(status="interrupted")
         raise Interrupted("interrupted; the topology was torn down") from None
@@ -99,10 +118,14 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
         rd.update(status="failed")
         raise
     finally:
-        with uninterruptible():
+        with uninterruptible(), clock.phase("teardown"):
             ui.phase("tearing down")
-            if probes is not None:
-                probes.close()
+            if pg:
+                pg.begin_stop()         # its shutdown checkpoint runs while the probes are closed
+            if probe_loading is not None:
+                probe_loading.join(quiet=True)  # never close what is still being loaded
+            # detaching the probes (tens of ms per link) overlaps stopping the hops and the server
+            closing = Background(loaded["session"].close) if loaded.get("session") is not None else None
             for svc in reversed(services):
                 try:
                     svc.stop()
@@ -110,13 +133,23 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
                     ui.note(f"stopping {svc.kind}: {e}")
             if pg:
                 pg.stop()
+            if closing is not None:
+                try:
+                    closing.join()
+                except Exception as e:
+                    ui.note(f"closing the probes: {e}")
             try:
                 _keep_logs(rd, state_dir, services)
             except OSError as e:        # a full runs directory must not keep the path from being torn down
                 ui.note(f"server and hop logs not kept: {e}")
+            settle(cluster)            # a copy still going would recreate files teardown removes
             problems = journal.teardown()
             if problems:
                 ui.note("could not remove: " + "; ".join(problems) + " (run `pathprof cleanup`)")
+        try:
+            rd.update(setup_s=clock.total())
+        except OSError:                 # a full runs directory: the original error matters more
+            pass
     rd.update(status="complete")
     return rd
 
@@ -151,27 +184,7 @@ def _check_pg_limits(opts: RunOptions) -> None:
                             f"(max_connections={mc_i}, 3 reserved for superusers)")
 
 
-def _probe_session(opts: RunOptions, topo):
-    if opts.probes == "off":
-        return None
-    try:
-        from . import doctor
-        from . import probes as probes_mod
-    except ImportError:
-        raise RequirementError("the probes are not built into this pathprof; use --probes off") from None
-    doctor.require(opts.probes)
-    ports = sorted({topo.postgres.port, *[t.port for t in topo.client.targets.values() if t.port]} |
-                   {int(s.options["port"]) for s in topo.services if "port" in s.options})
-    cfg = probes_mod.ProbeConfig(level=opts.probes, netns=topo.namespaces(), service_ports=ports,
-                                 postgres_bin=proc.which("postgres"), trace_sample=opts.trace_sample,
-                                 window_s=opts.probe_window_s, period_s=opts.probe_period_s,
-                                 hop_slots=len({s.name for s in topo.services}) + 1,
-                                 tap_hop=any(s.kind == "qemu-guest" for s in topo.services),
-                                 qdisc=any(link.impairments() for link in topo.links), holds=netem.holds(topo))
-    return probes_mod.ProbeSession(cfg)
-
-
-def _start_postgres(opts, topo, ctx, journal, state_dir, ui):
+def _start_postgres(opts, topo, ctx, journal, state_dir, ui, clock: PhaseClock, cluster=None):
     from pathprof.topologies.builder import PostgresEndpoint, port_in_use
     netns = topo.netns_of(topo.postgres.host)
     if topo.postgres.kind == "guest":
@@ -191,16 +204,20 @@ def _start_postgres(opts, topo, ctx, journal, state_dir, ui):
         wal = make_wal_device(journal, state_dir, opts.wal_device_mb, *pg._uid())
         waldir, pg.wal_device = wal.waldir, wal
     ui.phase("initdb (owned PostgreSQL)")
-    pg.initdb(waldir)
+    with clock.phase("initdb"):
+        pg.initdb(waldir, cluster)
     ui.phase(f"starting postgres in {topo.postgres.host}")
-    pg.start()
+    with clock.phase("server_start"):
+        pg.start()
     if opts.workload.script == "tpcc":
         from . import tpcc
         ui.phase(f"loading TPC-C tables: {opts.workload.scale} warehouse(s)")
-        pg.load_sql(tpcc.load_sql(opts.workload.scale))
+        with clock.phase("pgbench_init"):
+            pg.load_sql(tpcc.load_sql(opts.workload.scale))
     elif opts.workload.needs_tables:
         ui.phase(f"pgbench -i -s {opts.workload.scale}")
-        pg.init_pgbench(opts.workload.scale)
+        with clock.phase("pgbench_init"):
+            pg.init_pgbench(opts.workload.scale)
     if pg.wal_device and opts.wal_device_limit:      # after the load: only the measured run is throttled
         from . import io_limit
         pg.wal_device.limit = dict(opts.wal_device_limit)
@@ -219,22 +236,26 @@ def _target(topo, pg) -> pgbench.Target:
     return pgbench.Target(t.host, t.port)
 
 
-def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
+def _measure(opts, topo, ctx, pg, services, loading: tuple, rd: RunDir, ui, phases: PhaseClock) -> None:
     from . import recorder
     w = opts.workload
     client_ns = topo.netns_of(topo.client.host)
     log_dir = rd.file("pgbench") / "log"
     log_dir.mkdir(parents=True, exist_ok=True)
     argv = pgbench.build_argv(w, _target(topo, pg), log_dir, rd.file("pgbench"))
-    if probes is not None:
-        ui.phase(f"loading probes ({opts.probes})")
-        probes.start()
-        recorder.track_path(probes, pg, services)
-    conn_probe = _conn_probe(opts, probes, pg, ui)
-    rd.update(pgbench={"argv": argv, "version": pgbench.pgbench_version()},
-              postgres=pg.describe() if pg else {"owned": True, "kind": "guest"},
-              services=[s.describe() for s in services])
-    clock = {"checkpoints0": recorder.checkpoints(pg)}
+    with phases.phase("run_info"):
+        rd.update(pgbench={"argv": argv, "version": pgbench.pgbench_version()},
+                  postgres=pg.describe() if pg else {"owned": True, "kind": "guest"},
+                  services=[s.describe() for s in services])
+        clock = {"checkpoints0": recorder.checkpoints(pg)}
+    with phases.phase("probe_load"):       # what is left of loading them, and attaching to the path
+        probe_loading, loaded = loading
+        if probe_loading is not None:
+            probe_loading.join()
+        probes = loaded.get("session")
+        if probes is not None:
+            recorder.track_path(probes, pg, services)
+        conn_probe = _conn_probe(opts, probes, pg, ui)
 
     def started(pid: int) -> None:
         if probes is not None:
@@ -269,8 +290,9 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
 
     try:
         try:
-            result = pgbench.run(client_ns, argv, rd.file("pgbench"), on_progress=on_progress, on_start=started,
-                                 should_stop=interrupted)
+            with phases.phase("pgbench"):
+                result = pgbench.run(client_ns, argv, rd.file("pgbench"), on_progress=on_progress,
+                                     on_start=started, should_stop=interrupted)
         except UserError as e:             # pgbench stuck or failed: say what of the path is broken, if anything
             broken = _dead_parts(pg, services, history) + [f"link {x} is down" for x in recorder.down_links(topo)]
             broken += netem.dead_delay_lines(ctx.journal)
@@ -283,24 +305,26 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
         if conn_probe is not None:
             conn_probe.close()
     (busy1, total1), t1 = cpu_busy_ns(), time.monotonic_ns()
+    t_results = time.monotonic()
     if probes is not None:
         probes.stop_windows()        # pgbench is done: no window may outlive it
     (busy0, total0) = clock["cpu0"]
     cpu = {"busy_ns": busy1 - busy0, "elapsed_ns": t1 - clock["t0"], "ncpu": os.cpu_count(),
            "total_ns": total1 - total0}
     ui.phase("reading results")
-    pgbench.finish(result, log_dir)
+    logs = pgbench.read_logs(log_dir)          # once: the latency percentiles and the windows both need them
+    pgbench.finish(result, log_dir, logs=logs, compress=False)
     if pg is not None and pg.wal_device and pg.wal_device.cgroup:
         from .io_limit import serviced
         pg.wal_device.throttled = serviced(pg.wal_device.cgroup, pg.wal_device.device)
         rd.update(postgres={**rd.meta.get("postgres", {}), "wal_device": pg.wal_device.describe()})
     meta_probes = {"level": opts.probes}
-    if probes is not None:
-        presult = probes.stop()
-        meta_probes.update(recorder.save_probe_result(rd, presult))
-        from .probe_windows import window_meta
-        meta_probes.update(window_meta(presult.windows, pgbench.read_logs(log_dir), opts.probe_window_s,
-                                       opts.probe_period_s))
+    with in_background(pgbench.compress_logs, log_dir):   # gzip the logs while the probes' results are saved
+        if probes is not None:
+            presult = probes.stop()
+            meta_probes.update(recorder.save_probe_result(rd, presult))
+            from .probe_windows import window_meta
+            meta_probes.update(window_meta(presult.windows, logs, opts.probe_window_s, opts.probe_period_s))
     if conn_frame is not None:
         rd.write_frame("connect.parquet", conn_frame)
         meta_probes["conn_cost"] = conn_probe.cost()
@@ -309,6 +333,7 @@ def _measure(opts, topo, ctx, pg, services, probes, rd: RunDir, ui) -> None:
               postgres={**rd.meta.get("postgres", {}),
                         "checkpoints": recorder.checkpoints_during(clock["checkpoints0"], recorder.checkpoints(pg))})
     rd.write_json("topology.json", recorder.discovered_path(topo, ctx, pg, services, seen_sockets))
+    phases.add("results", time.monotonic() - t_results)
     dead = _dead_parts(pg, services, history)
     if dead:
         rd.update(failure=dead)

@@ -114,9 +114,24 @@ def header(summary: dict) -> Panel:
         grid.add_row("host", ", ".join(f"{k} {host[k]}" for k in ("hostname", "kernel", "cpus") if host.get(k)))
     if summary.get("accelerator"):
         grid.add_row("accelerator", str(summary["accelerator"]))
+    if summary.get("setup_s"):
+        grid.add_row("set-up", setup_text(summary["setup_s"]))
     if summary.get("run_dir"):
         grid.add_row("run", str(summary["run_dir"]))
     return Panel(grid, title=f"pathprof — {run_label(summary)}", title_align="left")
+
+
+def setup_text(setup: dict) -> str:
+    """Where the run's wall-clock time went outside pgbench (run.json `setup_s`)."""
+    total, bench = setup.get("total"), setup.get("pgbench")
+    parts = [f"{k} {v:.2f}" for k, v in setup.items() if k not in ("total", "pgbench") and v >= 0.005]
+    if total is not None:
+        other = total - sum(v for k, v in setup.items() if k != "total")
+        parts += [f"other {other:.2f}"] if other >= 0.005 else []
+    head = f"{total:.1f} s end to end" if total is not None else ""
+    if total is not None and bench is not None:
+        head += f", {total - bench:.1f} s outside pgbench's {bench:.1f} s"
+    return head + (": " if head and parts else "") + ", ".join(parts)
 
 
 def _no_data(summary: dict, view: str) -> Text:

@@ -38,6 +38,7 @@ def summarize(rd: RunDir) -> dict:
         "postgres_version": (m.get("postgres") or {}).get("version"),
         "pathprof_version": m.get("pathprof_version"),
         "status": m.get("status"),
+        "setup_s": m.get("setup_s"),
         "notes": list(probes.get("notes") or []),
         "run_dir": str(rd.path),
         # who drove the load: pgbench (run), or clients pathprof only watched (attach: exchanges the probes counted)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from pathprof.agent import proc
+from pathprof.agent import iptables_batch, proc
 from pathprof.agent.errors import UserError
 from pathprof.agent.journal import Journal
 from pyroute2 import IPRoute, NetNS
@@ -95,7 +95,7 @@ def check_free(topo: Topology) -> None:
 def build(topo: Topology, journal: Journal, state_dir: Path, progress: Callable[[str], None] = lambda s: None
           ) -> BuildContext:
     check_free(topo)
-    for tool in ("ip", "iptables"):
+    for tool in ("ip", "iptables", "iptables-restore"):
         proc.which(tool)
     hosts = {h.name: HostInfo(h.name, h.netns) for h in topo.hosts.values()}
     for h in topo.hosts.values():
@@ -133,17 +133,38 @@ def build(topo: Topology, journal: Journal, state_dir: Path, progress: Callable[
         with _ipr(topo.netns_of(r.host)) as ipr:
             dst = {} if r.dst == "default" else {"dst": r.dst}
             ipr.route("add", gateway=r.via, **dst)
-    for c in topo.chains:
-        netns = topo.netns_of(c.host)
-        journal.record("iptables_chain", table=c.table, chain=c.name, netns=netns)
-        proc.run(netns, ["iptables", "-w", "-t", c.table, "-N", c.name])
-    for r in topo.rules:
-        netns = topo.netns_of(r.host)
-        journal.record("iptables", table=r.table, chain=r.chain, args=r.args, netns=netns)
-        op = ["-I", r.chain, "1"] if r.position == "insert" else ["-A", r.chain]
-        proc.run(netns, ["iptables", "-w", "-t", r.table, *op, *r.args])
+    apply_iptables(topo, journal, progress)
     return BuildContext(topo, journal, state_dir, hosts)
 
+
+def iptables_batches(topo: Topology) -> list[iptables_batch.Batch]:
+    """The spec's chains and rules, one batch per (namespace, table), rules in the spec's order."""
+    batches: dict[tuple, iptables_batch.Batch] = {}
+
+    def batch(host: str, table: str) -> iptables_batch.Batch:
+        netns = topo.netns_of(host)
+        return batches.setdefault((netns, table), iptables_batch.Batch(netns, table))
+    for c in topo.chains:
+        b = batch(c.host, c.table)
+        b.chains.append(c.name)
+        b.chain_labels.append(f"{topo.source}: {c.key or 'chain ' + c.name}")
+    for r in topo.rules:
+        batch(r.host, r.table).rules.append(iptables_batch.BatchRule(r.chain, r.args, r.position,
+                                                                     f"{topo.source}: {r.key or 'rule'}"))
+    return list(batches.values())
+
+
+def apply_iptables(topo: Topology, journal: Journal, progress: Callable[[str], None] = lambda s: None) -> None:
+    """Each batch journaled (what removal needs), then applied with one iptables-restore."""
+    batches = iptables_batches(topo)
+    if not batches:
+        return
+    tools = iptables_batch.backend()
+    for b in batches:
+        progress(f"iptables {b.table} in {b.netns or 'the root namespace'}: {len(b.chains)} chains, "
+                 f"{len(b.rules)} rules")
+        journal.record("iptables_batch", **iptables_batch.journal_fields(b, tools))
+        iptables_batch.apply(b, tools, f"host namespace {b.netns}" if b.netns else "the root namespace")
 
 def _impair(topo: Topology, journal: Journal, bridge_ns: dict, progress: Callable[[str], None]) -> None:
     """Link impairments (topologies.netem), once every end is placed: rate qdiscs and delay lines."""

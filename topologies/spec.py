@@ -25,6 +25,7 @@ BENCH_NET = ipaddress.ip_network("198.18.0.0/15")
 NAME_PREFIX = "pp-"
 CHAIN_PREFIXES = ("PP-", "pp-")
 IFNAMSIZ = 15
+IPTABLES_TABLES = ("filter", "nat", "mangle", "raw", "security")
 
 
 class SpecError(UserError):
@@ -79,6 +80,7 @@ class Chain:
     host: str
     table: str
     name: str
+    key: str = ""                  # where it is in the spec (chains[3]), for error messages
 
 
 @dataclass
@@ -88,6 +90,7 @@ class Rule:
     chain: str
     args: list[str]
     position: str = "append"       # "append" | "insert" (insert at the top, as dockerd does for jumps)
+    key: str = ""                  # where it is in the spec (rules[12]), for error messages
 
 
 @dataclass
@@ -256,6 +259,12 @@ class _Parser:
             raise self.err(key, f"'{value}' needs a prefix length, e.g. {value}/24")
         return value
 
+    def table(self, key: str, item: dict, required: bool = False) -> str:
+        t = self.need(item, key, "table") if required else item.get("table", "filter")
+        if t not in IPTABLES_TABLES:
+            raise self.err(f"{key}.table", f"'{t}' is not one of {', '.join(IPTABLES_TABLES)}")
+        return t
+
     def link_name(self, key: str, link: dict, links: list[Link]) -> str | None:
         name = link.get("name")
         if name is None:
@@ -377,17 +386,17 @@ class _Parser:
             if not cname.startswith(CHAIN_PREFIXES):
                 raise self.err(f"{key}.name", f"'{cname}' must start with PP- (pathprof only creates its own chains)")
             chains.append(Chain(self.host_ref(f"{key}.host", c.get("host", "host"), hosts),
-                                self.need(c, key, "table"), cname))
+                                self.table(key, c, required=True), cname, key))
         rules = []
         for key, x in self.items("rules"):
             args = self.need(x, key, "args", list)
-            if not all(isinstance(a, str) for a in args):
-                raise self.err(f"{key}.args", "must be a list of strings (iptables arguments)")
+            if not all(isinstance(a, str) and "\n" not in a for a in args):
+                raise self.err(f"{key}.args", "must be a list of strings (iptables arguments, one line)")
             pos = x.get("position", "append")
             if pos not in ("append", "insert"):
                 raise self.err(f"{key}.position", "must be 'append' or 'insert'")
             rules.append(Rule(self.host_ref(f"{key}.host", x.get("host", "host"), hosts),
-                              x.get("table", "filter"), self.need(x, key, "chain"), args, pos))
+                              self.table(key, x), self.need(x, key, "chain"), args, pos, key))
         services = []
         for key, s in self.items("services"):
             opts = {k: v for k, v in s.items() if k not in ("kind", "host", "name", "when")}

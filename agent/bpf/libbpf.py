@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes as C
 import errno
+import functools
 import os
 import threading
 
@@ -459,17 +460,20 @@ class BpfObject:
 BTF_KIND_TYPEDEF = 8
 
 
+_vmlinux_btf: list = []     # the kernel's BTF, parsed once per process (tens of ms each time otherwise)
+
+
+@functools.lru_cache(maxsize=None)
 def kernel_has_tracepoint(name: str) -> bool:
     """Does the running kernel's BTF describe tracepoint `name` (the `btf_trace_<name>` typedef a tp_btf
-    program attaches through)? No tracefs needed."""
+    program attaches through)? No tracefs needed. The kernel does not change under a running process: cached."""
     _require_lib()
-    btf = _lib.btf__load_vmlinux_btf()
+    if not _vmlinux_btf:
+        _vmlinux_btf.append(_lib.btf__load_vmlinux_btf())
+    btf = _vmlinux_btf[0]
     if not btf:
         return False
-    try:
-        return _lib.btf__find_by_name_kind(btf, f"btf_trace_{name}".encode(), BTF_KIND_TYPEDEF) > 0
-    finally:
-        _lib.btf__free(btf)
+    return _lib.btf__find_by_name_kind(btf, f"btf_trace_{name}".encode(), BTF_KIND_TYPEDEF) > 0
 
 
 def enable_stats() -> int:

@@ -29,7 +29,7 @@ def test_topology_runs_and_leaves_nothing(topology, runs_dir):
     assert list((rd / "pgbench" / "log").glob("pgbench_log.*.gz"))
     assert meta["postgres"]["version"].startswith("15")
     assert machine_state() == before
-    assert not Path(f"/var/lib/pathprof/journal/{rd.name}.jsonl").exists()
+    assert meta["journal"] and not Path(f"/var/lib/pathprof/journal/{meta['journal']}.jsonl").exists()
 
 
 def test_pg_set_and_tables(runs_dir):

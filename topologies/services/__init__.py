@@ -182,7 +182,7 @@ class Service:
             ok, last = sql_ping(ctx.host(self.host).netns, address, port)
             if ok:
                 return
-            time.sleep(0.2)
+            time.sleep(0.05)        # a pooler is up within tens of ms: a coarse poll would only add waiting
         raise self.fail(f"no `select 1` through {address}:{port} within {timeout_s:.0f} s (last error: {last})")
 
 

@@ -47,7 +47,9 @@ class DockerProxy(Service):
         try:
             # The write end must be fd 3 in the proxy. A shell that execs the proxy with `3>&W W>&-` puts it
             # there without a preexec_fn (unsafe in a threaded parent); `ip netns exec` keeps inherited fds.
-            self.spawn(ctx, ["/bin/sh", "-c", f'exec "$@" 3>&{w} {w}>&-', "docker-proxy", *self.argv()],
+            # bash, not sh: dash refuses fd numbers above 9 ("Bad fd number"), and with the probes loading
+            # meanwhile (their BPF fds) the pipe's end is often above 9.
+            self.spawn(ctx, ["/bin/bash", "-c", f'exec "$@" 3>&{w} {w}>&-', "docker-proxy", *self.argv()],
                        pass_fds=(w,))
         except BaseException:
             os.close(r)
