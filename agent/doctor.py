@@ -16,6 +16,8 @@ from pathlib import Path
 
 from pathprof.agent.errors import RequirementError
 
+BTF_FILE = "/sys/kernel/btf/vmlinux"
+
 POSTGRES_BIN = "/usr/lib/postgresql/15/bin/postgres"
 TRACEFS = "/sys/kernel/tracing"
 # tracepoints the probes attach to; the first two carry every view, the rest one stage each
@@ -143,7 +145,7 @@ def _bpf_checks(postgres_bin: str) -> list[Capability]:
 def check_capabilities(postgres_bin: str = POSTGRES_BIN) -> list[Capability]:
     caps = [Capability("root", os.geteuid() == 0, "running as root" if os.geteuid() == 0 else
                        "pathprof needs root (BPF, namespaces)")]
-    btf = os.path.exists("/sys/kernel/btf/vmlinux")
+    btf = os.path.exists(BTF_FILE)
     caps.append(Capability("btf", btf, "/sys/kernel/btf/vmlinux" if btf else
                            "kernel has no BTF (CONFIG_DEBUG_INFO_BTF)"))
     tok, tdetail = _tracefs_ok()
@@ -274,8 +276,8 @@ def require(level: str) -> None:
     if level == "off":
         return
     key = _pass_key(level)
-    if (PASSED_DIR / key).exists():
-        return
+    if (PASSED_DIR / key).exists() and os.path.exists(BTF_FILE):
+        return                        # (BTF checked anyway: a mount namespace can hide what the pass saw)
     miss = missing(check_capabilities(), level)
     if miss:
         raise RequirementError(f"--probes {level} needs: " + "; ".join(f"{c.name} ({c.detail})" for c in miss)

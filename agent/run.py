@@ -273,7 +273,7 @@ def _measure(opts, topo, ctx, pg, services, loading: tuple, rd: RunDir, ui, phas
     history: list = []
     live = {}
     from .status import StatusFile
-    status = StatusFile(rd.file("status.json"), probes, opts.status_every_s)
+    status = StatusFile(rd.file("status.json"), probes, opts.status_every_s, w.duration_s)
 
     def on_progress(pr) -> None:
         status.update(pr)

@@ -126,14 +126,17 @@ def storage_entries(obj) -> dict[str, int]:
 
 
 class StatusFile:
-    def __init__(self, path: Path, probes, every_s: float):
-        self.path, self.probes, self.every_s = path, probes, every_s
+    def __init__(self, path: Path, probes, every_s: float, duration_s: float | None = None):
+        self.path, self.probes, self.every_s, self.duration_s = path, probes, every_s, duration_s
         self._last = 0.0
 
     def update(self, pr) -> None:
-        """Called on each pgbench progress line; writes when every_s has passed since the last write."""
+        """Called on each pgbench progress line; writes when every_s has passed since the last write. pgbench's
+        last line can come as its clients close their connections: not a state of the running system."""
         now = time.monotonic()
         if self.every_s <= 0 or now - self._last < self.every_s:
+            return
+        if self.duration_s and self._last and pr.elapsed_s >= self.duration_s - 0.5:
             return
         self._last = now
         rss, peak = rss_kb()
