@@ -16,8 +16,6 @@ def _print_json(doc) -> None:
 
 
 def cmd_run(a) -> int:
-    from pathprof.analysis.summary import summarize
-
     from . import run as runmod
     from .console import make_reporter
     opts = cli_args.run_options(a, a.topology)
@@ -26,18 +24,10 @@ def cmd_run(a) -> int:
               "run_id": "live"}
     with make_reporter(a, opts.workload.duration_s) as ui, serving(a.metrics_port, ui, labels) as ui:
         rd = runmod.execute(opts, ui)
-    summary = summarize(rd)
-    if a.json:
-        _print_json(summary)
-    else:
-        from .console import print_report
-        print_report(summary)
-    return 0
+    return _print_summary(a, rd)
 
 
 def cmd_attach(a) -> int:
-    from pathprof.analysis.summary import summarize
-
     from .attach import AttachOptions, execute_attach
     from .console import make_reporter
     opts = AttachOptions(port=a.port, server_pid=a.server_pid, dsn=a.dsn, duration_s=a.duration, probes=a.probes,
@@ -46,6 +36,12 @@ def cmd_attach(a) -> int:
     with make_reporter(a, opts.duration_s) as ui, serving(a.metrics_port, ui, {"topology": "attached",
                                                                             "run_id": "live"}) as ui:
         rd = execute_attach(opts, ui)
+    return _print_summary(a, rd)
+
+
+def _print_summary(a, rd) -> int:
+    """A finished run's report on stdout: the JSON document with --json, else the terminal view."""
+    from pathprof.analysis.summary import summarize
     summary = summarize(rd)
     if a.json:
         _print_json(summary)

@@ -217,7 +217,9 @@ def _collect_clients(t: SocketTable, path: DiscoveredPath, entry: set[int], port
     """The processes with a connection into the entry (clients of the first hop, or of the server)."""
     incoming = [s for s in t.held_by(entry) if s.state == "established" and
                 (s.kind == "tcp" and s.local.port == port or s.kind == "unix" and s.path)]
-    chain_pids = {h.pid for h in path.hops} | ({path.postmaster} if path.postmaster else set())
+    # the chain's own processes (hops with their children, the server) are not its clients
+    chain_pids = set().union(*(t.descendants(h.pid) for h in path.hops)) | ({path.postmaster} if path.postmaster
+                                                                            else set())
     clients, remote = set(), 0
     for s in incoming:
         other, _ = t.peer(s)
@@ -225,7 +227,7 @@ def _collect_clients(t: SocketTable, path: DiscoveredPath, entry: set[int], port
         if pid is None:
             remote += 1
             continue
-        if pid in chain_pids or is_postgres(t, pid) or any(pid in t.descendants(h.pid) for h in path.hops):
+        if pid in chain_pids or is_postgres(t, pid):
             continue
         clients.add(pid)
         _add_ns(path, other.netns)

@@ -45,20 +45,10 @@ def key_of(initdb_options: list[str], hba_lines: list[str]) -> tuple[str, dict]:
     return f"pg{major}-{digest}", recipe
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _remove_stale_builds(root: Path) -> None:
     for d in root.glob(".build-*"):
         pid = d.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _pid_alive(int(pid)):
+        if pid.isdigit() and not proc.pid_alive(int(pid)):
             shutil.rmtree(d, ignore_errors=True)
 
 

@@ -324,6 +324,21 @@ static __always_inline struct pp_devq *devq_slot(struct sk_buff *skb)
 	return bpf_map_lookup_elem(&devq, &idx);
 }
 
+/* the leg of a TCP data skb leaving one of the topology's devices (0: not IPv4/TCP with payload, or not a device
+ * of this topology); *netns = the device's namespace. Shared by the device and the qdisc stages. */
+static __always_inline __u8 data_skb_leg(struct sk_buff *skb, struct net_device *dev, __u32 *netns)
+{
+	if (skb->protocol != bpf_htons(ETH_P_IP_NUM))
+		return 0;
+	*netns = dev->nd_net.net->ns.inum;
+	if (netns_slot_of(*netns) >= nf_nns)
+		return 0;
+	struct pp_tuple tu = {};
+	if (!ip_tuple(skb->head + skb->network_header, &tu) || !tu.payload)
+		return 0;
+	return tuple_leg(&tu);
+}
+
 #include "qdisc.bpf.h"   /* link impairments (qdisc, delay line): their own programs and maps */
 
 /* ---------------- scheduler: on-CPU accounting and wakeups ---------------- */
@@ -738,18 +753,11 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 SEC("tp_btf/net_dev_start_xmit")
 int BPF_PROG(pp_dev_xmit, struct sk_buff *skb, struct net_device *dev)
 {
-	if (skb->protocol != bpf_htons(ETH_P_IP_NUM))
-		return 0;
 	__u64 ws = win_start();
 	if (!ws)
 		return 0;
-	__u32 netns = dev->nd_net.net->ns.inum;
-	if (netns_slot_of(netns) >= nf_nns)
-		return 0;                     /* not a device of this topology */
-	struct pp_tuple tu = {};
-	if (!ip_tuple(skb->head + skb->network_header, &tu) || !tu.payload)
-		return 0;
-	__u8 leg = tuple_leg(&tu);
+	__u32 netns = 0;
+	__u8 leg = data_skb_leg(skb, dev, &netns);
 	struct pp_devq *q = leg ? devq_slot(skb) : 0;
 	if (!q)
 		return 0;

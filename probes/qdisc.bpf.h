@@ -96,19 +96,12 @@ static __always_inline void hold_end(struct pp_qdq *q, struct sk_buff *skb, __u6
 SEC("tp_btf/qdisc_enqueue")
 int BPF_PROG(pp_qdisc_enq, struct Qdisc *qd, const struct netdev_queue *txq, struct sk_buff *skb)
 {
-	if (skb->protocol != bpf_htons(ETH_P_IP_NUM))
-		return 0;
 	__u64 ws = win_start();
 	if (!ws)
 		return 0;
 	struct net_device *dev = skb->dev;
-	__u32 netns = dev->nd_net.net->ns.inum;
-	if (netns_slot_of(netns) >= nf_nns)
-		return 0;                       /* not a device of this topology */
-	struct pp_tuple tu = {};
-	if (!ip_tuple(skb->head + skb->network_header, &tu) || !tu.payload)
-		return 0;
-	__u8 leg = tuple_leg(&tu);
+	__u32 netns = 0;
+	__u8 leg = data_skb_leg(skb, dev, &netns);
 	struct pp_qdq *q = leg ? qdq_slot(skb) : 0;
 	if (!q)
 		return 0;
