@@ -1,6 +1,6 @@
 """The connection-setup view of runs that open a new connection per transaction (pgbench -C, `--connect`).
 
-Read from `connect.parquet` (written by pathprof.agent.probes_conn, one row per step). Steps on the client's
+Read from `connect.parquet` (written by pathprof.agent.probing.conn, one row per step). Steps on the client's
 path, back to back, so they add up to `connect.total` (the client's connect() call -> it has read the first
 ReadyForQuery) -- `summary["connection_setup"]`, µs per connection:
 
@@ -40,8 +40,7 @@ CPU per connection -- `summary["connection_cpu"]` (on-CPU µs, from sched_switch
 from __future__ import annotations
 
 import pandas as pd
-
-from .histogram import quantile as hist_quantile
+from pathprof.analysis.histogram import quantile as hist_quantile
 
 SETUP_STEPS = ["connect.tcp_handshake", "connect.accept", "connect.fork", "connect.first_run",
                "connect.backend_init_auth", "connect.ready_delivery"]

@@ -17,7 +17,7 @@ import statistics
 from pathlib import Path
 from typing import Iterable
 
-from .causes import group, hop_names
+from pathprof.analysis.causes import group, hop_names
 
 # Below this many µs per transaction two runs are "the same" and shares would only amplify noise.
 _MIN_GAP_US = 1e-6

@@ -1,5 +1,5 @@
 """The log-linear latency histogram, the one Python definition of it (the BPF side is probes/hist.bpf.h;
-tests/unit/test_bpf_layout.py checks that the two agree, and pathprof.agent.bpf.layout mirrors struct pp_hist
+tests/unit/test_bpf_layout.py checks that the two agree, and pathprof.agent.probing.bpf.layout mirrors struct pp_hist
 with these constants).
 
 Slots: values 0..3 ns have a slot each, then 4 slots per power of two (4-5-6-7 << k), up to 2^32 ns."""

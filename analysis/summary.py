@@ -1,12 +1,12 @@
 """The run/report document of DESIGN.md, built from a run directory alone."""
 from __future__ import annotations
 
-from .rundir import RunDir
+from pathprof.analysis.rundir import RunDir
 
 
 def summarize(rd: RunDir) -> dict:
     m = rd.meta
-    # a driven run has pgbench's result; an attached one what the probes observed (pathprof.agent.attach)
+    # a driven run has pgbench's result; an attached one what the probes observed (pathprof.agent.run.attach)
     res = (m.get("pgbench") or {}).get("result") or m.get("observed") or {}
     w = m.get("workload") or {}
     cpu_meta = m.get("cpu") or {}
@@ -73,10 +73,10 @@ def summarize(rd: RunDir) -> dict:
         txns, tps, mean_ms = win["txns"], win["tps"] or 0, win["latency_ms_mean"] or mean_ms
         busy, elapsed = win.get("busy_ns") or busy, win.get("elapsed_ns") or elapsed
     stages, cpu = rd.read_frame("stages.parquet"), rd.read_frame("cpu.parquet")
-    from .losses import add_to_summary as add_losses
+    from pathprof.analysis.losses import add_to_summary as add_losses
     add_losses(out, probes, stages, cpu)
     if txns and (stages is not None or cpu is not None):
-        from . import views
+        from pathprof.analysis import stages as views
         clients = w.get("clients") or 1
         # The stages tile each connection's timeline, so they must add up to the cycle (clients / TPS);
         # pgbench's own mean latency leaves out its work between transactions (shown as the client leg).
@@ -122,7 +122,7 @@ def summarize(rd: RunDir) -> dict:
         # Without probes the regime still follows from busy time: near all CPUs busy means CPU-bound.
         out["regime"] = "cpu-bound" if busy / elapsed >= 0.9 * ncpu else "latency-bound"
     if (m.get("workload") or {}).get("connect") and rd.file("connect.parquet").exists():
-        from .conn_view import add_connection_setup
+        from pathprof.analysis.conn_view import add_connection_setup
         add_connection_setup(out, rd)
         _predict_with_connection_setup(out, probes)
     return out

@@ -1,6 +1,6 @@
 """Transactions inside and outside the probes' measurement windows, from pgbench's per-transaction log.
 
-The detailed probes are attached only inside windows (pathprof.agent.probes), so the stage and CPU tables
+The detailed probes are attached only inside windows (pathprof.agent.probing.session), so the stage and CPU tables
 describe the transactions that ended inside them: the views divide by *those* (`in_windows.txns`), close the
 latency view against their TPS and mean latency, and the CPU view against the busy time during the windows.
 Outside the windows nothing but fork/exit is attached, so TPS outside is the unperturbed rate, and

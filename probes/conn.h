@@ -1,4 +1,4 @@
-/* Layout of conn.bpf.c (connection setup under pgbench -C), mirrored in pathprof.agent.probes_conn.
+/* Layout of conn.bpf.c (connection setup under pgbench -C), mirrored in pathprof.agent.probing.conn.
  * Step ids index the `conn_agg` per-CPU array of pp_hist (common.h); the names live in the front end. */
 #ifndef PATHPROF_CONN_H
 #define PATHPROF_CONN_H

@@ -4,7 +4,7 @@
 #include "common.h"
 
 /* log-linear slot: values < 4 map to themselves, then 4 slots per octave (the inverse is
- * pathprof.agent.bpf.layout.slot_bounds) */
+ * pathprof.agent.probing.bpf.layout.slot_bounds) */
 static __always_inline __u32 hist_slot(__u64 v)
 {
 	if (v < 4)

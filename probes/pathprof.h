@@ -1,5 +1,5 @@
 /* Layout of pathprof.bpf.c's per-thread, per-socket and in-flight state (mirrored in
- * pathprof.agent.bpf.layout). Types only. */
+ * pathprof.agent.probing.bpf.layout). Types only. */
 #ifndef PATHPROF_H
 #define PATHPROF_H
 #include "common.h"

@@ -9,7 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PATHPROF = [str(ROOT / ".venv" / "bin" / "pathprof")] if (ROOT / ".venv/bin/pathprof").exists() else \
-    [sys.executable, "-m", "pathprof.agent.cli"]
+    [sys.executable, "-m", "pathprof.agent.cli.main"]
 
 
 def machine_state() -> dict:

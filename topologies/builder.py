@@ -11,15 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from pathprof.agent import iptables_batch, proc
-from pathprof.agent.errors import UserError
-from pathprof.agent.journal import Journal
+from pathprof.agent.host import iptables_batch, proc
+from pathprof.agent.host.journal import Journal
+from pathprof.errors import UserError
+from pathprof.topologies import impairments as netem
+from pathprof.topologies.spec import Topology
 from pyroute2 import IPRoute, NetNS
 from pyroute2 import config as pr_config
 from pyroute2 import netns as pr_netns
-
-from . import netem
-from .spec import Topology
 
 # pyroute2 forks helper children (netns.create, NetNS) and stops them with SIGTERM. A child inherits our signal
 # handlers; with the run's SIGTERM->KeyboardInterrupt handler the child would unwind through the *parent's*

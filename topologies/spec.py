@@ -16,10 +16,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pathprof.agent.errors import UserError
-
-from . import netem as netem_mod
-from .netem import Netem
+from pathprof.errors import UserError
+from pathprof.topologies import impairments as netem_mod
+from pathprof.topologies.impairments import Netem
 
 BENCH_NET = ipaddress.ip_network("198.18.0.0/15")
 NAME_PREFIX = "pp-"

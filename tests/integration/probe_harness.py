@@ -45,15 +45,15 @@ class ThrowawayPostgres:
 
 
 def busy_ns() -> int:
-    from pathprof.agent.host import cpu_busy_ns
+    from pathprof.agent.host.machine import cpu_busy_ns
     return cpu_busy_ns()[0]
 
 
 def profile(pg: ThrowawayPostgres, level: str = "basic", *, unix: bool = False, script: str = "select1.sql",
             clients: int = 1, duration: int = 4) -> dict:
     """Run pgbench under a ProbeSession; return the views plus pgbench's numbers."""
-    from pathprof.agent.probes import ProbeConfig, ProbeSession
-    from pathprof.analysis import views
+    from pathprof.agent.probing.session import ProbeConfig, ProbeSession
+    from pathprof.analysis import stages as views
     # always on (no measurement windows): these tests divide by all of pgbench's transactions
     s = ProbeSession(ProbeConfig(level=level, netns=[None], service_ports=[pg.port], window_s=0))
     s.start()

@@ -151,7 +151,7 @@ def test_bad_wal_device_limits_are_refused_before_anything_is_built(runs_dir, ar
 def test_a_killed_throttled_run_is_undone_by_its_journal(runs_dir):
     """SIGKILL while the server runs inside its pp- cgroup: the journal (replayed here for this run only, as
     `pathprof cleanup` would) moves the processes out, removes the cgroup, the mount and the loop device."""
-    from pathprof.agent.journal import JOURNAL_DIR, Journal
+    from pathprof.agent.host.journal import JOURNAL_DIR, Journal
     before = machine_state()
     env = dict(os.environ, PATHPROF_RUNS=str(runs_dir))
     p = subprocess.Popen([*PATHPROF, "run", "--topology", "unix", "--clients", "1", "--duration", "30", "--script",

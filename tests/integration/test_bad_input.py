@@ -93,7 +93,7 @@ def test_dsn_unreachable(runs_dir):
 def test_dsn_rejecting_auth_and_working_dsn(runs_dir):
     import tempfile
 
-    from pathprof.agent.postgres import ManagedPostgres
+    from pathprof.agent.postgres.server import ManagedPostgres
     state = Path(tempfile.mkdtemp(prefix="pp-test-dsn-", dir="/tmp"))
     state.chmod(0o755)  # the postgres user must reach its data directory
     pg = ManagedPostgres(state / "pg", None, "unix", 55479)

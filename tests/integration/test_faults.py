@@ -126,7 +126,7 @@ def _run_ids_of(runs_dir) -> list[str]:
 
 def _netns_processes(prefix: str) -> dict[int, int]:
     """pid -> start time of every process inside the namespaces named prefix*."""
-    from pathprof.agent.proc import pid_start_time
+    from pathprof.agent.host.proc import pid_start_time
     out = {}
     for ns in [line.split()[0] for line in subprocess.run(["ip", "netns", "list"], capture_output=True,
                                                           text=True).stdout.splitlines() if line.strip()]:
@@ -148,8 +148,8 @@ def test_sigkill_during_teardown_then_cleanup_restores_the_machine(runs_dir, rem
     namespaces; killed as teardown starts, or once it is removing the path): `pathprof cleanup` replays its
     journal, marks the run directory `killed`, and the machine is as before: namespaces, links, iptables,
     processes, BPF programs/links/pins."""
-    from pathprof.agent.journal import JOURNAL_DIR, Journal
-    from pathprof.agent.proc import pid_start_time
+    from pathprof.agent.host.journal import JOURNAL_DIR, Journal
+    from pathprof.agent.host.proc import pid_start_time
     before = machine_state()
     env = dict(os.environ, PATHPROF_RUNS=str(runs_dir))
     p = subprocess.Popen([*PATHPROF, "run", "--topology", "pgbouncer-3host", "--clients", "2", "--duration", "2",

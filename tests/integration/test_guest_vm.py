@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pathprof.agent.errors import UserError
+from pathprof.errors import UserError
 from pathprof.topologies.guest import GuestImage, GuestVM, Recipe
 from pathprof.topologies.guest import vm as vm_mod
 from pathprof.topologies.guest.image import _cpio_newc, _module_files, _uncompressed_kernel

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from conftest import machine_state, run_pathprof
-from pathprof.agent import pg_template
-from pathprof.agent.postgres import HBA_LINES, INITDB_OPTIONS, PG_USER, ManagedPostgres
+from pathprof.agent.postgres import template as pg_template
+from pathprof.agent.postgres.server import HBA_LINES, INITDB_OPTIONS, PG_USER, ManagedPostgres
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ pytestmark = pytest.mark.integration
 def test_exited_threads_keep_their_cpu_time():
     if os.geteuid() != 0:
         pytest.skip("needs root")
-    from pathprof.agent import probe_frames as F
-    from pathprof.agent.probes import ProbeConfig, ProbeSession
+    from pathprof.agent.probing import frames as F
+    from pathprof.agent.probing.session import ProbeConfig, ProbeSession
     s = ProbeSession(ProbeConfig(level="basic", netns=[None], service_ports=[5999], window_s=0))
     s.start()
     try:

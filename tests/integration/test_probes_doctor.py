@@ -10,7 +10,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_doctor_all_required_present():
-    from pathprof.agent import doctor
+    from pathprof.agent.probing import doctor
     caps = doctor.check_capabilities()
     assert not doctor.missing(caps, "basic"), [c for c in caps if c.required and not c.ok]
     names = {c.name for c in caps}
@@ -25,8 +25,8 @@ import json, subprocess, sys
 # in a private mount namespace: take tracefs (and the rest of /sys/kernel) away, read-only
 subprocess.run(["umount", "-l", "/sys/kernel/tracing"], capture_output=True)
 subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "none", "/sys/kernel"], check=True)
-from pathprof.agent import doctor
-from pathprof.agent.errors import RequirementError
+from pathprof.agent.probing import doctor
+from pathprof.errors import RequirementError
 caps = doctor.check_capabilities()
 try:
     doctor.require("basic")

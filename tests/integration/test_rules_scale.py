@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_pathprof
-from pathprof.agent.journal import JOURNAL_DIR, Journal
+from pathprof.agent.host.journal import JOURNAL_DIR, Journal
 from pathprof.topologies import builder, spec
 
 pytestmark = pytest.mark.integration
@@ -123,7 +123,7 @@ def test_journal_of_a_killed_build_is_replayed(own_namespaces, tmp_path):
     (tmp_path / "big.toml").write_text(text)
     script = textwrap.dedent(f"""
         import os, signal
-        from pathprof.agent.journal import Journal
+        from pathprof.agent.host.journal import Journal
         from pathprof.topologies import builder, spec
         topo = spec.load({str(tmp_path / "big.toml")!r})
         builder.apply_iptables(topo, Journal("killed", __import__("pathlib").Path({str(tmp_path)!r})))

@@ -1,4 +1,4 @@
-"""The ctypes mirrors in pathprof.agent.bpf.layout match the C layout clang put into the .bpf.o (BTF)."""
+"""The ctypes mirrors in pathprof.agent.probing.bpf.layout match the C layout clang put into the .bpf.o (BTF)."""
 import ctypes as C
 import json
 import shutil
@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from pathprof.agent.bpf import layout as L
+from pathprof.agent.probing.bpf import layout as L
 
 PROBES = Path(__file__).resolve().parents[2] / "probes"
 OBJS = ["pathprof.bpf.o"]

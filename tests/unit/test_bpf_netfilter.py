@@ -26,8 +26,8 @@ def hook_ctx(hook):
 
 @pytest.fixture
 def nf():
-    from pathprof.agent.bpf import layout as L
-    from pathprof.agent.bpf import libbpf as lb
+    from pathprof.agent.probing.bpf import layout as L
+    from pathprof.agent.probing.bpf import libbpf as lb
     o = lb.BpfObject(str(PROBES / "pathprof.bpf.o"))
     o.set_rodata(svc_ports=(C.c_uint16 * L.MAX_PORTS)(PORT))     # no namespaces: every packet is "other"
     o.maps["nfagg"].set_max_entries(L.NF_PER_NETNS)
@@ -45,7 +45,7 @@ def open_window(o, start_ns: int) -> None:
 
 
 def nfagg(o):
-    from pathprof.agent.bpf import layout as L
+    from pathprof.agent.probing.bpf import layout as L
     out = {}
     for k, v in o.maps["nfagg"].items():
         a = np.frombuffer(v, np.uint64).reshape(-1, L.HIST_WORDS).sum(axis=0)
@@ -55,7 +55,7 @@ def nfagg(o):
 
 
 def stat(o, name):
-    from pathprof.agent.bpf import layout as L
+    from pathprof.agent.probing.bpf import layout as L
     idx = {v: k for k, v in L.STATS.items()}[name]
     raw = o.maps["stats"].lookup(bytes(C.c_uint32(idx)))
     return int(np.frombuffer(raw, np.uint64).sum())
@@ -63,7 +63,7 @@ def stat(o, name):
 
 def slot(o, hook):
     """The occupied per-CPU copy of a bracket slot (the test run ran on some CPU), or None."""
-    from pathprof.agent.bpf import layout as L
+    from pathprof.agent.probing.bpf import layout as L
     raw = o.maps["nfslot"].lookup(bytes(C.c_uint32(hook)))
     sz = (C.sizeof(L.NfSlot) + 7) & ~7
     used = [L.NfSlot.from_buffer_copy(raw, i * sz) for i in range(len(raw) // sz)]

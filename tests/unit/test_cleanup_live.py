@@ -7,8 +7,8 @@ import sys
 import time
 
 import pytest
-from pathprof.agent import cleanup, journal
-from pathprof.agent.journal import Journal
+from pathprof.agent.host import cleanup, journal
+from pathprof.agent.host.journal import Journal
 
 
 @pytest.fixture
@@ -20,7 +20,7 @@ def jdir(tmp_path, monkeypatch):
     monkeypatch.setattr(cleanup, "leftover_links", lambda: [])
     monkeypatch.setattr(cleanup, "leftover_rules", lambda: [])
     monkeypatch.setattr(cleanup, "leftover_chains", lambda: [])
-    monkeypatch.setattr("pathprof.agent.io_limit.leftover_cgroups", lambda: [])
+    monkeypatch.setattr("pathprof.agent.host.io_limit.leftover_cgroups", lambda: [])
     return tmp_path
 
 

@@ -104,7 +104,7 @@ def test_add_connection_setup_fills_summary_and_closure(tmp_path):
 
 def test_add_connection_setup_feeds_explain_and_render(tmp_path):
     from pathprof.analysis.explain import connection_totals
-    from pathprof.analysis.render import connection_table
+    from pathprof.analysis.report.render import connection_table
     rd = make_rundir(tmp_path, frame(UNIX))
     s = {}
     V.add_connection_setup(s, rd)
@@ -120,7 +120,7 @@ def test_add_connection_setup_without_probe_data_is_a_no_op(tmp_path):
 
 def test_task_mirror_matches_btf():
     """probes_conn._Task is written whole into the `who` map: it must match struct pc_task."""
-    from pathprof.agent.probes_conn import _Task
+    from pathprof.agent.probing.conn import _Task
     obj = Path(__file__).resolve().parents[2] / "probes" / "conn.bpf.o"
     if not shutil.which("bpftool") or not obj.exists():
         pytest.skip("bpftool or probes/conn.bpf.o missing")

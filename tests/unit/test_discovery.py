@@ -1,8 +1,16 @@
 """Socket tables and path following on hand-made tables (the integration tests do it on the real machine)."""
 from __future__ import annotations
 
-from pathprof.agent import discovery
-from pathprof.agent.sockets import Addr, Proc, Sock, SocketTable, parse_conntrack, parse_proc_tcp, parse_ss_unix
+from pathprof.agent.discovery import chain as discovery
+from pathprof.agent.discovery.sockets import (
+    Addr,
+    Proc,
+    Sock,
+    SocketTable,
+    parse_conntrack,
+    parse_proc_tcp,
+    parse_ss_unix,
+)
 
 TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 0100007F:1538 00000000:0000 0A 00000000:00000000 00:00000000 00000000   106        0 41234 1

@@ -1,5 +1,5 @@
 """The run's capability gate remembers a pass (per boot, per probe objects) and checks again when they change."""
-from pathprof.agent import doctor
+from pathprof.agent.probing import doctor
 
 
 def test_a_pass_is_remembered_until_the_probe_objects_change(tmp_path, monkeypatch):
@@ -23,7 +23,7 @@ def test_a_pass_is_remembered_until_the_probe_objects_change(tmp_path, monkeypat
 
 def test_a_failure_is_not_remembered(tmp_path, monkeypatch):
     import pytest
-    from pathprof.agent.errors import RequirementError
+    from pathprof.errors import RequirementError
     monkeypatch.setattr(doctor, "PASSED_DIR", tmp_path / "passed")
     calls = []
     monkeypatch.setattr(doctor, "check_capabilities",

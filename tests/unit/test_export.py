@@ -3,14 +3,14 @@ import json
 import pandas as pd
 import pytest
 from fixtures_summaries import dnat
-from pathprof.agent.errors import UserError
-from pathprof.analysis.export import (
+from pathprof.analysis.export.files import (
     stages_to_csv,
     stages_to_parquet,
     to_perfetto,
     validate_trace_events,
     write_perfetto,
 )
+from pathprof.errors import UserError
 
 
 def traces():

@@ -4,7 +4,7 @@ import re
 
 from fixtures_summaries import bridge, dnat, sweep_runs
 from pathprof.analysis.explain import explain, explain_text
-from pathprof.analysis.html import write_html
+from pathprof.analysis.report.html import write_html
 from pathprof.analysis.sweep import sweep_analysis, sweep_text
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -58,8 +58,8 @@ def test_same_input_same_png(tmp_path):
 def test_stacked_stages_never_count_a_stage_and_its_parts_twice():
     """The latency bars stack stages by cause: backend.execute's exclusive parts and overlapping phases are inside
     it, so the stack's height is the view's total, and the report's table of them says which is which."""
-    from pathprof.analysis.charts import stage_groups
-    from pathprof.analysis.html import _run_section as run_section
+    from pathprof.analysis.report.charts import stage_groups
+    from pathprof.analysis.report.html import _run_section as run_section
     st = [{"name": "wire.backend", "leg": "request", "us_per_txn": 20.0},
           {"name": "backend.execute", "leg": "server", "us_per_txn": 600.0},
           {"name": "backend.executor", "leg": "server", "us_per_txn": 500.0, "parent": "backend.execute",

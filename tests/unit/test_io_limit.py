@@ -1,7 +1,7 @@
 """--wal-device-limit parsing (agent.io_limit): what the throttle is asked for, and one clear line otherwise."""
 import pytest
-from pathprof.agent.errors import UserError
-from pathprof.agent.io_limit import describe, parse_limits
+from pathprof.agent.host.io_limit import describe, parse_limits
+from pathprof.errors import UserError
 
 
 def test_limits_with_units():

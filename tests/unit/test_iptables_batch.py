@@ -1,6 +1,6 @@
 """iptables-restore batches as text: spec order kept, removal deletes foreign rules before flushing and deleting
 chains, arguments quoted the way iptables-restore tokenizes them, spec keys kept for error messages."""
-from pathprof.agent import iptables_batch as ib
+from pathprof.agent.host import iptables_batch as ib
 from pathprof.topologies import builder, spec
 
 SPEC = """
@@ -74,7 +74,7 @@ def test_iptables_messages_lose_their_boilerplate():
 
 def test_a_bad_table_is_refused_at_parse_time():
     import pytest
-    from pathprof.agent.errors import UserError
+    from pathprof.errors import UserError
     with pytest.raises(UserError, match=r"t.toml: rules\[0\].table: 'nta' is not one of"):
         spec.parse(SPEC.replace('table = "nat"\nchain = "PREROUTING"\nargs = ["-j"', 'table = "nta"\nchain = '
                                 '"PREROUTING"\nargs = ["-j"', 1), "t.toml")

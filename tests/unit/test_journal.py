@@ -3,7 +3,7 @@ import subprocess
 import sys
 import time
 
-from pathprof.agent.journal import Journal, undo
+from pathprof.agent.host.journal import Journal, undo
 
 
 def test_record_is_durable_before_creation_and_torn_lines_are_skipped(tmp_path):
@@ -40,7 +40,7 @@ def test_reused_pid_is_not_killed(tmp_path):
 
 def test_teardown_runs_newest_first(tmp_path, monkeypatch):
     order = []
-    monkeypatch.setattr("pathprof.agent.journal.undo", lambda e: order.append(e["n"]) or True)
+    monkeypatch.setattr("pathprof.agent.host.journal.undo", lambda e: order.append(e["n"]) or True)
     j = Journal("r3", tmp_path)
     for n in range(3):
         j.record("note", n=n)

@@ -3,7 +3,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from pathprof.agent.bpf import libbpf as lb
+from pathprof.agent.probing.bpf import libbpf as lb
 
 OBJ = Path(__file__).resolve().parents[2] / "probes" / "pathprof.bpf.o"
 

@@ -1,8 +1,8 @@
 import io
 import re
 
-from pathprof.agent.live import LiveState, LiveView, plain_line, render_live
-from pathprof.analysis.render import render_to_string
+from pathprof.agent.cli.live import LiveState, LiveView, plain_line, render_live
+from pathprof.analysis.report.render import render_to_string
 
 
 def state(**kw):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 from pathprof.analysis import losses
-from pathprof.analysis.render import render_to_string, report_view
+from pathprof.analysis.report.render import render_to_string, report_view
 from pathprof.analysis.rundir import RunDir
 from pathprof.analysis.summary import summarize
 

@@ -2,11 +2,13 @@
 in the latency view. The real delay line is exercised by tests/integration/test_netem.py."""
 import pandas as pd
 import pytest
-from pathprof.agent import cli_args
-from pathprof.agent.errors import UserError
-from pathprof.agent.variants import apply, parse_variant
-from pathprof.analysis import views
-from pathprof.topologies import netem, spec
+from pathprof.agent.cli import args as cli_args
+from pathprof.agent.cli.variants import apply, parse_variant
+from pathprof.agent.host import delayline
+from pathprof.analysis import stages as views
+from pathprof.errors import UserError
+from pathprof.topologies import impairments as netem
+from pathprof.topologies import spec
 
 SPEC = """
 name = "two"
@@ -134,7 +136,7 @@ def test_held_time_is_its_own_stage_carved_out_of_the_wire():
 def test_a_delay_line_that_exited_is_named(tmp_path):
     import subprocess
 
-    from pathprof.agent.journal import Journal
+    from pathprof.agent.host.journal import Journal
     j = Journal("t", tmp_path)
     gone = subprocess.Popen(["true"])
     gone.wait()
@@ -145,7 +147,7 @@ def test_a_delay_line_that_exited_is_named(tmp_path):
         j.record("process", pid=alive.pid, start_time=None, argv=["/p/pp-delayline", "4201", "1", "0", "0"],
                  netns="pp-t-s")
         j.record("process", pid=gone.pid, start_time=None, argv=["postgres"], netns="pp-t-s")
-        assert netem.dead_delay_lines(j) == ["the link delay line (NFQUEUE 4200 in pp-t-c) exited"]
+        assert delayline.dead_delay_lines(j) == ["the link delay line (NFQUEUE 4200 in pp-t-c) exited"]
     finally:
         alive.kill()
         alive.wait()

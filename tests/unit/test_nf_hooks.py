@@ -1,7 +1,7 @@
-"""Which netfilter hooks get brackets: only those with something registered (pathprof.agent.nf_hooks)."""
+"""Which netfilter hooks get brackets: only those with something registered (pathprof.agent.probing.nf_hooks)."""
 import json
 
-from pathprof.agent.nf_hooks import hooks_from_ruleset
+from pathprof.agent.probing.nf_hooks import hooks_from_ruleset
 
 
 def doc(*items):

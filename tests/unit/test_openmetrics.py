@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from fixtures_summaries import dnat
-from pathprof.analysis.metrics_server import MetricsServer
-from pathprof.analysis.openmetrics import CONTENT_TYPE, render, stage_histograms
+from pathprof.analysis.export.metrics_server import MetricsServer
+from pathprof.analysis.export.openmetrics import CONTENT_TYPE, render, stage_histograms
 from pathprof.analysis.rundir import RunDir
 from pathprof.analysis.summary import summarize
 from pathprof.errors import UserError
@@ -68,7 +68,7 @@ def test_label_values_are_escaped():
 
 def test_export_command_writes_openmetrics(tmp_path):
     out = tmp_path / "m.txt"
-    r = subprocess.run([sys.executable, "-m", "pathprof.agent.cli", "export", str(RUNS / "loopback"), "--format",
+    r = subprocess.run([sys.executable, "-m", "pathprof.agent.cli.main", "export", str(RUNS / "loopback"), "--format",
                         "openmetrics", "-o", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     fams = families(out.read_text())
@@ -129,9 +129,9 @@ def test_metrics_server_survives_a_failing_snapshot():
 
 
 def test_serving_wraps_a_run_reporter():
-    from pathprof.agent.metrics_live import serving
-    from pathprof.agent.pgbench import Progress
-    from pathprof.agent.run_options import Reporter
+    from pathprof.agent.cli.metrics_live import serving
+    from pathprof.agent.postgres.pgbench import Progress
+    from pathprof.agent.run.options import Reporter
 
     class Seen(Reporter):
         def __init__(self):

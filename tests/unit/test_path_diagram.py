@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from fixtures_summaries import bridge, dnat
-from pathprof.analysis import path_model, svg_path, waterfall
-from pathprof.analysis.html import write_html
+from pathprof.analysis.report import path_model, svg_path, waterfall
+from pathprof.analysis.report.html import write_html
 from pathprof.analysis.rundir import RunDir
 from pathprof.analysis.summary import summarize
 

@@ -1,8 +1,8 @@
 from pathlib import Path
 
 import pytest
-from pathprof.agent import pgbench
-from pathprof.agent.errors import UserError
+from pathprof.agent.postgres import pgbench
+from pathprof.errors import UserError
 
 DATA = Path(__file__).parent / "data" / "pgbench"
 
@@ -90,7 +90,7 @@ SQL script 2: <builtin: select only>
 
 
 def test_per_script_and_per_statement_latencies():
-    from pathprof.agent.pgbench import parse_summary
+    from pathprof.agent.postgres.pgbench import parse_summary
     r = parse_summary(MULTI)
     assert r.tps == pytest.approx(647.648296)
     a, b = r.scripts
@@ -103,7 +103,7 @@ def test_per_script_and_per_statement_latencies():
 
 
 def test_statements_render_in_the_report():
-    from pathprof.agent.pgbench import parse_scripts
-    from pathprof.analysis.render import render_to_string, statements_table
+    from pathprof.agent.postgres.pgbench import parse_scripts
+    from pathprof.analysis.report.render import render_to_string, statements_table
     out = render_to_string(statements_table({"scripts": parse_scripts(MULTI)}))
     assert "TPC-B" in out and "2.471" in out and "3 failed" in out and "334 TPS" in out

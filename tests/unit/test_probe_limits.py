@@ -1,8 +1,8 @@
 """The probes refuse what they cannot follow instead of dropping it (more ports or namespaces than the maps have)."""
 import pytest
-from pathprof.agent.bpf import layout as L
-from pathprof.agent.errors import UserError
-from pathprof.agent.probes import ProbeConfig, ProbeSession
+from pathprof.agent.probing.bpf import layout as L
+from pathprof.agent.probing.session import ProbeConfig, ProbeSession
+from pathprof.errors import UserError
 
 
 def test_too_many_service_ports_is_refused():

@@ -5,11 +5,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from pathprof.agent.errors import UserError
 from pathprof.analysis.explain import explain, explain_text
-from pathprof.analysis.render import render_to_string, report_view
+from pathprof.analysis.report.render import render_to_string, report_view
 from pathprof.analysis.rundir import RunDir
 from pathprof.analysis.summary import summarize
+from pathprof.errors import UserError
 
 RUNS = Path(__file__).parent / "data" / "runs"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
-from pathprof.agent.errors import UserError
+from pathprof.errors import UserError
 from pathprof.topologies import services, spec
 
 BENCH = ipaddress.ip_network("198.18.0.0/15")

@@ -1,10 +1,10 @@
 """compare entries that vary a run: TOPOLOGY[:KEY=VALUE]... parsed, applied and refused like run's own flags."""
 import pytest
 from fixtures_summaries import bridge, dnat
-from pathprof.agent import cli_args
-from pathprof.agent.errors import UserError
-from pathprof.agent.variants import apply, parse_variant
+from pathprof.agent.cli import args as cli_args
+from pathprof.agent.cli.variants import apply, parse_variant
 from pathprof.analysis.explain import cause_spread, explain
+from pathprof.errors import UserError
 
 
 def compare_args(*extra):

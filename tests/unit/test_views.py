@@ -1,7 +1,7 @@
 """The latency and CPU views on hand-made probe tables (no kernel needed)."""
 import pandas as pd
 import pytest
-from pathprof.analysis import views
+from pathprof.analysis import stages as views
 from pathprof.analysis.histogram import HIST_SLOTS, quantile, slot_bounds
 
 

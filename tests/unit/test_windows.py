@@ -3,7 +3,7 @@ summary divides by, and the ring-buffer span records -> traces table -> Perfetto
 import numpy as np
 import pandas as pd
 import pytest
-from pathprof.agent import probe_windows as pw
+from pathprof.agent.probing import windows as pw
 from pathprof.analysis import windows as W
 
 T0 = 1_800_000_000 * 10**9     # a realtime origin (ns), as time.time_ns() gives
@@ -89,8 +89,8 @@ def test_plan_places_windows_inside_the_run():
 def test_probe_duty_flag_sets_the_period():
     import argparse
 
-    from pathprof.agent.cli_args import probe_period
-    from pathprof.agent.errors import UserError
+    from pathprof.agent.cli.args import probe_period
+    from pathprof.errors import UserError
     ns = lambda **k: argparse.Namespace(**{"probe_window": 1.0, "probe_period": 20.0, "probe_duty": None, **k})  # noqa: E731
     assert probe_period(ns()) == 20.0
     assert probe_period(ns(probe_duty=10.0)) == pytest.approx(10.0)
@@ -143,9 +143,9 @@ def test_summary_divides_by_transactions_in_windows(tmp_path):
 def test_trace_records_become_a_valid_perfetto_trace():
     import ctypes as C
 
-    from pathprof.agent.bpf import layout as L
-    from pathprof.agent.probe_frames import trace_frame
-    from pathprof.analysis.export import to_perfetto, validate_trace_events
+    from pathprof.agent.probing.bpf import layout as L
+    from pathprof.agent.probing.frames import trace_frame
+    from pathprof.analysis.export.files import to_perfetto, validate_trace_events
     recs = []
     for seq, (stage, role, leg) in enumerate([(1, 2, 1), (6, 2, 2), (1, 1, 3), (6, 1, 4)], start=1):
         recs.append(bytes(L.Trace(ts=1000 * seq, dur=500, pid=10 + role, tid=20 + role, seq=seq, stage=stage,

@@ -29,7 +29,7 @@ import zlib
 from pathlib import Path
 from typing import Callable
 
-from pathprof.agent.errors import RequirementError, UserError
+from pathprof.errors import RequirementError, UserError
 
 CACHE_ROOT = Path(os.environ.get("PATHPROF_GUEST_CACHE", "/var/cache/pathprof/guest"))
 # Bump when the build procedure changes in a way the Recipe fields do not capture.

@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from pathprof.agent import proc
-from pathprof.agent.errors import UserError
-
-from .image import GuestImage
+from pathprof.agent.host import proc
+from pathprof.errors import UserError
+from pathprof.topologies.guest.image import GuestImage
 
 # Seconds a KVM boot gets to print its first initramfs line before we decide KVM is unusable and retry with TCG.
 KVM_PROBE_S = 20.0

@@ -5,7 +5,7 @@ spec order after PostgreSQL is up (`start(ctx)` returns only when the service is
 and stops them in reverse before the journal replays. Options are declared per class (`OPTIONS`), so a spec is
 checked when it is parsed and a bad key is named with the file it came from.
 
-Service modules import only the standard library and `pathprof.agent.proc` at import time: `spec.py` calls
+Service modules import only the standard library and `pathprof.agent.host.proc` at import time: `spec.py` calls
 `option_problems()` while parsing, and must not drag pyroute2 in with it.
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pathprof.agent import proc
-from pathprof.agent.errors import UserError
-from pathprof.agent.netns import in_netns
+from pathprof.agent.host import proc
+from pathprof.agent.host.netns import in_netns
+from pathprof.errors import UserError
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathprof.topologies.builder import BuildContext
@@ -211,7 +211,7 @@ def sql_ping(netns: str | None, address: str, port: int, user: str = "postgres",
 
 
 def tcp_open(netns: str | None, address: str, port: int, timeout_s: float = 1.0) -> bool:
-    """Can a TCP connection to address:port be opened from inside `netns`? (pathprof.agent.netns: a thread
+    """Can a TCP connection to address:port be opened from inside `netns`? (pathprof.agent.host.netns: a thread
     enters the namespace, so no process is forked per probe.)"""
     def probe():
         with socket.create_connection((address, port), timeout=timeout_s):

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import time
 
-from pathprof.agent.errors import UserError
-
-from . import Opt, Service, tcp_open
+from pathprof.errors import UserError
+from pathprof.topologies.services import Opt, Service, tcp_open
 
 
 class Command(Service):

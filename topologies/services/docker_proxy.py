@@ -16,9 +16,8 @@ import select
 import signal
 import time
 
-from pathprof.agent import proc
-
-from . import Opt, Service
+from pathprof.agent.host import proc
+from pathprof.topologies.services import Opt, Service
 
 READY_TIMEOUT_S = 16.0     # dockerd's own bound (portmapper proxyCommand.Start)
 

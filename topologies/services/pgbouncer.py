@@ -12,10 +12,9 @@ import shutil
 import signal
 import subprocess
 
-from pathprof.agent import proc
-from pathprof.agent.errors import UserError
-
-from . import Opt, Service
+from pathprof.agent.host import proc
+from pathprof.errors import UserError
+from pathprof.topologies.services import Opt, Service
 
 # Named (protocol-level) prepared statements in transaction pooling arrived in pgbouncer 1.21
 # (max_prepared_statements); before that a statement prepared on one server connection is missing on the next.

@@ -12,9 +12,8 @@ from __future__ import annotations
 import shutil
 import signal
 
-from pathprof.agent import proc
-
-from . import Opt, Service
+from pathprof.agent.host import proc
+from pathprof.topologies.services import Opt, Service
 
 
 class PgPool(Service):

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from pathprof.agent.errors import RequirementError
-
-from . import Opt, Service
+from pathprof.errors import RequirementError
+from pathprof.topologies.services import Opt, Service
 
 PG_PORT = 5432
 

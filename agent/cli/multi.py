@@ -1,0 +1,186 @@
+"""Commands over several runs: compare (topologies), sweep (client counts), diff (two run directories), export."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from pathprof.agent.cli import args as cli_args
+from pathprof.errors import UserError
+
+
+def _out_json(doc) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+
+
+def _print(renderable) -> None:
+    from pathprof.analysis.report.render import render_to_string
+    sys.stdout.write(render_to_string(renderable))
+
+
+def _one_run(a, topology: str, clients: int | None, label: str, own_options: dict | None = None,
+             run_label: str | None = None) -> dict:
+    from pathprof.agent.cli.console import PlainReporter
+    from pathprof.agent.run import owned as runmod
+    from pathprof.analysis.summary import summarize
+    from pathprof.topologies import spec
+    opts = cli_args.run_options(a, topology, clients)
+    # Command-wide --userland-proxy/--target apply to the topologies that declare them, the others ignore them;
+    # what a compare entry sets for itself (own_options) was validated against its topology already.
+    declared = spec.load(topology).options
+    opts.topo_options = {k: v for k, v in opts.topo_options.items() if k in declared or k in (own_options or {})}
+    ui = PlainReporter(sys.stderr, opts.workload.duration_s, every_s=5.0)
+    ui.phase(f"--- {label} ---")
+    s = summarize(runmod.execute(opts, ui))
+    if run_label:
+        s["label"] = run_label
+    return s
+
+
+def _median_run(runs: list[dict]) -> dict:
+    ordered = sorted(runs, key=lambda s: s.get("tps") or 0)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def compare(a) -> int:
+    from pathprof.agent.cli.variants import apply, parse_variant
+    from pathprof.analysis.explain import cause_spread, explain, is_real_gap, spread
+    from pathprof.topologies import spec
+    if len(a.topologies) < 2:
+        raise UserError("compare needs at least two entries (the first is the baseline)")
+    variants = [parse_variant(t) for t in a.topologies]
+    labels = [v.label for v in variants]
+    if len(set(labels)) != len(labels):
+        raise UserError("compare entries must differ: " + ", ".join(sorted({x for x in labels if labels.count(x) > 1})))
+    planned = []
+    for v in variants:   # fail fast on an unknown name or setting, before any run
+        ns, own = apply(a, v)
+        spec.load(v.topology, own, getattr(ns, "link", None))
+        planned.append((v, ns, own))
+    runs: dict[str, list[dict]] = {v.label: [] for v in variants}
+    total = len(variants) * a.repeat
+    n = 0
+    for k in range(a.repeat):  # interleaved: A B C A B C, so drift hits every entry alike
+        for v, ns, own in planned:
+            n += 1
+            runs[v.label].append(_one_run(ns, v.topology, None, f"run {n}/{total}: {v.label} (repeat {k + 1})",
+                                          own, run_label=v.label if v.settings else None))
+    chosen = [_median_run(runs[lb]) for lb in labels]
+    base = chosen[0]
+    explanations = []
+    for lb, s in zip(labels[1:], chosen[1:]):
+        real = is_real_gap(runs[labels[0]], runs[lb]) if a.repeat > 1 else None
+        # repeats that show the gap stands out of the spread overrule the single-run noise rule
+        e = explain(base, s, noise_pct=0.0) if real else explain(base, s)
+        if a.repeat > 1:
+            e["real_gap"] = real
+            cause_spread(e, [explain(b, o, basis=e["basis"], noise_pct=0.0)
+                             for b, o in zip(runs[labels[0]], runs[lb])])
+        explanations.append(e)
+    spreads = {lb: spread(runs[lb]) for lb in labels} if a.repeat > 1 else None
+    if a.html:
+        from pathprof.analysis.report.html import write_html
+        write_html(chosen, Path(a.html), explanations=explanations,
+                   repeats=[runs[lb] for lb in labels] if a.repeat > 1 else None)
+        print(f"pathprof: wrote {a.html}", file=sys.stderr)
+    if a.json:
+        _out_json({"runs": chosen, "baseline": labels[0], "explanations": explanations,
+                   "spread": spreads, "all_runs": {lb: [r["run_dir"] for r in rs] for lb, rs in runs.items()}})
+    else:
+        from pathprof.analysis.report.render import compare_view
+        _print(compare_view(chosen, explanations, spreads))
+    return 0
+
+
+def parse_clients(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--clients '{text}' is not a comma-separated list of numbers, e.g. 1,4,16") from None
+    if not values or any(v <= 0 for v in values):
+        raise UserError(f"--clients '{text}' needs positive client counts, e.g. 1,4,16")
+    return sorted(set(values))
+
+
+def sweep(a) -> int:
+    from pathprof.analysis.sweep import sweep_analysis
+    from pathprof.topologies import spec
+    counts = parse_clients(a.clients)
+    spec.load(a.topology, cli_args.topo_options(a), a.link)
+    repeat = getattr(a, "repeat", 1) or 1
+    runs: dict[int, list[dict]] = {c: [] for c in counts}
+    n = 0
+    for k in range(repeat):    # interleaved, like compare: drift hits every client count alike
+        for c in counts:
+            n += 1
+            runs[c].append(_one_run(a, a.topology, c, f"{a.topology}: {c} clients ({n}/{len(counts) * repeat})"))
+    summaries = [_median_run(runs[c]) for c in counts]
+    analysis = sweep_analysis(summaries)
+    if repeat > 1:
+        for p in analysis["points"]:
+            tps = [r.get("tps") or 0.0 for r in runs.get(p["clients"], [])]
+            p.update(tps_min=min(tps), tps_max=max(tps), tps_runs=tps)
+    if a.html:
+        from pathprof.analysis.report.html import write_html
+        write_html(summaries, Path(a.html), sweep=analysis)
+    if a.json:
+        _out_json({"runs": summaries, "sweep": analysis})
+    else:
+        from pathprof.analysis.report.render import sweep_view
+        _print(sweep_view(analysis))
+    return 0
+
+
+def diff(a) -> int:
+    from pathprof.analysis.explain import explain, host_differences
+    from pathprof.analysis.rundir import RunDir
+    from pathprof.analysis.summary import summarize
+    sa, sb = summarize(RunDir.open(a.run_a)), summarize(RunDir.open(a.run_b))
+    expl = explain(sa, sb)
+    hosts = host_differences(sa, sb)
+    if a.json:
+        _out_json({"runs": [sa, sb], "baseline": sa["run_dir"], "host_differences": hosts,
+                   "explanations": [expl]})
+    else:
+        from pathprof.analysis.report.render import diff_view
+        _print(diff_view(sa, sb, expl, hosts))
+    return 0
+
+
+def export(a) -> int:
+    from pathprof.analysis.export import files as ex
+    from pathprof.analysis.rundir import RunDir
+    rd = RunDir.open(a.run)
+    if a.format == "openmetrics":
+        return _export_openmetrics(rd, a.output)
+    if a.format == "perfetto":
+        traces = rd.read_frame("traces.parquet")
+        if traces is None or not len(traces):
+            raise UserError(f"{rd.path} has no traces; record some with `pathprof run --trace-sample N`")
+        out = Path(a.output or rd.path / "trace.perfetto.json")
+        ex.write_perfetto(traces, rd.meta, out)
+    else:
+        stages, cpu = rd.read_frame("stages.parquet"), rd.read_frame("cpu.parquet")
+        if stages is None and cpu is None:
+            raise UserError(f"{rd.path} has no stage tables (it was run with --probes off)")
+        out = Path(a.output or rd.path / "export")
+        out.mkdir(parents=True, exist_ok=True)
+        write = ex.stages_to_csv if a.format == "csv" else ex.stages_to_parquet
+        for name, frame in (("stages", stages), ("cpu", cpu)):
+            if frame is not None:
+                write(frame, out / f"{name}.{a.format}")
+    print(out)
+    return 0
+
+
+def _export_openmetrics(rd, output: str | None) -> int:
+    from pathprof.analysis.export.openmetrics import render, stage_histograms
+    from pathprof.analysis.summary import summarize
+    summary = {**summarize(rd), "run_id": rd.meta.get("run_id") or rd.path.name}
+    text = render([summary], {summary["run_id"]: stage_histograms(rd.read_frame("stages.parquet"))})
+    if output:
+        Path(output).write_text(text)
+        print(output)
+    else:
+        sys.stdout.write(text)
+    return 0

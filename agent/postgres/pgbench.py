@@ -1,0 +1,336 @@
+"""The pgbench driver: builds the command, runs it inside the client host, reads its summary and -l logs."""
+from __future__ import annotations
+
+import glob
+import gzip
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from pathprof.agent.host import proc
+from pathprof.errors import UserError
+
+MODES = ("simple", "extended", "prepared")
+BUILTIN_SCRIPTS = {"tpcb-like": True, "simple-update": True, "select-only": True, "select1": False, "tpcc": True}
+PROGRESS_RE = re.compile(r"progress: ([\d.]+) s, ([\d.]+) tps, lat ([\d.]+) ms stddev ([\d.]+|NaN)"
+                         r"(?:, (\d+) failed)?")
+
+
+@dataclass
+class Workload:
+    clients: int = 16
+    threads: int | None = None
+    duration_s: int = 10
+    mode: str = "prepared"
+    script: str = "select1"
+    connect: bool = False
+    scale: int = 1
+    rate: float | None = None
+
+    def validate(self, ncpu: int) -> "Workload":
+        if self.clients <= 0:
+            raise UserError(f"--clients must be at least 1 (got {self.clients})")
+        if self.clients > 1000:
+            raise UserError(f"--clients {self.clients} is more than pathprof drives from one host (at most 1000)")
+        if self.threads is None:
+            self.threads = min(self.clients, ncpu)
+        if self.threads <= 0 or self.threads > self.clients:
+            raise UserError(f"--threads must be between 1 and --clients ({self.clients}); got {self.threads}")
+        if self.duration_s <= 0:
+            raise UserError(f"--duration must be a positive number of seconds (got {self.duration_s})")
+        if self.duration_s > 3600:
+            raise UserError("--duration is limited to 3600 s (load loops are bounded)")
+        if self.mode not in MODES:
+            raise UserError(f"--mode must be one of {', '.join(MODES)} (got {self.mode})")
+        if self.scale <= 0:
+            raise UserError(f"--scale must be at least 1 (got {self.scale})")
+        if self.rate is not None and self.rate <= 0:
+            raise UserError(f"--rate must be positive transactions per second (got {self.rate})")
+        if self.script.startswith("@"):
+            p = Path(self.script[1:])
+            if not p.is_file():
+                raise UserError(f"script file {p} does not exist")
+        elif self.script not in BUILTIN_SCRIPTS:
+            raise UserError(f"--script must be one of {', '.join(BUILTIN_SCRIPTS)} or @FILE (got {self.script})")
+        return self
+
+    @property
+    def needs_tables(self) -> bool:
+        return BUILTIN_SCRIPTS.get(self.script, True) if not self.script.startswith("@") else False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Target:
+    host: str        # an address, or a unix socket directory
+    port: int
+    user: str = "postgres"
+    dbname: str = "postgres"
+
+
+def build_argv(w: Workload, target: Target, log_dir: Path, script_dir: Path) -> list[str]:
+    argv = [proc.which("pgbench"), "-n", "-M", w.mode, "-c", str(w.clients), "-j", str(w.threads),
+            "-T", str(w.duration_s), "-P", "1", "-r", "-l", f"--log-prefix={log_dir / 'pgbench_log'}"]
+    if w.connect:
+        argv.append("-C")
+    if w.rate:
+        argv += ["-R", f"{w.rate:g}"]
+    if w.script == "select1":
+        path = script_dir / "select1.sql"
+        path.write_text("select 1;\n")
+        argv += ["-f", str(path)]
+    elif w.script == "tpcc":
+        from pathprof.agent.postgres import tpcc
+        argv += tpcc.script_args(script_dir, w.scale)
+    elif w.script.startswith("@"):
+        src = Path(w.script[1:])
+        dst = script_dir / src.name
+        shutil.copyfile(src, dst)  # keep the exact script with the run
+        argv += ["-f", str(dst)]
+    else:
+        argv += ["-b", w.script]
+    argv += ["-h", target.host, "-p", str(target.port), "-U", target.user, target.dbname]
+    return argv
+
+
+@dataclass
+class Progress:
+    elapsed_s: float
+    tps: float
+    latency_ms: float
+    failed: int = 0
+
+
+@dataclass
+class PgbenchResult:
+    tps: float = 0.0
+    tps_excluding_connect: float | None = None
+    transactions: int = 0
+    failed: int = 0
+    latency_ms: dict = field(default_factory=dict)
+    connection_time_ms: float | None = None
+    version: str = ""
+    progress: list = field(default_factory=list)
+    exit_code: int = 0
+    # pgbench -r: per script (one unless several were weighted), its transactions, latency and statements
+    # [{name, weight, transactions, tps, latency_ms {mean, stddev}, statements [{latency_ms, failures, sql}]}]
+    scripts: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+_STATEMENT_RE = re.compile(r"^\s+([\d.]+)\s+(\d+)\s+(.*)$")
+
+
+def _new_script(name: str) -> dict:
+    return {"name": name, "weight": None, "transactions": None, "tps": None, "latency_ms": {}, "statements": []}
+
+
+def parse_scripts(stdout: str) -> list[dict]:
+    """pgbench -r's per-script blocks (or the one implicit script) with their statement latencies."""
+    scripts: list[dict] = []
+    cur: dict | None = None
+    in_statements = False
+    for raw in stdout.splitlines():
+        line = raw.strip()
+        if m := re.match(r"SQL script (\d+): (.+)$", line):
+            cur = _new_script(m.group(2))
+            scripts.append(cur)
+            in_statements = False
+        elif cur is not None and (m := re.match(r"- weight: (\d+)", line)):
+            cur["weight"] = int(m.group(1))
+        elif cur is not None and (m := re.match(r"- (\d+) transactions .*tps = ([\d.]+)", line)):
+            cur["transactions"], cur["tps"] = int(m.group(1)), float(m.group(2))
+        elif cur is not None and (m := re.match(r"- latency (average|stddev) = ([\d.]+) ms", line)):
+            cur["latency_ms"]["mean" if m.group(1) == "average" else "stddev"] = float(m.group(2))
+        elif "statement latencies in milliseconds" in line:
+            if cur is None:          # a single script: no "SQL script" header
+                cur = _new_script("")
+                scripts.append(cur)
+            in_statements = True
+        elif in_statements and (m := _STATEMENT_RE.match(raw)):
+            cur["statements"].append({"latency_ms": float(m.group(1)), "failures": int(m.group(2)),
+                                      "sql": m.group(3).strip()})
+        else:
+            in_statements = False
+    return scripts
+
+
+def parse_summary(stdout: str) -> PgbenchResult:
+    r = PgbenchResult()
+    r.scripts = parse_scripts(stdout)
+    for line in stdout.splitlines():
+        line = line.strip()
+        if m := re.match(r"pgbench \((.+)\)$", line):
+            r.version = m.group(1)
+        elif m := re.match(r"number of transactions actually processed: (\d+)", line):
+            r.transactions = int(m.group(1))
+        elif m := re.match(r"number of failed transactions: (\d+)", line):
+            r.failed = int(m.group(1))
+        elif m := re.match(r"latency average = ([\d.]+) ms", line):
+            r.latency_ms["mean"] = float(m.group(1))
+        elif m := re.match(r"(?:initial|average) connection time = ([\d.]+) ms", line):
+            r.connection_time_ms = float(m.group(1))
+        elif m := re.match(r"tps = ([\d.]+) \((.+)\)", line):
+            if "excluding" in m.group(2):
+                r.tps_excluding_connect = float(m.group(1))
+            else:
+                r.tps = float(m.group(1))
+    return r
+
+
+def parse_progress(line: str) -> Progress | None:
+    m = PROGRESS_RE.search(line)
+    if not m:
+        return None
+    return Progress(float(m.group(1)), float(m.group(2)), float(m.group(3)), int(m.group(5) or 0))
+
+
+def read_logs(log_dir: Path):
+    """Per-transaction latencies (µs) from pgbench's -l files: `client txn latency_us script epoch_s epoch_us`."""
+    import numpy as np
+    import pandas as pd
+    frames = []
+    for path in sorted(glob.glob(str(log_dir / "pgbench_log.*"))):
+        opener = gzip.open if path.endswith(".gz") else open
+        # A 7th column (schedule lag) appears with --rate; only latency and end time matter here. Read in chunks
+        # into narrow columns: a 30-minute run logs tens of millions of transactions, and parsing them whole took
+        # ~100 bytes of memory per transaction (16 now). A file with words in the latency column (failed or
+        # skipped transactions) is read as before.
+        for dtype in ({"latency_us": np.int32, "epoch_s": np.int64, "epoch_us": np.int32}, None):
+            try:
+                with opener(path, "rt") as f:
+                    chunks = list(pd.read_csv(f, sep=" ", header=None, usecols=[2, 4, 5], engine="c",
+                                              names=["latency_us", "epoch_s", "epoch_us"], dtype=dtype,
+                                              chunksize=1 << 21))
+                break
+            except ValueError:
+                continue
+        frames += chunks
+    if not frames:
+        return pd.DataFrame({"latency_us": np.array([], dtype=float)})
+    return pd.concat(frames, ignore_index=True)
+
+
+def latency_percentiles(logs) -> dict:
+    lat = logs["latency_us"]
+    lat = lat[lat >= 0]  # pgbench logs -1 style markers for skipped/failed transactions
+    if lat.empty:
+        return {}
+    q = lat.quantile([0.5, 0.95, 0.99])
+    return {"mean": lat.mean() / 1000, "p50": q[0.5] / 1000, "p95": q[0.95] / 1000, "p99": q[0.99] / 1000}
+
+
+def compress_logs(log_dir: Path) -> None:
+    for path in glob.glob(str(log_dir / "pgbench_log.*")):
+        if path.endswith(".gz"):
+            continue
+        with open(path, "rb") as src, gzip.open(path + ".gz", "wb", compresslevel=3) as dst:
+            shutil.copyfileobj(src, dst)
+        os.unlink(path)
+
+
+def run(netns: str | None, argv: list[str], out_dir: Path, on_progress: Callable[[Progress], None] | None = None,
+        on_start: Callable[[int], None] | None = None, timeout_s: float = 60,
+        should_stop: Callable[[], bool] = lambda: False) -> PgbenchResult:
+    """Run pgbench to completion (bounded by -T plus timeout_s), streaming -P progress to on_progress."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "argv.txt").write_text(" ".join(argv) + "\n")
+    stdout_f = open(out_dir / "stdout.txt", "w")
+    p = proc.spawn(netns, argv, stdout=stdout_f, stderr=subprocess.PIPE, text=True, bufsize=1, cwd=out_dir)
+    if on_start:
+        on_start(p.pid)
+    progress: list[Progress] = []
+    err_lines: list[str] = []
+
+    write_error: list[OSError] = []
+
+    def pump():
+        # keep reading pgbench's stderr whatever happens to the file (a full disk): progress must go on, and
+        # the error is raised in the caller's thread once pgbench is done
+        try:
+            err_f = open(out_dir / "stderr.txt", "w")
+        except OSError as e:
+            err_f, write_error[:] = None, [e]
+        for line in p.stderr:
+            if err_f is not None:
+                try:
+                    err_f.write(line)
+                except OSError as e:
+                    write_error[:] = [e]
+                    err_f = None
+            pr = parse_progress(line)
+            if pr:
+                progress.append(pr)
+                if on_progress:
+                    on_progress(pr)
+            else:
+                err_lines.append(line.rstrip())
+        if err_f is not None:
+            try:
+                err_f.close()
+            except OSError as e:
+                write_error[:] = [e]
+
+    t = threading.Thread(target=pump, daemon=True)
+    t.start()
+    duration = _duration_of(argv)
+    deadline = time.monotonic() + duration + timeout_s
+    try:
+        while p.poll() is None:
+            if should_stop():  # a signal arrived but its KeyboardInterrupt was swallowed somewhere
+                raise KeyboardInterrupt
+            if time.monotonic() > deadline:
+                raise UserError(f"pgbench did not finish within {duration + timeout_s:.0f} s; stopped it")
+            try:
+                p.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass
+    except BaseException:
+        proc.stop_process(p)
+        raise
+    finally:
+        t.join(timeout=5)
+        stdout_f.close()
+    if write_error:
+        raise write_error[0]
+    result = parse_summary((out_dir / "stdout.txt").read_text())
+    result.exit_code = p.returncode
+    result.progress = [asdict(x) for x in progress]
+    if p.returncode != 0 and result.transactions == 0:
+        tail = " | ".join(x for x in err_lines[-3:] if x)
+        raise UserError(f"pgbench failed (exit {p.returncode}): {tail or 'no output'}")
+    return result
+
+
+def _duration_of(argv: list[str]) -> float:
+    return float(argv[argv.index("-T") + 1]) if "-T" in argv else 0.0
+
+
+def finish(result: PgbenchResult, log_dir: Path, logs=None, compress: bool = True) -> PgbenchResult:
+    """Fill latency percentiles from the per-transaction logs (read now unless given), then compress them."""
+    if logs is None:
+        logs = read_logs(log_dir)
+    pct = latency_percentiles(logs) if len(logs) else {}
+    if pct:  # otherwise keep pgbench's own "latency average"
+        result.latency_ms = pct
+    if compress:
+        compress_logs(log_dir)
+    return result
+
+
+def pgbench_version() -> str:
+    try:
+        out = subprocess.run([proc.which("pgbench"), "--version"], capture_output=True, text=True).stdout
+    except UserError:
+        return ""
+    return out.strip()

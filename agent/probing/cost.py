@@ -1,0 +1,80 @@
+"""What the probes cost, measured in calibration slices.
+
+The kernel's per-program statistics (bpf_stats: run_time_ns, run_cnt) add two clock reads to every run of
+every BPF program on the machine while they are on -- on this project's VMs about as much as a small probe
+costs itself. So they are on only for a calibration slice at the start of each measurement window
+(pathprof.agent.probing.windows decides its length), and the cost over the whole measured interval is scaled
+from the slices by the messages the probes counted (the `messages` stat: one per message delivered to a
+tracked socket, so it follows the transactions, not the clock):
+
+    run_time_ns = slice run time * (messages in all windows / messages in the slices)
+
+Per program, run_cnt and run_time_ns are scaled the same way and ns/run is the slice's own figure.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from pathprof.agent.probing import frames as F
+
+
+class CostCalibration:
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.progs: dict = {}          # summed over slices: {name: {run_time_ns, run_cnt, recursion_misses}}
+        self.messages = 0              # messages counted inside the slices
+        self.slices = 0
+        self.slice_ns = 0
+        self._open = None              # (stats fd, progs at start, messages at start, monotonic start)
+
+    def begin(self, obj) -> None:
+        from pathprof.agent.probing.bpf.libbpf import enable_stats
+        if self._open is not None:
+            return
+        try:
+            fd = enable_stats()
+        except OSError:
+            return                     # no bpf_stats here: the cost stays unmeasured (reported as such)
+        self._open = (fd, F.prog_stats((obj,)), F.read_stats(obj).get("messages", 0), time.monotonic_ns())
+
+    def end(self, obj) -> None:
+        if self._open is None:
+            return
+        fd, progs0, msgs0, t0 = self._open
+        progs1, msgs1 = F.prog_stats((obj,)), F.read_stats(obj).get("messages", 0)
+        os.close(fd)
+        self._open = None
+        for name, d in F.sub_prog(progs1, progs0).items():
+            acc = self.progs.setdefault(name, {"run_time_ns": 0, "run_cnt": 0, "recursion_misses": 0})
+            for k in acc:
+                acc[k] += d.get(k, 0)
+        self.messages += msgs1 - msgs0
+        self.slices += 1
+        self.slice_ns += time.monotonic_ns() - t0
+
+    def abort(self) -> None:
+        if self._open is not None:
+            os.close(self._open[0])
+            self._open = None
+
+    def estimate(self, messages_total: int) -> dict:
+        """The run.json `probes.cost` document: totals scaled to `messages_total`, per-program figures."""
+        scale = messages_total / self.messages if self.messages else 0.0
+        programs = {}
+        for name, d in self.progs.items():
+            if not d["run_cnt"]:
+                continue
+            programs[name] = {"run_time_ns": round(d["run_time_ns"] * scale), "run_cnt": round(d["run_cnt"] * scale),
+                              "ns_per_run": round(d["run_time_ns"] / d["run_cnt"], 1),
+                              "recursion_misses": d["recursion_misses"]}
+        measured = bool(self.messages)
+        return {"run_time_ns": sum(p["run_time_ns"] for p in programs.values()) if measured else None,
+                "run_cnt": sum(p["run_cnt"] for p in programs.values()) if measured else None,
+                "programs": programs,
+                "calibration": {"method": "bpf_stats in calibration slices, scaled by messages",
+                                "slices": self.slices, "slice_s": round(self.slice_ns / 1e9, 3),
+                                "slice_messages": self.messages, "messages": messages_total,
+                                "scale": round(scale, 3)}}

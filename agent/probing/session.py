@@ -1,0 +1,461 @@
+"""The probes front end: load pathprof's BPF objects, follow the run's processes, attach the detailed
+programs only inside measurement windows, read the in-kernel aggregates into DataFrames (see
+pathprof.analysis.stages for what they mean, pathprof.agent.probing.frames for the readers).
+
+    session = ProbeSession(ProbeConfig(level="basic", netns=[None], service_ports=[5432], postgres_bin=...))
+    session.start(); session.track(pid, "pgbench"); session.reset(); session.start_windows(duration_s)
+    ...; result = session.stop()        # result.windows: when each window was open, and the CPUs' busy time
+
+Windows: the detailed programs are attached for `window_s` every `period_s` and fully detached in between;
+the run measures its own perturbation (TPS inside vs outside the windows, pathprof.analysis.windows).
+sched_process_fork stays attached all the time: it is rare and keeps the set of followed threads right (new
+backends) between windows. Inside a window, the kernel's per-program statistics (bpf_stats, which add a clock
+read to every run of every BPF program) are on only for a calibration slice at its start; the probes' cost
+over the whole window is scaled from the slice by the messages the probes counted (pathprof.agent.probing.cost).
+
+Tracked threads are the ones with task-local storage: user space creates it through a thread pidfd.
+"""
+from __future__ import annotations
+
+import ctypes as C
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+from pathprof.agent.host.machine import cpu_busy_ns
+from pathprof.agent.probing import frames as F
+from pathprof.agent.probing.windows import DEFAULT_PERIOD_S, DEFAULT_WINDOW_S
+from pathprof.errors import UserError
+
+PROBES_DIR = Path(__file__).resolve().parents[2] / "probes"
+TRACEFS = "/sys/kernel/tracing"
+LEVELS = ("off", "basic", "deep")
+# (program pair prefix, exported function) timed by entry/return uprobes
+UPROBE_CALLS = [("wal_flush", "XLogFlush")]
+# (program pair prefix, USDT probe base name) on provider "postgresql"
+USDT_PAIRS = [("query", "query"), ("parse", "query__parse"), ("plan", "query__plan"), ("execute", "query__execute"),
+              ("data_read", "smgr__md__read"), ("dirty_write", "buffer__write__dirty"),
+              ("wal_full", "wal__buffer__write__dirty"),
+              ("lock", "lock__wait"), ("lwlock", "lwlock__wait")]
+ALWAYS_ON = ("pp_fork",)               # attached for the whole session; everything else only in windows
+NETFILTER = ("nf_begin", "nf_end")      # BPF netfilter links, attached per (namespace, hook) with functions
+PIDFD_THREAD = os.O_EXCL                # pidfd_open flag: a pidfd for one thread (Linux >= 6.9)
+# attached (in windows) only when the run tracks a process of one of these roles: zero cost on other paths
+ONLY_FOR = {"pp_tcp_consume": {"pooler", "proxy", "qemu", "other"}, "pp_tap_read": {"qemu"}, "pp_tap_recv": {"qemu"}}
+# link impairments (topologies.netem): loaded only when the path has an impaired link; the delay line's
+# brackets sit just before and after the mangle table (-150) of the hooks that hold packets
+QDISC_PROGS = ("pp_qdisc_enq", "pp_qdisc_deq", "pp_qdisc_recv", "pp_hold_begin", "pp_hold_end")
+HOLD_PRI = {"pp_hold_begin": -151, "pp_hold_end": -149}
+
+
+def _probes_dir() -> Path:
+    try:
+        import pathprof.probes as pp
+        return Path(pp.__file__).resolve().parent
+    except Exception:  # pragma: no cover
+        return PROBES_DIR
+
+
+@dataclass
+class ProbeConfig:
+    level: str = "basic"
+    netns: list = field(default_factory=lambda: [None])
+    service_ports: list = field(default_factory=list)
+    postgres_bin: str = "/usr/lib/postgresql/15/bin/postgres"
+    trace_sample: int = 0
+    window_s: float = DEFAULT_WINDOW_S    # detailed probes attached this long...
+    period_s: float = DEFAULT_PERIOD_S    # ...every period_s; window_s <= 0 or period_s <= window_s: always on
+    hop_slots: int = 8                    # distinct hops + 1 the run may track (sizes the latency array)
+    tap_hop: bool = True                  # a qemu guest behind a tap is on the path (its wire needs send starts)
+    netns_labels: dict = field(default_factory=dict)   # namespace reference -> name in the tables (discovered paths)
+    qdisc: bool = False                   # a link is impaired: qdisc.<dev> / delay.<dev> stages (topologies.netem)
+    holds: list = field(default_factory=list)   # (netns, hook) of the delay lines: bracketed by pp_hold_*
+
+
+@dataclass
+class ProbeResult:
+    stages: pd.DataFrame
+    cpu: pd.DataFrame
+    cost: dict
+    lost: dict
+    traces: pd.DataFrame | None = None
+    counters: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+    windows: list = field(default_factory=list)   # one dict per window (pathprof.agent.probing.windows)
+
+
+def ensure_tracefs() -> bool:
+    """Mount tracefs at /sys/kernel/tracing when it is not. Best effort: tp_btf, USDT and netfilter links do
+    not need it (bpftrace scripts and classic tracepoints do); True when it is mounted."""
+    if os.path.exists(f"{TRACEFS}/events"):
+        return True
+    os.system(f"mount -t tracefs tracefs {TRACEFS} >/dev/null 2>&1")
+    return os.path.exists(f"{TRACEFS}/events")
+
+
+def _threads_and_children(pid: int) -> list[int]:
+    """pid's threads, then (recursively) its child processes' threads."""
+    out, todo, seen = [], [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{p}/task")]
+        except OSError:
+            continue
+        out += tids
+        for t in tids:
+            try:
+                todo += [int(c) for c in Path(f"/proc/{p}/task/{t}/children").read_text().split()]
+            except OSError:
+                pass
+    return out
+
+
+class ProbeSession:
+    def __init__(self, config: ProbeConfig):
+        if config.level not in LEVELS:
+            raise UserError(f"--probes must be one of {', '.join(LEVELS)}, not {config.level!r}")
+        self.config = config
+        self.main = None
+        self.hops: dict[str, int] = {}
+        self.roles: set[str] = set()     # roles tracked so far (ONLY_FOR)
+        self.netns_names: dict[int, str] = {}
+        self.nf_hooks: dict[str, list[str]] = {}   # namespace -> hooks bracketed (only those with functions)
+        self.notes: list[str] = []
+        self.dropped: set[str] = set()   # programs not loaded (their tracepoint is missing)
+        self._base: dict = {}
+        self._lock = threading.RLock()
+        self._detail: list = []          # links of the open window
+        self._window: dict | None = None
+        self.windows: list[dict] = []
+        self.calibration = CostCalibration()
+        self._runner = None
+        self._ring = None
+        self._spans: list[bytes] = []
+        self.started = False
+
+    # ---------------- lifecycle ----------------
+    def start(self) -> None:
+        """Load the object (verifier errors surface here, before the run) and attach fork only."""
+        if self.config.level == "off" or self.started:
+            return
+        from pathprof.agent.probing.bpf import layout as L
+        from pathprof.agent.probing.bpf.libbpf import (
+            BPF_NETFILTER,
+            BPF_PROG_TYPE_NETFILTER,
+            BpfObject,
+            RingBuffer,
+            kernel_has_tracepoint,
+            num_possible_cpus,
+        )
+        ensure_tracefs()
+        ports = sorted({int(p) for p in self.config.service_ports if p})
+        if len(ports) > L.MAX_PORTS:
+            raise UserError(f"the probes follow at most {L.MAX_PORTS} service ports; this path has {len(ports)}")
+        hop_slots = max(1, min(int(self.config.hop_slots), L.MAX_HOPS))
+        deep = self.config.level == "deep"
+        try:
+            inos = self._netns_inodes()
+            self.main = BpfObject(str(_probes_dir() / "pathprof.bpf.o"))
+            self.main.set_rodata(svc_ports=(C.c_uint16 * L.MAX_PORTS)(*ports), nf_netns=inos,
+                                 nf_nns=C.c_uint32(len(self.netns_names)), lat_hops=C.c_uint32(hop_slots),
+                                 trace_every=C.c_uint32(max(int(self.config.trace_sample or 0), 0)),
+                                 tap_wire=C.c_uint32(1 if self.config.tap_hop else 0),
+                                 qdisc_on=C.c_uint32(1 if self.config.qdisc else 0))
+            self.main.maps["lat"].set_max_entries(L.lat_entries(hop_slots))
+            self.main.maps["nfagg"].set_max_entries((len(self.netns_names) + 1) * L.NF_PER_NETNS)
+            self.main.maps["cpu_idle"].set_max_entries(num_possible_cpus())
+            self.hop_slots = hop_slots
+            for name, prog in self.main.programs.items():
+                prog.set_autoload(deep or not name.startswith("pg_"))
+                if name in QDISC_PROGS and not self.config.qdisc:
+                    prog.set_autoload(False)    # no netem on this path: never loaded, never attached
+                    self.dropped.add(name)
+                    continue
+                tp = prog.section.removeprefix("tp_btf/") if prog.section.startswith("tp_btf/") else None
+                if tp and not kernel_has_tracepoint(tp):      # drop only the stage that needs it
+                    prog.set_autoload(False)
+                    self.dropped.add(name)
+                    self._note(f"tracepoint {tp} is not in this kernel: {name} not loaded, its stage is missing")
+                if name in NETFILTER or name in HOLD_PRI:
+                    prog.set_type(BPF_PROG_TYPE_NETFILTER, BPF_NETFILTER)
+            self.main.load()
+            for name in ALWAYS_ON:
+                self.main.attach(name)
+            self._find_nf_hooks()
+            if self.config.trace_sample:
+                self._ring = RingBuffer(self.main.maps["traces"].fd, self._spans.append)
+        except BaseException:
+            self.close()
+            raise
+        self.started = True
+        self.reset()
+
+    def _find_nf_hooks(self) -> None:
+        from pathprof.agent.probing.nf_hooks import active_hooks
+        for ns in self.netns_names.values():
+            hooks, how = active_hooks(None if ns == "root" else ns)
+            self.nf_hooks[ns] = hooks
+            if "unreadable" in how:
+                self._note(f"netfilter in {ns}: {how}")
+
+    def _attach_detail(self) -> list:
+        from pathprof.agent.probing.bpf.libbpf import NF_PRI_FIRST, NF_PRI_LAST
+        out = []
+        for name, prog in self.main.programs.items():
+            if (name in ONLY_FOR and not ONLY_FOR[name] & self.roles) or name in self.dropped:
+                continue
+            if name not in ALWAYS_ON and name not in NETFILTER and name not in HOLD_PRI and not name.startswith("pg_"):
+                out.append(self.main.attach(name))
+        if self.config.level == "deep":
+            binary = self.config.postgres_bin
+            if not binary or not os.path.exists(binary):
+                self._note(f"deep: postgres binary {binary!r} not found, USDT probes not attached")
+            else:
+                for prefix, probe in USDT_PAIRS:
+                    for end in ("start", "done"):
+                        out.append(self.main.attach(f"pg_{prefix}_{end}", "usdt", -1, binary, "postgresql",
+                                                    f"{probe}__{end}"))
+                for prefix, func in UPROBE_CALLS:
+                    try:
+                        out.append(self.main.attach_uprobe(f"pg_{prefix}_start", -1, binary, func))
+                        out.append(self.main.attach_uprobe(f"pg_{prefix}_done", -1, binary, func, retprobe=True))
+                    except UserError as e:      # a build without the symbol: that stage only is missing
+                        self._note(f"deep: {func} not found in {binary}: backend.{prefix} not measured ({e})")
+        for ns, hooks in self.nf_hooks.items():
+            try:
+                for hook in hooks:
+                    out.append(self.main.attach_netfilter("nf_begin", hook, NF_PRI_FIRST, None if ns == "root" else ns))
+                    out.append(self.main.attach_netfilter("nf_end", hook, NF_PRI_LAST, None if ns == "root" else ns))
+            except (UserError, OSError) as e:     # BpfError, NetfilterLinkError
+                self._note(f"netfilter brackets not attached in {ns} namespace: {e}")
+        for ns, hook in self.config.holds if self.config.qdisc else []:
+            try:
+                for name, pri in HOLD_PRI.items():
+                    out.append(self.main.attach_netfilter(name, hook, pri, ns))
+            except (UserError, OSError) as e:
+                self._note(f"delay line brackets not attached in {ns or 'root'} {hook}: {e}; its hold is in the wire")
+        return out
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:        # the same failure in every window is one note
+            self.notes.append(text)
+
+    def _set_window(self, start_ns: int) -> None:
+        self.main.maps["win"].update(bytes(C.c_uint32(0)), bytes(C.c_uint64(start_ns)))
+
+    # ---------------- measurement windows ----------------
+    def open_window(self) -> None:
+        """Attach the detailed programs, then open the window (its start is written last: a program that ran
+        before sees 0 and does nothing, so no switch in the window is missed)."""
+        with self._lock:
+            if not self.started or self._window is not None:
+                return
+            w = {"attach_mono_ns": time.monotonic_ns(), "attach_realtime_ns": time.time_ns()}
+            try:
+                self._detail = self._attach_detail()
+            except BaseException:
+                self._detach()
+                raise
+            w["busy0"], w["total0"] = cpu_busy_ns()
+            w["start_mono_ns"], w["start_realtime_ns"] = time.monotonic_ns(), time.time_ns()
+            self._set_window(w["start_mono_ns"])
+            self._window = w
+
+    def begin_calibration(self) -> None:
+        """bpf_stats on for a slice of the open window (pathprof.agent.probing.cost)."""
+        with self._lock:
+            if self._window is not None:
+                self.calibration.begin(self.main)
+
+    def end_calibration(self) -> None:
+        with self._lock:
+            if self._window is not None:
+                self.calibration.end(self.main)
+
+    def close_window(self) -> None:
+        with self._lock:
+            w, self._window = self._window, None
+            if w is None:
+                return
+            self.calibration.end(self.main)
+            self._set_window(0)
+            w["end_mono_ns"], w["end_realtime_ns"] = time.monotonic_ns(), time.time_ns()
+            busy1, total1 = cpu_busy_ns()
+            self._detach()
+            w["detached_mono_ns"], w["detached_realtime_ns"] = time.monotonic_ns(), time.time_ns()
+            w["busy_ns"], w["total_ns"] = busy1 - w.pop("busy0"), total1 - w.pop("total0")
+            w["elapsed_ns"] = w["end_mono_ns"] - w["start_mono_ns"]
+            self.windows.append(w)
+            self.poll_traces()
+
+    def _detach(self) -> None:
+        self.calibration.abort()
+        if self.main is not None:
+            self.main.detach(self._detail)
+        self._detail = []
+
+    def start_windows(self, duration_s: float | None) -> None:
+        """pgbench started: open windows on the configured schedule (or one window, always on)."""
+        if not self.started:
+            return
+        from pathprof.agent.probing.windows import WindowRunner
+        self._runner = WindowRunner(self, self.config.window_s, self.config.period_s, duration_s)
+        self._runner.start()
+
+    def stop_windows(self) -> None:
+        """No more windows: stop the schedule and close the open one (stop() does it too)."""
+        if self._runner is not None:
+            self._runner.stop()
+            self._runner = None
+        self.close_window()
+
+    def poll_traces(self) -> None:
+        with self._lock:               # ring_buffer__consume is not safe from two threads at once
+            if self._ring is not None:
+                self._ring.consume()
+
+    def track(self, pid: int, role: str, hop: str | None = None, aux: str | None = None) -> None:
+        """Follow pid (its threads and children) as `role` (a hop's processes with its name, PostgreSQL's
+        auxiliary processes with their kind, layout.AUX_KINDS); forks are then followed in the kernel."""
+        if not self.started:
+            return
+        from pathprof.agent.probing.bpf import layout as L
+        if role not in L.ROLES:
+            raise UserError(f"unknown probe role {role!r} (one of {', '.join(L.ROLES)})")
+        self.roles.add(role)
+        hop_id = 0
+        if aux:
+            hop_id = L.AUX_KINDS.get(aux, L.AUX_KINDS["other"])
+        elif hop:
+            hop_id = self.hops.setdefault(hop, len(self.hops) + 1)
+            if hop_id >= self.hop_slots:
+                raise UserError(f"at most {self.hop_slots - 1} distinct hops can be profiled on this path "
+                                f"(hop {hop!r})")
+        tasks = self.main.maps["tasks"]
+        for tid in _threads_and_children(int(pid)):
+            try:
+                fd = os.pidfd_open(tid, PIDFD_THREAD)
+            except OSError:
+                continue                 # gone meanwhile (a thread that exits is not followed)
+            try:
+                key = bytes(C.c_int(fd))
+                old = tasks.lookup(key)  # already followed (forked): keep what it has in flight
+                t = L.Task.from_buffer_copy(old) if old else L.Task()
+                t.role, t.hop = L.ROLES[role], hop_id
+                tasks.update(key, bytes(t))
+            except OSError as e:
+                self._note(f"could not track {tid} ({role}): {e}")
+            finally:
+                os.close(fd)
+
+    def reset(self) -> None:
+        """The measured interval starts now: every aggregate is a monotonic counter, so remember them."""
+        if self.main is None:
+            return
+        self._base = F.collect(self.main)
+        self.calibration.reset()
+
+    def frames(self):
+        """(stages, cpu, stats) since reset(), for the live view: a public snapshot, read under the lock."""
+        with self._lock:
+            if self.main is None:
+                return None
+            now = F.collect(self.main)
+            devs = F.devnames(self.netns_names)
+        stages = F.stage_frame(now, self._base, devs, self.hops, self._ns_labels(), self.hop_slots)
+        return stages, F.cpu_frame(now, self._base, self.hops), F.sub(now["stats"], self._base.get("stats", {}))
+
+    def status(self, map_usage) -> dict | None:
+        """For the status file (agent.status): the maps' usage and the event counters since reset()."""
+        with self._lock:
+            if self.main is None or not self.started:
+                return None
+            st = F.sub(F.read_stats(self.main), self._base.get("stats", {}))
+            maps = map_usage(self.main)
+        lost = {k: v for k, v in st.items() if k in F.LOSS and v}
+        return {"maps": maps, "events": {"messages": st.get("messages", 0), "lost": lost,
+                                         "lost_total": sum(lost.values())}}
+
+    def snapshot(self) -> dict:
+        if not self.started:
+            return {}
+        with self._lock:
+            st = F.sub(F.read_stats(self.main), self._base.get("stats", {}))
+        cost = self.calibration.estimate(st.get("messages", 0))
+        return {"messages": st.get("messages", 0), "lost": sum(v for k, v in st.items() if k in F.LOSS),
+                "probe_ns": cost["run_time_ns"], "window_open": self._window is not None}
+
+    def stop(self) -> ProbeResult:
+        if not self.started:
+            self.close()
+            return ProbeResult(F.empty_stages(), F.empty_cpu(), {"run_time_ns": 0, "run_cnt": 0, "programs": {}}, {},
+                               notes=list(self.notes))
+        try:
+            self.stop_windows()
+            now = F.collect(self.main)
+            devs = F.devnames(self.netns_names)
+            self.poll_traces()
+        finally:
+            self.close()
+        base = self._base
+        stats = F.sub(now["stats"], base.get("stats", {}))
+        cost = self.calibration.estimate(stats.get("messages", 0))
+        cost["netfilter_hooks"] = {ns: hooks for ns, hooks in self.nf_hooks.items()}
+        lost = {k: v for k, v in stats.items() if k in F.LOSS and v}
+        misses = sum(p.get("recursion_misses", 0) for p in F.sub_prog(now["progs"], base.get("progs", {})).values())
+        if misses:
+            lost["recursion_misses"] = misses
+        notes = list(self.notes)
+        if lost:
+            notes.append("lost/unpaired events: " + ", ".join(f"{k}={v}" for k, v in lost.items()))
+        if stats.get("window_edge"):
+            notes.append(f"window edges: {stats['window_edge']} pairings begun before a window opened were discarded")
+        stages = F.stage_frame(now, base, devs, self.hops, self._ns_labels(), self.hop_slots)
+        cpu = F.cpu_frame(now, base, self.hops)
+        traces = F.trace_frame(self._spans, self.hops) if self.config.trace_sample else None
+        return ProbeResult(stages, cpu, cost, lost, traces, counters=stats, notes=notes, windows=list(self.windows))
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.stop()
+            self._runner = None
+        with self._lock:
+            self._window = None
+            self._detach()
+            if self._ring is not None:
+                self._ring.free()
+                self._ring = None
+            if self.main is not None:
+                self.main.close()
+            self.main = None
+            self.started = False
+
+    def _ns_labels(self) -> dict:
+        """netns inode -> the name the tables show (a discovered namespace's label instead of its /proc path)."""
+        return {ino: self.config.netns_labels.get(ref, ref) for ino, ref in self.netns_names.items()}
+
+    def _netns_inodes(self):
+        """The topology's namespaces (None = ours) -> their inodes, in slot order (the last slot is "other")."""
+        from pathprof.agent.host.netns import ns_path
+        from pathprof.agent.probing.bpf import layout as L
+        names = list(dict.fromkeys(self.config.netns or [None]))
+        if len(names) > L.MAX_NETNS - 1:
+            raise UserError(f"the probes follow at most {L.MAX_NETNS - 1} network namespaces; this path has "
+                            f"{len(names)}")
+        for ns in names:
+            try:
+                ino = os.stat(ns_path(ns) if ns else "/proc/self/ns/net").st_ino & 0xFFFFFFFF
+            except OSError as e:
+                raise UserError(f"network namespace {ns}: {e}") from None
+            self.netns_names[ino] = ns or "root"
+        return (C.c_uint32 * L.MAX_NETNS)(*self.netns_names)
+
+
+from pathprof.agent.probing.cost import CostCalibration  # noqa: E402  (kept below: it imports nothing of ours)

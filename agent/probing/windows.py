@@ -1,0 +1,125 @@
+"""When the measurement windows open and close during a run, and what the run.json records about them.
+
+The detailed probes are attached `window_s` seconds every `period_s` (pathprof.agent.probing.session explains why);
+the windows are placed from pgbench's start: the first at (period - window) / 2, so that even a run shorter
+than one period gets a window away from pgbench's start-up and end, then one per period while a whole
+window still fits before the end (minus a margin). A run too short for that gets one window in its middle,
+shortened to the same duty (window/period of the run, at least MIN_WINDOW_S), so short runs are not
+perturbed more than long ones.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+# The default schedule: half of the run probed, half not (README "Default schedule" says why)
+DEFAULT_WINDOW_S, DEFAULT_PERIOD_S = 2.0, 4.0
+END_MARGIN_S = 0.5     # no window closes within this of pgbench's end (the last transactions drain)
+MIN_WINDOW_S = 0.25     # shorter windows hold too few transactions (and /proc/stat ticks are 10 ms)
+POLL_S = 0.1           # ring-buffer drain interval inside windows (--trace-sample)
+CALIBRATION_MAX_S = 0.5  # bpf_stats on at the start of each window for this long at most (agent.probe_cost)...
+CALIBRATION_SHARE = 0.2  # ...and at most this share of the window
+
+
+def calibration_s(window_s: float, duration_s: float | None) -> float:
+    """Length of the calibration slice at the start of a window (always on: of the run)."""
+    span = window_s if window_s > 0 else (duration_s or 10.0)
+    return max(0.05, min(CALIBRATION_MAX_S, CALIBRATION_SHARE * span))
+
+
+def always_on(window_s: float, period_s: float) -> bool:
+    return window_s <= 0 or period_s <= window_s
+
+
+def duty_pct(window_s: float, period_s: float) -> float:
+    return 100.0 if always_on(window_s, period_s) else round(100.0 * window_s / period_s, 2)
+
+
+def plan(duration_s: float | None, window_s: float, period_s: float, limit: int = 100000):
+    """Window (start, end) offsets in seconds from pgbench's start; None = always on (one window, the run)."""
+    if always_on(window_s, period_s):
+        return None
+    first = (period_s - window_s) / 2.0
+    if not duration_s:                       # unknown length: keep going until stopped
+        return ((first + k * period_s, first + k * period_s + window_s) for k in range(limit))
+    out, t = [], first
+    while t + window_s <= duration_s - END_MARGIN_S and len(out) < limit:
+        out.append((t, t + window_s))
+        t += period_s
+    if not out:
+        w = min(window_s, max(duration_s * window_s / period_s, MIN_WINDOW_S), duration_s / 2.0)
+        s = max((duration_s - w) / 2.0, 0.0)
+        out.append((s, s + w))
+    return out
+
+
+class WindowRunner:
+    """A thread that opens and closes the session's windows on the plan; stop() ends it (and the window)."""
+
+    def __init__(self, session, window_s: float, period_s: float, duration_s: float | None):
+        self.session = session
+        self.plan = plan(duration_s, window_s, period_s)
+        self.cal_s = calibration_s(window_s if self.plan is not None else 0, duration_s)
+        # always on: calibrate once the run is past pgbench's start-up (connections, first plans)
+        self.cal_at = 0.0 if self.plan is not None else min(2.0, 0.2 * (duration_s or 10.0))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        self.t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="pp-windows", daemon=True)
+        self._thread.start()
+
+    def _wait_until(self, t: float, poll: bool) -> bool:
+        """Sleep until monotonic time t (draining spans when poll); False if stopped first."""
+        while True:
+            left = t - time.monotonic()
+            if left <= 0:
+                return True
+            if self._stop.wait(min(left, POLL_S) if poll else left):
+                return False
+            if poll:
+                self.session.poll_traces()
+
+    def _run(self) -> None:
+        try:
+            # always on: one window for the whole run, closed by stop()
+            for s, e in (self.plan if self.plan is not None else [(0.0, float("inf"))]):
+                if not self._wait_until(self.t0 + s, poll=False):
+                    return
+                self.session.open_window()
+                if not self._wait_until(self.t0 + s + self.cal_at, poll=True):
+                    return
+                self.session.begin_calibration()
+                if not self._wait_until(self.t0 + s + self.cal_at + self.cal_s, poll=True):
+                    return
+                self.session.end_calibration()
+                if not self._wait_until(self.t0 + e, poll=True):
+                    return                    # stop() closes the open window
+                self.session.close_window()
+        except BaseException as exc:          # a window that cannot open is a note, the run goes on
+            self.error = exc
+            self.session.notes.append(f"measurement window failed: {exc}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+
+def window_meta(windows: list[dict], logs, window_s: float, period_s: float) -> dict:
+    """run.json `probes` additions: the schedule, each window, and transactions/TPS in and out of them."""
+    from pathprof.analysis.windows import split
+    meta = {"schedule": {"window_s": window_s, "period_s": period_s, "duty_pct": duty_pct(window_s, period_s),
+                         "always_on": always_on(window_s, period_s)},
+            "windows": windows}
+    if logs is not None and len(logs) and "epoch_s" in logs:
+        ends = logs["epoch_s"].to_numpy(dtype="int64") * 1_000_000 + logs["epoch_us"].to_numpy(dtype="int64")
+        meta.update(split(ends, logs["latency_us"].to_numpy(dtype="float64"), windows))
+    busy = sum(w.get("busy_ns", 0) for w in windows)
+    elapsed = sum(w.get("elapsed_ns", 0) for w in windows)
+    meta.setdefault("in_windows", {})
+    meta["in_windows"].update({"busy_ns": busy, "elapsed_ns": elapsed, "windows": len(windows)})
+    return meta
+

@@ -1,0 +1,241 @@
+"""`pathprof attach`: profile the traffic already flowing to a local PostgreSQL server, with no pgbench.
+
+The target (a port, a server pid or a DSN) is resolved to a path (pathprof.agent.discovery.chain): the server, the
+hops in front of it and the clients connected now. The probes follow all of them, always on, for --duration;
+a transaction is one request/response exchange on a client connection (a ReadyForQuery-to-ReadyForQuery
+cycle: the backend consumes a request and answers it), counted by the probes themselves, so TPS and the
+per-transaction tables need no pgbench. Only reading: no namespace, rule, process or setting is created or
+changed on the user's system; the BPF programs and links go away with the session.
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pathprof
+from pathprof.agent.discovery import profiled_path
+from pathprof.agent.host.machine import host_info
+from pathprof.agent.postgres.pgbench import Progress
+from pathprof.agent.run.options import Reporter
+from pathprof.agent.run.signals import sigterm_as_interrupt
+from pathprof.analysis.rundir import RunDir
+from pathprof.errors import Interrupted, UserError
+
+
+@dataclass
+class AttachOptions:
+    port: int | None = None
+    server_pid: int | None = None
+    dsn: str | None = None
+    duration_s: float = 10.0
+    probes: str = "basic"
+    trace_sample: int = 0
+    runs_dir: Path = Path("runs")
+
+
+def resolve(opts: AttachOptions):
+    """(SocketTable, DiscoveredPath) of the target, or a UserError saying why it cannot be profiled."""
+    from pathprof.agent.discovery import chain as discovery
+    if opts.dsn:
+        table, path = _from_dsn(opts.dsn)
+    elif opts.server_pid:
+        path, table = discovery.from_server_pid(opts.server_pid)
+    else:
+        path, table = discovery.from_port(opts.port)
+    what = f"port {opts.port}" if opts.port else (f"pid {opts.server_pid}" if opts.server_pid else "--dsn")
+    if path.postmaster is None and not any(h.role == "qemu" for h in path.hops):
+        first = path.hops[0] if path.hops else None
+        who = f"{first.comm} (pid {first.pid})" if first else "its process"
+        raise UserError(f"{what} is answered by {who}, which is not PostgreSQL and has no connection onward to a "
+                        "PostgreSQL server on this machine" + (f" ({path.unseen[0]})" if path.unseen else ""))
+    if not path.client_connections:
+        raise UserError(f"no client is connected to {what} now: attach profiles traffic that is already flowing "
+                        "(start the load first, or use `pathprof run --dsn` to drive pgbench)")
+    return table, path
+
+
+def _from_dsn(dsn: str):
+    """Resolve a DSN through a connection of pathprof's own (the path NAT or a proxy take), then profile the
+    entry's clients; refuse a server that is not on this machine."""
+    import psycopg
+    from pathprof.agent.discovery import chain as discovery
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    host = str(info.get("host") or "")
+    if host and not host.startswith("/") and not _is_local(host):
+        raise UserError(f"--dsn host {host} is not on this machine: attach can only profile a local server")
+    try:
+        with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
+            from pathprof.agent.discovery.sockets import SocketTable
+            table = SocketTable.take()
+            path = discovery.from_client_socket(os.fstat(conn.pgconn.socket).st_ino, table)
+    except psycopg.Error as e:
+        msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        raise UserError(f"cannot connect with --dsn: {msg}") from None
+    if path.hops:
+        entry_port = next((int(a.rsplit(":", 1)[1]) for a in path.hops[0].listen if not a.startswith("unix:")), None)
+        if entry_port:
+            return table, discovery.from_entry(table, path.hops[0].pid, entry_port)
+    if path.postmaster:
+        p2, t2 = discovery.from_server_pid(path.postmaster)
+        return t2, p2
+    return table, path
+
+
+def _is_local(host: str) -> bool:
+    """Whether a host name or address is one of this machine's (loopback or an address of ours)."""
+    try:
+        addrs = {ai[4][0] for ai in socket.getaddrinfo(host, None)}
+    except socket.gaierror:
+        raise UserError(f"--dsn host {host!r} does not resolve") from None
+    out = subprocess.run(["ip", "-o", "addr", "show"], capture_output=True, text=True).stdout
+    mine = {line.split()[3].split("/")[0] for line in out.splitlines() if len(line.split()) > 3}
+    return all(ipaddress.ip_address(a).is_loopback or a in mine for a in addrs)
+
+
+def execute_attach(opts: AttachOptions, ui: Reporter) -> RunDir:
+    from pathprof.agent.probing import doctor
+    from pathprof.agent.probing.session import ProbeSession
+    from pathprof.agent.run import recorder
+    if opts.probes == "off":
+        raise UserError("attach measures with the probes: --probes off leaves nothing to measure")
+    if not 1 <= opts.duration_s <= 24 * 3600:
+        raise UserError(f"--duration must be between 1 s and 24 h, not {opts.duration_s:g}")
+    doctor.require(opts.probes)
+    ui.phase("discovering the path")
+    table, path = resolve(opts)
+    for line in profiled_path.summary_lines(table, path):
+        ui.note(f"path: {line}")
+    # always on: with no pgbench log there is no outside-the-windows rate to compare against anyway
+    probes = ProbeSession(profiled_path.probe_config(table, path, opts.probes, opts.trace_sample, 0.0, 0.0))
+    rd = RunDir.create(opts.runs_dir, "attach")
+    source = (f"--port {opts.port}" if opts.port else f"--server-pid {opts.server_pid}" if opts.server_pid
+              else f"--dsn {opts.dsn}")
+    rd.update(pathprof_version=pathprof.__version__, host=host_info(),
+              topology={"name": "attach", "source": source, "options": {}, "spec": None},
+              workload={"clients": path.client_connections, "threads": None, "duration_s": opts.duration_s,
+                        "mode": None, "script": "observed", "connect": False, "scale": None, "rate": None},
+              postgres={"owned": False, "pid": path.postmaster}, status="running")
+    rd.write_json("topology.json", profiled_path.topology_doc(table, path, f"attach {source}"))
+    try:
+        with sigterm_as_interrupt():
+            ui.phase(f"loading probes ({opts.probes})")
+            probes.start()
+            profiled_path.track(probes, path)
+            probes.reset()
+            probes.start_windows(opts.duration_s)
+            ui.phase(f"attached: {path.client_connections} client connections, {opts.duration_s:g} s")
+            _watch(probes, path, opts.duration_s, ui)
+            probes.stop_windows()
+            ui.phase("reading results")
+            presult = probes.stop()
+    except KeyboardInterrupt:
+        rd.update(status="interrupted")
+        raise Interrupted("interrupted") from None
+    finally:
+        probes.close()
+    meta = recorder.save_probe_result(rd, presult)
+    meta.update(level=opts.probes, schedule={"window_s": 0.0, "period_s": 0.0, "duty_pct": 100.0, "always_on": True},
+                windows=presult.windows)
+    meta["notes"] = list(meta.get("notes") or []) + [
+        "attach: a transaction is one request/response exchange on a client connection, counted by the probes "
+        "(a multi-statement transaction counts each statement's exchange); the probes were on for the whole "
+        "interval, so these figures include their cost"] + [f"discovered path: {x}"
+                                                             for x in profiled_path.summary_lines(table, path)]
+    gone = path.client_connections - _connections_now(opts, path)
+    if gone > 0:
+        meta["notes"].append(f"{gone} of {path.client_connections} client connections closed during the interval: "
+                             "the rate and the cycle check assume they stayed busy all along")
+    observed, cpu = observed_result(presult, path)
+    rd.update(observed=observed, cpu=cpu, probes=meta, status="complete")
+    return rd
+
+
+def _connections_now(opts: AttachOptions, path) -> int:
+    """Client connections into the path's entry at the end (a second look, to catch clients that left)."""
+    from pathprof.agent.discovery import chain as discovery
+    from pathprof.agent.discovery.sockets import SocketTable
+    try:
+        t = SocketTable.take()
+        entry = path.hops[0].pid if path.hops else path.postmaster
+        port = next((int(a.rsplit(":", 1)[1]) for a in (path.hops[0].listen if path.hops else path.postgres_listen)
+                     if not a.startswith("unix:")), None)
+        return discovery.from_entry(t, entry, port).client_connections
+    except Exception:         # the path went away: count none
+        return 0
+
+
+def exchanges(stages) -> int:
+    """Request/response exchanges: requests the backends consumed and answered (else, with the server out of
+    sight, the first hop's)."""
+    if stages is None or not len(stages):
+        return 0
+    proc = stages[stages["kind"] == "proc"]
+    n = int(proc[proc["role"] == "backend"]["count"].sum())
+    if not n:
+        hop = proc[(proc["leg"] == "request") & (proc["hop"] != "")]
+        n = int(hop.groupby("hop")["count"].sum().max()) if len(hop) else 0
+    return n
+
+
+def observed_result(presult, path) -> tuple[dict, dict]:
+    """run.json `observed` (what pgbench's result holds for a driven run) and `cpu`, from the probes alone."""
+    from pathprof.analysis import stages as views
+    wins = presult.windows or []
+    elapsed = sum(w.get("elapsed_ns", 0) for w in wins)
+    busy = sum(w.get("busy_ns", 0) for w in wins)
+    n = exchanges(presult.stages)
+    tps = n / (elapsed / 1e9) if elapsed else 0.0
+    mean_us = None
+    if n and tps:
+        cycle = path.client_connections * 1e6 / tps
+        lv = views.latency_view(presult.stages, n, cycle, cycle_us=cycle)
+        legs = [s["us_per_txn"] for s in lv["stages"] if s["leg"] in ("request", "server", "response")
+                and "parent" not in s]
+        mean_us = sum(legs) if legs else None
+    observed = {"source": "probes", "tps": round(tps, 2), "transactions": n, "failed": None,
+                "latency_ms": {"mean": round(mean_us / 1e3, 6) if mean_us else None},
+                "duration_s": round(elapsed / 1e9, 3)}
+    return observed, {"busy_ns": busy, "elapsed_ns": elapsed, "ncpu": os.cpu_count()}
+
+
+def _watch(probes, path, duration_s: float, ui: Reporter) -> None:
+    """Progress once a second from the probes' own exchange count (the live view's TPS line), with the stage
+    and CPU breakdown so far (the probes are always on here: no window to wait for)."""
+    from pathprof.agent.host.machine import cpu_busy_ns
+    t0, (busy0, _) = time.monotonic(), cpu_busy_ns()
+    last_n, last_t = 0, t0
+    while True:
+        now = time.monotonic()
+        if now - t0 >= duration_s:
+            return
+        time.sleep(min(1.0, duration_s - (now - t0)))
+        frames = probes.frames()
+        n = exchanges(frames[0]) if frames else 0
+        t = time.monotonic()
+        tps = (n - last_n) / (t - last_t) if t > last_t else 0.0
+        last_n, last_t = n, t
+        cycle_ms = path.client_connections * 1e3 / tps if tps else 0.0
+        snap = {**probes.snapshot(), **_breakdown(frames, n, cpu_busy_ns()[0] - busy0, (t - t0) * 1e9)}
+        ui.progress(Progress(elapsed_s=round(t - t0, 1), tps=tps, latency_ms=cycle_ms), snap)
+
+
+def _breakdown(frames, n: int, busy_ns: float, elapsed_ns: float) -> dict:
+    """The live view's stage/CPU tables so far; {} when there is nothing yet or it cannot be computed (the live
+    view is a convenience: the run must not depend on it)."""
+    if not frames or not n:
+        return {}
+    from pathprof.agent.probing import frames as F
+    from pathprof.analysis import stages as views
+    stages, cpu, stats = frames
+    try:
+        lv = views.latency_view(stages, n, 0.0)
+        cv = views.cpu_view(cpu, n, busy_ns, elapsed_ns, os.cpu_count() or 1)
+    except Exception:
+        return {}
+    return {"stages": [x for x in lv["stages"] if not x.get("parent")], "cpu": cv["components"],
+            "lost_events": sum(v for k, v in stats.items() if k in F.LOSS)}

@@ -1,0 +1,34 @@
+"""What a run is asked to do (RunOptions) and what it tells the user while it works (Reporter)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pathprof.agent.postgres import pgbench
+from pathprof.agent.probing.windows import DEFAULT_PERIOD_S, DEFAULT_WINDOW_S
+
+
+@dataclass
+class RunOptions:
+    topology: str
+    workload: pgbench.Workload
+    pg_settings: dict[str, str] = field(default_factory=dict)
+    dsn: str | None = None
+    probes: str = "basic"
+    runs_dir: Path = Path("runs")
+    topo_options: dict[str, str] = field(default_factory=dict)
+    links: list[str] = field(default_factory=list)   # --link WHERE:KEY=VALUE,... (topologies.netem)
+    trace_sample: int = 0
+    wal_device_mb: int = 0           # the WAL on a loop device of its own (agent.storage); 0 = with the data
+    wal_device_limit: dict[str, int] = field(default_factory=dict)   # throttle on it (agent.io_limit)
+    probe_window_s: float = DEFAULT_WINDOW_S   # detailed probes attached this long every probe_period_s
+    probe_period_s: float = DEFAULT_PERIOD_S
+    status_every_s: float = 10.0     # <run dir>/status.json rewritten this often while pgbench runs (0: never)
+
+
+class Reporter:
+    """What a run tells the user while it works; the CLI supplies a live view or plain lines."""
+
+    def phase(self, text: str) -> None: ...
+    def progress(self, pr: pgbench.Progress, probe_snapshot: dict | None) -> None: ...
+    def note(self, text: str) -> None: ...

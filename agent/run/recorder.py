@@ -1,0 +1,141 @@
+"""Glue between a live run and its run directory: which processes the probes follow, what they recorded,
+and the process/socket chain the path turned out to be."""
+from __future__ import annotations
+
+import re
+import subprocess
+
+from pathprof.agent.host.netns import netns_argv
+from pathprof.analysis.rundir import RunDir
+
+
+def track_path(probes, pg, services) -> None:
+    """Seed the probes with the run's own processes; their children are followed in the kernel."""
+    if pg is not None and pg.pid:
+        probes.track(pg.pid, "postmaster")
+        for child in pg.postmaster_children():
+            # A pooler's server connections already exist: they are backends, not auxiliary processes.
+            kind = aux_kind(child)
+            if kind:
+                probes.track(child, "pg_aux", aux=kind)
+            else:
+                probes.track(child, "backend")
+    for svc in services:
+        role = getattr(svc, "role", "proxy")
+        for pid in svc.pids():
+            probes.track(pid, role, hop=svc.hop)
+
+
+def down_links(topo) -> list[str]:
+    """The path's links (veth/tap ends and bridges) that are administratively or operationally down now."""
+    bridge_host = {b.name: b.host for b in topo.bridges}
+    ends = []
+    for link in topo.links:
+        for end in (link.a, link.b):
+            if end is not None:
+                host = end.host or bridge_host.get(end.bridge)
+                ends.append((end.ifname, topo.netns_of(host) if host else None))
+    down = []
+    for ifname, netns in ends:
+        out = subprocess.run(netns_argv(netns, ["ip", "-o", "link", "show", "dev", ifname]), capture_output=True,
+                             text=True).stdout
+        flags = re.search(r"<([^>]*)>", out)
+        if out and (not flags or "UP" not in flags.group(1).split(",") or "state DOWN" in out):
+            down.append(f"{ifname}{' in ' + netns if netns else ''}")
+    return down
+
+
+def checkpoints(pg) -> dict | None:
+    """The server's checkpoint counters (pg_stat_bgwriter), or None where they cannot be read (a guest)."""
+    if pg is None:
+        return None
+    try:
+        (timed, req), = pg.query("select checkpoints_timed, checkpoints_req from pg_stat_bgwriter")
+    except Exception:     # a server that went away: the run reports that elsewhere
+        return None
+    return {"timed": int(timed), "requested": int(req)}
+
+
+def checkpoints_during(before: dict | None, after: dict | None) -> dict | None:
+    """run.json postgres.checkpoints: checkpoints that ran during the measured interval, by kind."""
+    if not before or not after:
+        return None
+    d = {k: after[k] - before[k] for k in ("timed", "requested")}
+    return {**d, "during_run": d["timed"] + d["requested"]}
+
+
+AUX_TITLES = ("checkpointer", "background writer", "walwriter", "autovacuum launcher", "autovacuum worker",
+              "logical replication launcher", "archiver", "stats collector", "startup", "walreceiver",
+              "walsender", "logger")
+
+
+def aux_kind(pid: int) -> str | None:
+    """The kind of a PostgreSQL auxiliary process from its title ("postgres: checkpointer "), None for a
+    backend (layout.AUX_KINDS names the kinds; the rest of AUX_TITLES are "other")."""
+    try:
+        title = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "other"
+    title = title.removeprefix("postgres: ").strip()
+    if not title.startswith(AUX_TITLES):
+        return None
+    for prefix, kind in (("checkpointer", "checkpointer"), ("background writer", "bgwriter"),
+                         ("walwriter", "walwriter"), ("autovacuum", "autovacuum"), ("logger", "logger")):
+        if title.startswith(prefix):
+            return kind
+    return "other"
+
+
+
+def save_probe_result(rd: RunDir, result) -> dict:
+    rd.write_frame("stages.parquet", result.stages)
+    rd.write_frame("cpu.parquet", result.cpu)
+    if getattr(result, "traces", None) is not None and len(result.traces):
+        rd.write_frame("traces.parquet", result.traces)
+    return {"cost": result.cost, "lost": result.lost, "capabilities": getattr(result, "capabilities", None),
+            "notes": getattr(result, "notes", []), "counters": getattr(result, "counters", {})}
+
+
+def live_sockets(topo) -> dict:
+    """Established TCP connections with their processes, per host, grouped by process name."""
+    out = {}
+    for h in topo.hosts.values():
+        conns = _established(h.netns)
+        if conns:
+            out[h.name] = conns
+    return out
+
+
+def _established(netns: str | None) -> list[dict]:
+    argv = netns_argv(netns, ["ss", "-Htnp", "state", "established"])
+    out = subprocess.run(argv, capture_output=True, text=True).stdout
+    rows = []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 4:
+            m = re.search(r'users:\(\("([^"]+)",pid=(\d+)', line)
+            rows.append({"local": parts[2], "peer": parts[3], "process": m.group(1) if m else None,
+                         "pid": int(m.group(2)) if m else None})
+    # One entry per (process, local side, peer side) shape is enough to show the chain.
+    seen, chain = set(), []
+    for r in rows:
+        key = (r["process"], r["local"].rsplit(":", 1)[0], r["peer"].rsplit(":", 1)[0])
+        if key not in seen:
+            seen.add(key)
+            chain.append({**r, "connections": sum(1 for x in rows if (x["process"], x["local"].rsplit(":", 1)[0],
+                                                                       x["peer"].rsplit(":", 1)[0]) == key)})
+    return chain
+
+
+def discovered_path(topo, ctx, pg, services, seen_sockets: dict | None = None) -> dict:
+    """The chain as configured and as seen (processes and sockets), for topology.json."""
+    target = topo.client.targets[topo.client.target]
+    chain = [{"process": "pgbench", "host": topo.client.host, "netns": topo.netns_of(topo.client.host)},
+             {"connects_to": "unix:" + str(pg.socket_dir) if target.unix and pg else f"{target.host}:{target.port}"}]
+    for svc in services:
+        chain.append({"hop": svc.hop, **svc.describe()})
+    chain.append({"process": "postgres", "host": topo.postgres.host, "netns": topo.netns_of(topo.postgres.host),
+                  "listen": f"{topo.postgres.listen}:{topo.postgres.port}", "pid": pg.pid if pg else None})
+    return {"topology": topo.name, "target": topo.client.target, "chain": chain, "sockets": seen_sockets or {},
+            "hosts": {h.name: {"netns": h.netns, "addresses": ctx.hosts[h.name].addresses}
+                      for h in topo.hosts.values()}}

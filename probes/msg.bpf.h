@@ -1,0 +1,273 @@
+/* Messages: send -> ready -> consumed -> next send, on TCP and AF_UNIX sockets, and their trace numbers.
+ * Part of pathprof.bpf.c (one object: every family shares its maps); included in order, not alone. */
+#ifndef PATHPROF_MSG_BPF_H
+#define PATHPROF_MSG_BPF_H
+
+/* --trace-sample: the number a message carries, so every message of one transaction has the same one and the
+ * sample (number % trace_every) takes all of them: a client's request opens a new number (its connection's
+ * last + 1), a backend answers with the request's, a hop forwards the one it consumed. Per-socket counters
+ * alone drift apart whenever a window opens mid-transaction. Only runs with traces on (trace_every != 0). */
+static __always_inline __u32 send_number(struct sock *sk, struct pp_task *t)
+{
+	if (is_hop_role(t->role))
+		return t->consume_seq;
+	struct pp_sock *s = sk ? bpf_sk_storage_get(&socks, sk, 0, 0) : 0;
+	if (!s)
+		return 0;
+	return t->role == PP_ROLE_PGBENCH ? s->seq + 1 : s->seq;
+}
+
+/* ---------------- messages: send -> ready -> consumed -> next send ----------------
+ * TCP send start: the first tcp_sendmsg_locked of the send (a few hundred ns after the syscall entry; syscall
+ * tracepoints would put every syscall of every process on the slow path). AF_UNIX has no such tracepoint: its
+ * send start is taken at the receiver's sk_data_ready. */
+SEC("tp_btf/tcp_sendmsg_locked")
+int BPF_PROG(pp_tcp_send, const struct sock *sk, const struct msghdr *msg, const struct sk_buff *skb, int goal)
+{
+	__u64 ws = win_start();
+	if (!ws)
+		return 0;
+	struct pp_task *t = cur_task(ws);
+	if (t && !t->in_send) {
+		t->send_ts = bpf_ktime_get_ns();
+		t->in_send = 1;
+		if (trace_every)
+			t->send_seq = send_number((struct sock *)sk, t);
+		/* a hop sending again with no read since its last send (whose delivery is cont_ts) and no sleep either
+		 * goes on working on the same message (pgpool sends a reply's piece to the client, then the next request
+		 * to the backend): this send's processing starts where the last one was delivered */
+		if (is_hop_role(t->role) && !t->consume_ts && t->cont_ts >= ws && t->wake_ts < t->cont_ts &&
+		    t->send_ts > t->cont_ts) {
+			t->consume_ts = t->cont_ts;
+			stat_inc(PP_STAT_HOP_CONTINUED);
+		}
+	}
+	return 0;
+}
+
+/* leg of messages arriving on a socket owned by `role` */
+static __always_inline __u8 sock_leg(__u8 role, struct sock *sk)
+{
+	if (role == PP_ROLE_BACKEND || role == PP_ROLE_POSTMASTER || role == PP_ROLE_PG_AUX)
+		return PP_LEG_REQUEST;
+	if (role == PP_ROLE_PGBENCH)
+		return PP_LEG_RESPONSE;
+	return is_svc_port(sk->__sk_common.skc_num) ? PP_LEG_REQUEST : PP_LEG_RESPONSE;
+}
+
+static __always_inline __u32 tcp_copied(struct sock *sk)
+{
+	return BPF_CORE_READ((struct tcp_sock *)sk, copied_seq);
+}
+
+/* the socket's storage, created on first use by a tracked thread; 0 for a fresh socket (nothing pending) */
+static __always_inline struct pp_sock *learn_sock(struct sock *sk, struct pp_task *t)
+{
+	struct pp_sock *s = bpf_sk_storage_get(&socks, sk, 0, 0);
+	if (s)
+		return s;
+	struct pp_sock n = { .role = t->role, .hop = t->hop, .leg = sock_leg(t->role, sk) };
+	if (sk->sk_protocol == IPPROTO_TCP_NUM)
+		n.copied = tcp_copied(sk);
+	if (!bpf_sk_storage_get(&socks, sk, &n, BPF_SK_STORAGE_GET_F_CREATE))
+		stat_inc(PP_STAT_SOCKS_FULL);
+	return 0;
+}
+
+SEC("tp_btf/sk_data_ready")
+int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
+{
+	__u64 ws = win_start();
+	if (!ws)
+		return 0;
+	struct sock *sk = (struct sock *)csk;
+	struct pp_sock *s = bpf_sk_storage_get(&socks, sk, 0, 0);
+	if (!s) {
+		if (cur_task(ws))
+			stat_inc(PP_STAT_READY_UNLEARNED);
+		return 0;
+	}
+	__u64 old = s->ready_ts;
+	/* queue not drained: the same message continues. A hop's wait starts at its first piece; a request/response
+	 * receiver (pgbench, a backend) waits for the whole message, so its wait starts at the last piece: a pooler
+	 * that forwards a reply in parts between its own round trips upstream (pgpool) would otherwise have the
+	 * receiver's wakeup overlap all of that upstream work. The piece keeps its wire stage: it is on the path. */
+	int more = old >= ws;
+	if (more && is_hop_role(s->role))
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (__sync_val_compare_and_swap(&s->ready_ts, old, now) != old) {
+		stat_inc(PP_STAT_READY_RACE);   /* another CPU marked it first: that one is the message's start */
+		return 0;
+	}
+	if (old && !more)
+		stat_inc(PP_STAT_WINDOW_EDGE);   /* left pending by an earlier window */
+	stat_inc(more ? PP_STAT_PIECE_LATE : PP_STAT_MESSAGES);
+	/* loopback/veth/unix: delivery runs inside the sender's send, so current = sender, and in_send tells it
+	 * apart from a receiver draining its socket backlog inside recv */
+	struct pp_task *t = cur_task(ws);
+	__u32 seq = more ? s->seq : ++s->seq;   /* only the cmpxchg winner writes it; a further piece keeps it */
+	if (!more && trace_every && t) {  /* the sender's transaction number, where the sender is known */
+		int is_unix = sk->__sk_common.skc_family == AF_UNIX_NUM;
+		if (is_unix && !t->in_send) { /* AF_UNIX: its send starts here; the sender's socket is the peer */
+			struct unix_sock *u = bpf_skc_to_unix_sock(sk);
+			t->send_seq = u && u->peer ? send_number(u->peer, t) : 0;
+		}
+		if ((t->in_send || is_unix) && t->send_seq)
+			s->seq = seq = t->send_seq;
+	}
+	__u64 qs = qdisc_on ? qdisc_send_start(ws) : 0;   /* out of a netem qdisc: sent from elsewhere, earlier */
+	if (qs && now > qs) {
+		span(PP_ST_WIRE, s->role, s->leg, s->hop, qs, now - qs, seq);
+	} else if (t && t->in_send && now > t->send_ts) {
+		span(PP_ST_WIRE, s->role, s->leg, s->hop, t->send_ts, now - t->send_ts, seq);
+		if (t->role == PP_ROLE_QEMU)
+			t->in_send = 0;           /* a tap write has no sock_send_length (pp_tap_recv) */
+		t->cont_ts = now;             /* a hop's next send without a read in between continues from here */
+	} else if (t && !t->in_send && sk->__sk_common.skc_family == AF_UNIX_NUM) {
+		t->send_ts = now;             /* unix: the send path up to here stays in the sender's stage */
+		t->in_send = 1;
+		stat_inc(PP_STAT_WIRE_UNTIMED);
+	} else {
+		stat_inc(PP_STAT_WIRE_UNPAIRED);
+	}
+	return 0;
+}
+
+/* the ready -> consumed stages of one piece: woken (onto an idle or a busy CPU), run queue, receive; or queued
+ * when the receiver was already awake (w = 0) */
+static __always_inline void piece_spans(struct pp_sock *s, __u64 r, __u64 w, __u64 on, __u64 done, __u8 idle,
+					__u32 seq)
+{
+	if (w) {
+		span(idle ? PP_ST_IDLE_EXIT : PP_ST_WAKEUP, s->role, s->leg, s->hop, r, w - r, seq);
+		span(PP_ST_RUNQUEUE, s->role, s->leg, s->hop, w, on - w, seq);
+		span(PP_ST_RECV, s->role, s->leg, s->hop, on, done - on, seq);
+	} else {
+		span(PP_ST_QUEUED, s->role, s->leg, s->hop, r, done - r, seq);
+	}
+}
+
+/* t consumed the message pending on sk: close its ready -> consumed stages (wakeup, runqueue, recv, or queued)
+ * and remember the consume for the processing that follows -- on the socket for request/response roles, on
+ * the thread for hops. A hop (pgbouncer, a pgpool child, docker-proxy, qemu) consumes on one socket and
+ * forwards on another, so its processing pairs a send with the most recent consume by the same thread that no
+ * send has claimed yet: an event loop forwards what it read before it reads the next; Go's docker-proxy copies
+ * each direction in one goroutine (splice in, splice out, back to back on one thread). */
+static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64 ws, int tcp)
+{
+	struct pp_sock *s = learn_sock(sk, t);
+	if (!s)
+		return;
+	if (tcp) {
+		__u32 c = tcp_copied(sk);
+		if (c == s->copied)
+			return;                   /* nothing was moved */
+		s->copied = c;
+	}
+	__u64 r = __sync_lock_test_and_set(&s->ready_ts, 0), now = bpf_ktime_get_ns();
+	if (r && r < ws) {
+		stat_inc(PP_STAT_WINDOW_EDGE);  /* became ready before the window: its wait is not whole */
+		r = 0;
+	}
+	if (r && now >= r) {
+		__u64 w = t->wake_ts, on = t->oncpu_ts >= w ? t->oncpu_ts : w;
+		if (!(w > r && w <= now))
+			w = on = 0;               /* already awake: the message was queued behind other work */
+		if (is_hop_role(t->role)) {
+			piece_spans(s, r, w, on, now, t->wake_idle, s->seq);
+		} else {                      /* kept until the receiver answers: only the last piece counts */
+			if (s->pend_done)
+				stat_inc(PP_STAT_PIECE_SUPERSEDED);
+			s->pend_ready = r;
+			s->pend_wake = w;
+			s->pend_oncpu = on;
+			s->pend_done = now;
+			s->pend_seq = s->seq;
+			s->pend_idle = t->wake_idle;
+		}
+	}
+	if (is_hop_role(t->role)) {
+		t->consume_ts = now;
+		t->consume_leg = s->leg;
+		t->consume_seq = s->seq;
+	} else {
+		s->consume_ts = now;
+	}
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(pp_sock_recv, struct sock *sk, int ret, int flags)
+{
+	if (ret <= 0 || (flags & MSG_PEEK))
+		return 0;
+	__u64 ws = win_start();
+	if (!ws)
+		return 0;
+	struct pp_task *t = cur_task(ws);
+	if (!t || (is_hop_role(t->role) && sk->sk_protocol == IPPROTO_TCP_NUM))
+		return 0;                     /* a hop's TCP consumes: pp_tcp_consume */
+	on_consume(sk, t, ws, 0);
+	return 0;
+}
+
+/* A hop's TCP consume: tcp_rcv_space_adjust runs after both tcp_recvmsg and tcp_read_sock (splice(2), Go's
+ * io.Copy between two TCPConns) moved data, where sock_recv_length fires for recvmsg only. A call that moved
+ * nothing leaves copied_seq as it was and is not a consume. Attached only when a hop is tracked. */
+SEC("tp_btf/tcp_rcv_space_adjust")
+int BPF_PROG(pp_tcp_consume, struct sock *sk)
+{
+	__u64 ws = win_start();
+	if (!ws)
+		return 0;
+	struct pp_task *t = cur_task(ws);
+	if (t && is_hop_role(t->role))
+		on_consume(sk, t, ws, 1);
+	return 0;
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
+{
+	__u64 ws = win_start();
+	if (!ws)
+		return 0;
+	struct pp_task *t = cur_task(ws);
+	if (!t)
+		return 0;
+	int was_sending = t->in_send;
+	t->in_send = 0;                   /* the send is over, whatever its outcome */
+	if (ret <= 0 || !was_sending)
+		return 0;
+	struct pp_sock *s = learn_sock(sk, t);
+	__u64 start = 0;
+	__u32 seq = 0;
+	__u8 leg = 0;
+	if (is_hop_role(t->role)) {       /* forwards this thread's last unforwarded consume */
+		start = t->consume_ts;
+		leg = t->consume_leg;
+		seq = t->consume_seq;
+		t->consume_ts = 0;
+	} else if (s) {                   /* request/response on the same connection (backend, pgbench) */
+		if (s->pend_done) {           /* the reply it answers: its last piece's wait */
+			if (s->pend_ready >= ws)
+				piece_spans(s, s->pend_ready, s->pend_wake, s->pend_oncpu, s->pend_done, s->pend_idle,
+					    s->pend_seq);
+			s->pend_done = 0;
+		}
+		start = __sync_lock_test_and_set(&s->consume_ts, 0);
+		seq = s->seq;
+		leg = t->role == PP_ROLE_PGBENCH ? PP_LEG_CLIENT : PP_LEG_SERVER;
+		if (start && start < ws) {
+			stat_inc(PP_STAT_WINDOW_EDGE);   /* consumed before the window opened */
+			return 0;
+		}
+	}
+	if (start && t->send_ts > start)
+		span(PP_ST_PROC, t->role, leg, t->hop, start, t->send_ts - start, seq);
+	else if (!start)
+		stat_inc(PP_STAT_PROC_UNPAIRED);
+	return 0;
+}
+
+#endif /* PATHPROF_MSG_BPF_H */

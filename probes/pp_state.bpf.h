@@ -1,0 +1,319 @@
+/* Configuration set before load, every map the program families share, and the helpers they all use.
+ * Part of pathprof.bpf.c (one object: every family shares its maps); included in order, not alone. */
+#ifndef PATHPROF_PP_STATE_BPF_H
+#define PATHPROF_PP_STATE_BPF_H
+
+#define MSG_PEEK 2
+#define NET_TX_SOFTIRQ 2
+#define NET_RX_SOFTIRQ 3
+#define IPPROTO_TCP_NUM 6
+#define AF_UNIX_NUM 1
+#define ETH_P_IP_NUM 0x0800
+#define NF_ACCEPT 1
+#define DEV_STALE_NS 1000000000ULL     /* a device stamp older than this is not paired */
+#define NF_STALE_NS 10000000ULL
+
+/* ---------------- configuration, set before load ---------------- */
+const volatile __u16 svc_ports[PP_MAX_PORTS] = {};   /* host order, 0-terminated: the run's service ports */
+const volatile __u32 nf_netns[PP_MAX_NETNS] = {};    /* netns inodes of the topology, in slot order */
+const volatile __u32 lat_hops = PP_MAX_HOPS;          /* hop slots in `lat` (the run's hops + 1) */
+const volatile __u32 nf_nns = 0;                       /* namespaces in nf_netns; slot nf_nns is "other" */
+const volatile __u32 trace_every = 0;                 /* --trace-sample N: 1 in N messages per socket */
+const volatile __u32 tap_wire = 1;                    /* the path has a qemu guest behind a tap (wire.qemu) */
+/* unused: keeps struct pp_trace in the object's BTF for the layout test (the ring buffer has no value type) */
+const volatile struct pp_trace pp_trace_layout = {};
+
+/* ---------------- maps ---------------- */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct pp_task);
+} tasks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct pp_sock);
+} socks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PP_DEVQ_SLOTS);
+	__type(key, __u32);
+	__type(value, struct pp_devq);
+} devq SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);   /* max_entries set at load: 6 x 9 x 5 x lat_hops */
+	__uint(max_entries, PP_LAT_STAGES * PP_NROLES * PP_NLEGS * PP_MAX_HOPS);
+	__type(key, __u32);
+	__type(value, struct pp_hist);
+} lat SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct pp_stage_key);
+	__type(value, struct pp_hist);
+} stages SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);   /* max_entries set at load: the run's netns slots x 20 */
+	__uint(max_entries, PP_MAX_NETNS * PP_NF_PER_NETNS);
+	__type(key, __u32);
+	__type(value, struct pp_hist);
+} nfagg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, PP_NF_SLOTS);
+	__type(key, __u32);
+	__type(value, struct pp_nf_slot);
+} nfslot SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);      /* all-zero value to create hist entries (too big for the stack) */
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pp_hist);
+} zero_hist SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);   /* per (role, hop): read at any time, nothing to fold at exit */
+	__uint(max_entries, PP_NROLES * PP_MAX_HOPS);
+	__type(key, __u32);
+	__type(value, struct pp_cpu_val);
+} cpuacc SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pp_cpu_state);
+} cpust SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);      /* per CPU id, read across CPUs: when it went idle, 0 = busy */
+	__uint(max_entries, 1024);             /* set at load: the possible CPUs */
+	__type(key, __u32);
+	__type(value, __u64);
+} cpu_idle SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, PP_NSTATS);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pp_win);
+} win SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20);      /* ~130k spans: drained every 100 ms during windows */
+} traces SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);   /* qemu hop: client end of a connection -> qemu read its request */
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u64);
+} guestq SEC(".maps");
+
+/* ---------------- helpers ---------------- */
+static __always_inline void stat_add(__u32 idx, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
+	if (v)
+		*v += n;
+}
+
+static __always_inline void stat_inc(__u32 idx) { stat_add(idx, 1); }
+
+static __always_inline __u64 win_start(void)
+{
+	__u32 zero = 0;
+	struct pp_win *w = bpf_map_lookup_elem(&win, &zero);
+	return w ? w->start_ns : 0;
+}
+
+static __always_inline int is_svc_port(__u16 port) { return port_in(svc_ports, port); }
+
+/* slot of a netns inode among the topology's; nf_nns = not one of them ("other") */
+static __always_inline __u32 netns_slot_of(__u32 ino)
+{
+#pragma unroll
+	for (int i = 0; i < PP_MAX_NETNS - 1; i++) {
+		if (i >= nf_nns)
+			break;
+		if (nf_netns[i] == ino)
+			return i;
+	}
+	return nf_nns;
+}
+
+static __always_inline void stage_add(struct pp_stage_key *k, __u64 ns)
+{
+	struct pp_hist *h = bpf_map_lookup_elem(&stages, k);
+	if (!h) {
+		__u32 zero = 0;
+		struct pp_hist *z = bpf_map_lookup_elem(&zero_hist, &zero);
+		if (!z)
+			return;
+		bpf_map_update_elem(&stages, k, z, BPF_NOEXIST);   /* once per stage key; may race another CPU */
+		h = bpf_map_lookup_elem(&stages, k);
+		if (!h) {
+			stat_inc(PP_STAT_STAGES_FULL);
+			return;
+		}
+	}
+	hist_add(h, ns);
+}
+
+/* This CPU's state, reset on its first use in window `ws`: nothing ran between windows, so the last switch
+ * is taken as the window start and whatever softirq was open is dropped. Whether the task then running is
+ * tracked is unknown: cur_tracked = 1 lets the next softirq count it as tracked until the next switch. */
+static __always_inline struct pp_cpu_state *cpu_state(__u64 ws)
+{
+	__u32 zero = 0;
+	struct pp_cpu_state *cs = bpf_map_lookup_elem(&cpust, &zero);
+	if (cs && cs->win != ws) {
+		cs->win = ws;
+		cs->last_switch = ws;
+		cs->excl_at_switch = cs->excl_total;
+		cs->excl_win0 = cs->excl_total;
+		cs->softirq_start = 0;
+		cs->nf_in_softirq = 0;
+		cs->cur_tracked = 1;
+	}
+	return cs;
+}
+
+/* A task's timestamps are valid only inside the window that set them: on its first use in a new window,
+ * whatever it had pending began before the window opened and is discarded -- counted, never silently.
+ * oncpu_ts = 0 then means "on CPU since before the window" to sched_switch. */
+static __always_inline struct pp_task *task_of(struct task_struct *p, __u64 ws)
+{
+	struct pp_task *t = bpf_task_storage_get(&tasks, p, 0, 0);
+	if (t && t->win != ws) {
+		__u64 n = t->in_send + (t->runnable_ts != 0) + (t->consume_ts != 0);
+#pragma unroll
+		for (int i = 0; i < PP_NUSDT; i++) {
+			n += t->usdt_ts[i] != 0;
+			t->usdt_ts[i] = 0;
+		}
+		if (n)
+			stat_add(PP_STAT_WINDOW_EDGE, n);
+		t->win = ws;
+		t->in_send = 0;
+		t->send_ts = t->wake_ts = t->oncpu_ts = t->runnable_ts = t->consume_ts = 0;
+		t->last_utime = t->last_stime = 0;
+	}
+	return t;
+}
+
+static __always_inline struct pp_task *cur_task(__u64 ws)
+{
+	return task_of(bpf_get_current_task_btf(), ws);
+}
+
+static __always_inline struct pp_cpu_val *cpu_acc(struct pp_task *t)
+{
+	__u32 idx = (__u32)t->role * PP_MAX_HOPS + (t->hop & (PP_MAX_HOPS - 1));
+	return bpf_map_lookup_elem(&cpuacc, &idx);
+}
+
+static __always_inline int is_hop_role(__u8 r)
+{
+	return r == PP_ROLE_POOLER || r == PP_ROLE_PROXY || r == PP_ROLE_QEMU || r == PP_ROLE_OTHER;
+}
+
+/* lat_add, plus one span event when the message is sampled. trace_every is a load-time constant: with
+ * --trace-sample off the verifier drops this branch entirely. */
+static __always_inline void span(__u8 stage, __u8 role, __u8 leg, __u32 hop, __u64 start, __u64 ns, __u32 seq)
+{
+	__u32 idx = (((__u32)(stage - 1) * PP_NROLES + role) * PP_NLEGS + leg) * lat_hops + (hop & (PP_MAX_HOPS - 1));
+	struct pp_hist *h = bpf_map_lookup_elem(&lat, &idx);
+	if (h)
+		hist_add(h, ns);
+	if (!trace_every || !seq || seq % trace_every)
+		return;
+	struct pp_trace *e = bpf_ringbuf_reserve(&traces, sizeof(*e), 0);
+	if (!e) {
+		stat_inc(PP_STAT_TRACE_LOST);
+		return;
+	}
+	__u64 id = bpf_get_current_pid_tgid();
+	e->ts = start;
+	e->dur = ns;
+	e->pid = id >> 32;
+	e->tid = (__u32)id;
+	e->seq = seq;
+	e->stage = stage;
+	e->role = role;
+	e->leg = leg;
+	e->hop = hop;
+	bpf_ringbuf_submit(e, 0);
+	stat_inc(PP_STAT_TRACES);
+}
+
+/* IPv4/TCP tuple and payload length of the IP header at p; 0 when not IPv4/TCP.
+ * One probe read when the IP header has no options (the common case). */
+struct pp_tuple { __u32 saddr, daddr; __u16 sport, dport; __u32 payload; };
+
+static __always_inline int ip_tuple(unsigned char *p, struct pp_tuple *t)
+{
+	struct { struct iphdr ip; struct tcphdr th; } h;
+	if (bpf_probe_read_kernel(&h, sizeof(h), p) || h.ip.version != 4 || h.ip.protocol != IPPROTO_TCP_NUM)
+		return 0;
+	__u32 ihl = h.ip.ihl * 4;
+	if (ihl != sizeof(struct iphdr) && bpf_probe_read_kernel(&h.th, sizeof(h.th), p + ihl))
+		return 0;
+	t->saddr = h.ip.saddr;
+	t->daddr = h.ip.daddr;
+	t->sport = bpf_ntohs(h.th.source);
+	t->dport = bpf_ntohs(h.th.dest);
+	__u32 tot = bpf_ntohs(h.ip.tot_len), hl = ihl + h.th.doff * 4;
+	t->payload = tot > hl ? tot - hl : 0;
+	return 1;
+}
+
+static __always_inline __u8 tuple_leg(struct pp_tuple *t)
+{
+	if (is_svc_port(t->dport))
+		return PP_LEG_REQUEST;
+	if (is_svc_port(t->sport))
+		return PP_LEG_RESPONSE;
+	return PP_LEG_NONE;
+}
+
+static __always_inline struct pp_devq *devq_slot(struct sk_buff *skb)
+{
+	__u64 a = (__u64)skb;
+	__u32 idx = (__u32)((a >> 8) ^ (a >> 20)) & (PP_DEVQ_SLOTS - 1);   /* skbs are 256-byte slab objects */
+	return bpf_map_lookup_elem(&devq, &idx);
+}
+
+/* the leg of a TCP data skb leaving one of the topology's devices (0: not IPv4/TCP with payload, or not a device
+ * of this topology); *netns = the device's namespace. Shared by the device and the qdisc stages. */
+static __always_inline __u8 data_skb_leg(struct sk_buff *skb, struct net_device *dev, __u32 *netns)
+{
+	if (skb->protocol != bpf_htons(ETH_P_IP_NUM))
+		return 0;
+	*netns = dev->nd_net.net->ns.inum;
+	if (netns_slot_of(*netns) >= nf_nns)
+		return 0;
+	struct pp_tuple tu = {};
+	if (!ip_tuple(skb->head + skb->network_header, &tu) || !tu.payload)
+		return 0;
+	return tuple_leg(&tu);
+}
+
+#endif /* PATHPROF_PP_STATE_BPF_H */

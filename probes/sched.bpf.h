@@ -1,0 +1,147 @@
+/* Scheduler: on-CPU accounting per role, wakeups, forks; NET softirqs carved out of the task they interrupt.
+ * Part of pathprof.bpf.c (one object: every family shares its maps); included in order, not alone. */
+#ifndef PATHPROF_SCHED_BPF_H
+#define PATHPROF_SCHED_BPF_H
+
+/* ---------------- scheduler: on-CPU accounting and wakeups ---------------- */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(pp_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	__u64 ws = win_start();
+	if (!ws)
+		return 0;
+	struct pp_cpu_state *cs = cpu_state(ws);
+	if (!cs)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();   /* for every switch: untracked tasks' time is the `other` component */
+	/* prev is the task this CPU switched in last: whether it was tracked was learnt then (cur_tracked; 1 when
+	 * unknown), so untracked switch-outs cost no storage lookup */
+	struct pp_task *pt = cs->cur_tracked ? task_of(prev, ws) : 0;
+	if (pt) {
+		/* switch-in not seen (before the window, or its run was missed): it cannot have been earlier than
+		 * the last switch seen on this CPU (the window start at first), so charge from there */
+		__u64 on = pt->oncpu_ts ? pt->oncpu_ts : cs->last_switch;
+		__u64 snap = pt->oncpu_ts ? pt->excl_snap : cs->excl_at_switch;
+		if (!pt->oncpu_ts)
+			stat_inc(PP_STAT_SWITCH_IN_UNSEEN);
+		__u64 d = now - on, ex = cs->excl_total - snap;
+		struct pp_cpu_val *a = cpu_acc(pt);
+		__u64 ut = prev->utime, st = prev->stime;
+		if (a) {
+			a->oncpu_ns += d > ex ? d - ex : 0;
+			if (pt->last_utime || pt->last_stime) {
+				a->utime_ns += ut - pt->last_utime;
+				a->stime_ns += st - pt->last_stime;
+			}
+			a->switches += 1;
+		}
+		pt->last_utime = ut;
+		pt->last_stime = st;
+		pt->oncpu_ts = 0;
+		if (preempt || prev_state == 0)
+			pt->runnable_ts = now;       /* still runnable: waits on the run queue */
+	} else if (prev->pid && cs->last_switch) {
+		__u64 d = now - cs->last_switch, ex = cs->excl_total - cs->excl_at_switch;
+		cs->other_ns += d > ex ? d - ex : 0;
+	}
+	cs->last_switch = now;
+	cs->excl_at_switch = cs->excl_total;
+	__u32 cpu = bpf_get_smp_processor_id();
+	__u64 *idle = bpf_map_lookup_elem(&cpu_idle, &cpu);
+	if (idle)
+		*idle = next->pid == 0 ? now : 0;    /* pid 0: this CPU's idle task */
+	struct pp_task *nt = task_of(next, ws);
+	cs->cur_tracked = nt != 0;
+	if (nt) {
+		nt->oncpu_ts = now;
+		nt->excl_snap = cs->excl_total;
+		__u64 r = __sync_lock_test_and_set(&nt->runnable_ts, 0);   /* a waker on another CPU may write it */
+		struct pp_cpu_val *a = r ? cpu_acc(nt) : 0;
+		if (a && now > r) {
+			a->runq_ns += now - r;
+			a->runq_cnt += 1;
+		}
+	}
+	return 0;
+}
+
+static __always_inline void on_wakeup(struct task_struct *p)
+{
+	__u64 ws = win_start();
+	if (!ws)
+		return;
+	struct pp_task *t = task_of(p, ws);
+	if (t) {
+		__u64 now = bpf_ktime_get_ns();
+		t->wake_ts = now;
+		t->runnable_ts = now;
+		/* woken onto an idle CPU? (a queued wakeup runs on that CPU once it left idle: still idle here) */
+		__u32 cpu = BPF_CORE_READ(p, thread_info.cpu);
+		__u64 *idle = bpf_map_lookup_elem(&cpu_idle, &cpu);
+		t->wake_idle = idle && *idle != 0;
+	}
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(pp_sched_wakeup, struct task_struct *p) { on_wakeup(p); return 0; }
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(pp_sched_wakeup_new, struct task_struct *p) { on_wakeup(p); return 0; }
+
+/* Always attached (rare, and it keeps the tracked set right between windows): a child of a tracked thread
+ * inherits its role; a new process forked by the postmaster is a backend. An exiting thread needs nothing:
+ * its CPU time is already in `cpuacc`, and its storage goes away with it. */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(pp_fork, struct task_struct *parent, struct task_struct *child)
+{
+	struct pp_task *pt = bpf_task_storage_get(&tasks, parent, 0, 0);
+	if (!pt)
+		return 0;
+	struct pp_task n = { .role = pt->role, .hop = pt->hop };
+	if (pt->role == PP_ROLE_POSTMASTER && child->tgid != parent->tgid)
+		n.role = PP_ROLE_BACKEND;
+	if (!bpf_task_storage_get(&tasks, child, &n, BPF_LOCAL_STORAGE_GET_F_CREATE))
+		stat_inc(PP_STAT_TASKS_FULL);
+	return 0;
+}
+
+/* ---------------- NET softirqs: carved out of the task they interrupted ---------------- */
+/* this CPU's state when `vec` is a NET softirq inside an open window, else 0 */
+static __always_inline struct pp_cpu_state *net_softirq_state(unsigned int vec)
+{
+	if (vec != NET_RX_SOFTIRQ && vec != NET_TX_SOFTIRQ)
+		return 0;
+	__u64 ws = win_start();
+	return ws ? cpu_state(ws) : 0;
+}
+
+SEC("tp_btf/softirq_entry")
+int BPF_PROG(pp_softirq_entry, unsigned int vec)
+{
+	struct pp_cpu_state *cs = net_softirq_state(vec);
+	if (cs) {
+		cs->softirq_start = bpf_ktime_get_ns();
+		cs->nf_in_softirq = 0;
+	}
+	return 0;
+}
+
+SEC("tp_btf/softirq_exit")
+int BPF_PROG(pp_softirq_exit, unsigned int vec)
+{
+	struct pp_cpu_state *cs = net_softirq_state(vec);
+	if (!cs || !cs->softirq_start)
+		return 0;
+	__u64 d = bpf_ktime_get_ns() - cs->softirq_start;
+	d = d > cs->nf_in_softirq ? d - cs->nf_in_softirq : 0;   /* netfilter inside was counted already */
+	cs->softirq_start = 0;
+	cs->excl_total += d;
+	__u32 where = cs->cur_tracked ? 0 : ((__u32)bpf_get_current_pid_tgid() == 0 ? 1 : 2);
+	if (where < 3)
+		cs->softirq_ns[where] += d;
+	cs->softirq_cnt += 1;
+	return 0;
+}
+
+#endif /* PATHPROF_SCHED_BPF_H */
