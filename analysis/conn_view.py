@@ -43,7 +43,8 @@ import pandas as pd
 from pathprof.analysis.histogram import quantile as hist_quantile
 
 SETUP_STEPS = ["connect.tcp_handshake", "connect.accept", "connect.fork", "connect.first_run",
-               "connect.backend_init_auth", "connect.ready_delivery"]
+               "connect.backend_init_auth", "connect.ready_delivery", "connect.client_close"]
+CONNECT_LEG = "connect"     # the latency view's leg of the setup steps (stages.py)
 ASYNC_STEPS = ["connect.first_query", "connect.teardown", "connect.reap"]
 CPU_STEPS = ["cpu.client_connect", "cpu.backend_init", "cpu.backend_first_query", "cpu.backend_exit",
              "cpu.backend_total", "cpu.postmaster"]
@@ -87,6 +88,14 @@ def connection_cpu_view(frame: pd.DataFrame | None, connections: int) -> list[di
     return _rows(frame, CPU_STEPS, connections)
 
 
+def setup_stages(setup: list[dict]) -> list[dict]:
+    """The setup steps as latency-view rows (leg `connect`): one connection per transaction, so µs per connection
+    is µs per transaction. The per-message stages leave the setup exchange out (probes/msg.bpf.h, conn_split), so
+    together they tile the client's cycle."""
+    return [{"name": s["name"], "leg": CONNECT_LEG, "us_per_txn": s["us_per_conn"], "p50_us": s.get("p50_us"),
+             "p99_us": s.get("p99_us"), "count_per_txn": 1.0} for s in setup]
+
+
 def probe_counters(frame: pd.DataFrame | None) -> dict:
     if frame is None or not len(frame):
         return {}
@@ -104,12 +113,14 @@ def add_connection_setup(summary: dict, rd) -> None:
     # pgbench -C opens one connection per transaction (failed ones included)
     connections = int((res.get("transactions") or 0) + (res.get("failed") or 0))
     counters = probe_counters(frame)
+    # aggregates (cpu.postmaster) are per connection sampled, when the probe sampled inside windows
+    per_total = counters.get("sampled") or connections
     setup = connection_setup_view(frame, connections)
     if not setup:
         return
     summary["connection_setup"] = setup
-    summary["connection_async"] = connection_async_view(frame, connections)
-    summary["connection_cpu"] = connection_cpu_view(frame, connections)
+    summary["connection_async"] = connection_async_view(frame, per_total)
+    summary["connection_cpu"] = connection_cpu_view(frame, per_total)
     matched = counters.get("matched", 0)
     summary["connection_probe"] = {
         "connections": connections, "matched": matched,

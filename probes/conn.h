@@ -16,6 +16,8 @@ enum pc_step {
 	PC_ST_TEARDOWN = 8,     /* backend's last receive (Terminate/EOF) -> the dead backend leaves the CPU */
 	PC_ST_REAP = 9,         /* backend gone -> postmaster's waitpid() returns it (0 when reaped first) */
 	PC_ST_TOTAL = 10,       /* connect start -> client received ReadyForQuery (the sum of 1..6) */
+	PC_ST_CLIENT_CLOSE = 11, /* client's last send on its previous connection (Terminate) -> this connect's start:
+	                          * PQfinish's close() and pgbench's loop to the next doConnect */
 	/* CPU, on-CPU ns per matched connection */
 	PC_ST_CPU_CLIENT = 16,  /* client thread, connect start -> ReadyForQuery received */
 	PC_ST_CPU_INIT = 17,    /* backend, first run -> ready (backend start + auth) */
@@ -41,7 +43,10 @@ enum pc_stat {              /* per-CPU counters: nothing unmatched or lost goes 
 	PC_STAT_ACCEPT_LOST = 11,   /* an accept() not followed by a fork before the next accept */
 	PC_STAT_NO_PEER = 12,       /* ready send without a peer socket seen (TCP delivery in ksoftirqd) */
 	PC_STAT_NEGOTIATION = 13,   /* 1-byte SSL/GSS refusals sent before the startup packet (skipped) */
-	PC_NSTATS = 16,
+	PC_STAT_SAMPLED = 14,       /* connections that started and became ready inside a measurement window */
+	PC_STAT_SYN_RETRANS = 15,   /* a client's SYN retransmitted (SYN dropped: the listen queue overflowed) */
+	PC_STAT_SYNACK_RETRANS = 16, /* the server's SYN-ACK retransmitted (the client's ACK dropped: accept queue full) */
+	PC_NSTATS = 20,
 };
 
 enum pc_role { PC_ROLE_CLIENT = 1, PC_ROLE_BACKEND = 2 };
@@ -64,7 +69,9 @@ struct pc_task {            /* `who` hash, key tid: a tracked client thread or a
 	__u8  matched;          /* backend: paired with a tracked client's start */
 	__u8  unix_pending;     /* client: unix connect() called, startup packet not sent yet */
 	__u32 ports;            /* backend on TCP: client port << 16 | server port, from its first receive */
-	__u32 pad;
+	__u8  sampled;          /* backend: its connection started and became ready inside a window */
+	__u8  pad[3];
+	__u64 close_ts;         /* client: end of its last send on a server connection (Terminate, at the end) */
 };
 
 struct pc_pending {         /* `pending` LRU hash, key: the client's struct sock * */

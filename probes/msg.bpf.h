@@ -17,6 +17,34 @@ static __always_inline __u32 send_number(struct sock *sk, struct pp_task *t)
 	return t->role == PP_ROLE_PGBENCH ? s->seq + 1 : s->seq;
 }
 
+/* ---------------- --connect: the setup exchange belongs to the connection probe ----------------
+ * With a new connection per transaction, conn.bpf.c times the client's connect() up to its read of the first
+ * ReadyForQuery (handshake, accept, fork, backend start-up and authentication, delivery). The messages of that
+ * exchange (SSLRequest and its 1-byte refusal, the startup packet, the server's hello up to ReadyForQuery) are
+ * left out of the per-message stages, or they would be counted twice. The client's work after reading the
+ * hello (-> its first query) stays: the connection probe's split ends at that read. */
+#define PP_SETUP_READY 1   /* the message pending on the socket (ready, not consumed) is a setup message */
+#define PP_SETUP_PEND  2   /* the consumed message kept in pend_* is one */
+#define PP_SETUP_LAST  4   /* ... and it was the server's hello: the client's next send is its first query */
+
+static __always_inline int setup_message(struct sock *sk, struct pp_sock *s, struct pp_task *sender)
+{
+	if (!conn_split)
+		return 0;
+	if (s->setup)                     /* into a backend that has not sent its hello yet */
+		return 1;
+	if (s->role != PP_ROLE_PGBENCH)
+		return 0;
+	if (sk->sk_protocol == IPPROTO_TCP_NUM) {
+		/* into a client that has read at most the 1-byte SSL refusal: the refusal or the hello */
+		struct tcp_sock *tp = (struct tcp_sock *)sk;
+		__u64 read = BPF_CORE_READ(tp, bytes_received) - (BPF_CORE_READ(tp, rcv_nxt) - BPF_CORE_READ(tp, copied_seq));
+		return read <= 1;
+	}
+	/* AF_UNIX is delivered inside the sender's send: a backend before its hello is sending part of the setup */
+	return sender && sender->role == PP_ROLE_BACKEND && sender->conn_setup;
+}
+
 /* ---------------- messages: send -> ready -> consumed -> next send ----------------
  * TCP send start: the first tcp_sendmsg_locked of the send (a few hundred ns after the syscall entry; syscall
  * tracepoints would put every syscall of every process on the slow path). AF_UNIX has no such tracepoint: its
@@ -66,7 +94,8 @@ static __always_inline struct pp_sock *learn_sock(struct sock *sk, struct pp_tas
 	struct pp_sock *s = bpf_sk_storage_get(&socks, sk, 0, 0);
 	if (s)
 		return s;
-	struct pp_sock n = { .role = t->role, .hop = t->hop, .leg = sock_leg(t->role, sk) };
+	struct pp_sock n = { .role = t->role, .hop = t->hop, .leg = sock_leg(t->role, sk),
+			     .setup = t->role == PP_ROLE_BACKEND && t->conn_setup };
 	if (sk->sk_protocol == IPPROTO_TCP_NUM)
 		n.copied = tcp_copied(sk);
 	if (!bpf_sk_storage_get(&socks, sk, &n, BPF_SK_STORAGE_GET_F_CREATE))
@@ -116,6 +145,15 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 		if ((t->in_send || is_unix) && t->send_seq)
 			s->seq = seq = t->send_seq;
 	}
+	if (conn_split && !is_hop_role(s->role)) {
+		if (setup_message(sk, s, t)) {
+			s->setup_msg |= PP_SETUP_READY;   /* its wait and the receiver's answer are not ours either */
+			stat_inc(PP_STAT_SETUP_SPANS);
+			return 0;
+		}
+		if (!more)
+			s->setup_msg &= ~PP_SETUP_READY;
+	}
 	__u64 qs = qdisc_on ? qdisc_send_start(ws) : 0;   /* out of a netem qdisc: sent from elsewhere, earlier */
 	if (qs && now > qs) {
 		span(PP_ST_WIRE, s->role, s->leg, s->hop, qs, now - qs, seq);
@@ -154,7 +192,7 @@ static __always_inline void piece_spans(struct pp_sock *s, __u64 r, __u64 w, __u
  * forwards on another, so its processing pairs a send with the most recent consume by the same thread that no
  * send has claimed yet: an event loop forwards what it read before it reads the next; Go's docker-proxy copies
  * each direction in one goroutine (splice in, splice out, back to back on one thread). */
-static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64 ws, int tcp)
+static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64 ws, int tcp, int bytes)
 {
 	struct pp_sock *s = learn_sock(sk, t);
 	if (!s)
@@ -164,6 +202,12 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 		if (c == s->copied)
 			return;                   /* nothing was moved */
 		s->copied = c;
+	}
+	if (conn_split && !is_hop_role(t->role)) {
+		/* a setup message read: left out at the next send; a client's read of more than the 1-byte SSL
+		 * refusal is the server's hello, which ends the setup */
+		__u8 m = s->setup_msg & PP_SETUP_READY;
+		s->setup_msg = m ? PP_SETUP_PEND | (t->role == PP_ROLE_PGBENCH && bytes > 1 ? PP_SETUP_LAST : 0) : 0;
 	}
 	__u64 r = __sync_lock_test_and_set(&s->ready_ts, 0), now = bpf_ktime_get_ns();
 	if (r && r < ws) {
@@ -207,7 +251,7 @@ int BPF_PROG(pp_sock_recv, struct sock *sk, int ret, int flags)
 	struct pp_task *t = cur_task(ws);
 	if (!t || (is_hop_role(t->role) && sk->sk_protocol == IPPROTO_TCP_NUM))
 		return 0;                     /* a hop's TCP consumes: pp_tcp_consume */
-	on_consume(sk, t, ws, 0);
+	on_consume(sk, t, ws, 0, ret);
 	return 0;
 }
 
@@ -222,7 +266,7 @@ int BPF_PROG(pp_tcp_consume, struct sock *sk)
 		return 0;
 	struct pp_task *t = cur_task(ws);
 	if (t && is_hop_role(t->role))
-		on_consume(sk, t, ws, 1);
+		on_consume(sk, t, ws, 1, 0);
 	return 0;
 }
 
@@ -249,6 +293,24 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 		seq = t->consume_seq;
 		t->consume_ts = 0;
 	} else if (s) {                   /* request/response on the same connection (backend, pgbench) */
+		/* --connect: a backend answering inside its setup (the SSL refusal, its hello), or a client answering a
+		 * setup message other than the hello: the connection probe's time, wait and processing alike */
+		__u8 m = s->setup_msg;
+		int setup_send = t->conn_setup || ((m & PP_SETUP_PEND) && !(m & PP_SETUP_LAST));
+		s->setup_msg = m & PP_SETUP_READY;
+		if (t->conn_setup && ret > 1) {
+			t->conn_setup = 0;        /* the hello (ReadyForQuery): from here on, transactions */
+			s->setup = 0;
+		}
+		if (m & PP_SETUP_PEND) {
+			s->pend_done = 0;
+			stat_inc(PP_STAT_SETUP_SPANS);
+		}
+		if (setup_send) {
+			s->consume_ts = 0;
+			stat_inc(PP_STAT_SETUP_SPANS);
+			return 0;
+		}
 		if (s->pend_done) {           /* the reply it answers: its last piece's wait */
 			if (s->pend_ready >= ws)
 				piece_spans(s, s->pend_ready, s->pend_wake, s->pend_oncpu, s->pend_done, s->pend_idle,

@@ -24,6 +24,10 @@ struct pp_task {            /* task-local storage of a tracked thread: its prese
 	__u8  wake_idle;        /* the last wakeup put it on a CPU that was idle (running its idle task) */
 	__u32 send_seq;         /* --trace-sample: the transaction number the send in progress carries */
 	__u64 cont_ts;          /* hops: when its last send was delivered (sk_data_ready in its send) */
+	__u64 conn_start;       /* pgbench (--connect): start of the connection it is opening now, 0 = none */
+	__u64 conn_busy;        /* pgbench (--connect): ns it spent opening connections (completed ones) */
+	__u8  conn_setup;       /* backend (--connect): its connection's setup exchange is not over yet */
+	__u8  pad2[7];
 };
 
 struct pp_sock {            /* socket-local storage of a socket a tracked thread sent or received on */
@@ -32,7 +36,8 @@ struct pp_sock {            /* socket-local storage of a socket a tracked thread
 	__u32 hop;
 	__u8  role;             /* owner's role */
 	__u8  leg;              /* leg of messages *into* this socket */
-	__u8  pad[2];
+	__u8  setup;            /* --connect, a backend's socket: its startup exchange is not over */
+	__u8  setup_msg;        /* --connect: PP_SETUP_* bits, which messages belong to the connection setup */
 	__u32 seq;              /* messages into this socket (seen in windows): --trace-sample picks by it */
 	__u32 copied;           /* TCP copied_seq at the last consume: tcp_rcv_space_adjust without new data is none */
 	/* request/response receivers (pgbench, backend): the last consumed piece of the message, emitted when the

@@ -378,4 +378,5 @@ def _conn_probe(opts, probes, pg, ui):
     except UserError as e:
         ui.note(f"connection-setup probe not loaded: {e}")
         return None
+    probes.window_listeners.append(cp.set_window)   # sample the connections of the stages' windows only
     return cp

@@ -30,7 +30,7 @@ STATS = {0: "tasks_full", 1: "socks_full", 2: "stages_full", 3: "cpu_full", 4: "
          10: "messages", 11: "nf_packets", 12: "proc_unpaired", 13: "hop_overflow",
          14: "wire_untimed", 15: "window_edge", 16: "trace_lost", 17: "traces", 18: "dev_stale", 19: "ready_race",
          20: "switch_in_unseen", 21: "piece_superseded", 22: "piece_late",
-         23: "hop_continued"}
+         23: "hop_continued", 34: "setup_spans", 35: "conn_wait"}
 NF_HOOK_NAMES = {0: "prerouting", 1: "input", 2: "forward", 3: "output", 4: "postrouting"}
 # PP_ST_PG_EXCL's sub: the usdt index of the span that owned the time (see excl_owner() in pathprof.bpf.c)
 EXCL_OWNERS = {4: "pg_lock", 5: "pg_lwlock", 6: "pg_wal_flush", 8: "pg_data_read", 9: "pg_dirty_write",
@@ -88,12 +88,15 @@ class Task(C.Structure):
                 ("last_utime", C.c_uint64), ("last_stime", C.c_uint64),
                 ("usdt_ts", C.c_uint64 * NUSDT), ("io_mark", C.c_uint64), ("win", C.c_uint64), ("hop", C.c_uint32),
                 ("consume_seq", C.c_uint32), ("role", C.c_uint8), ("consume_leg", C.c_uint8), ("in_send", C.c_uint8),
-                ("wake_idle", C.c_uint8), ("send_seq", C.c_uint32), ("cont_ts", C.c_uint64)]
+                ("wake_idle", C.c_uint8), ("send_seq", C.c_uint32), ("cont_ts", C.c_uint64),
+                ("conn_start", C.c_uint64), ("conn_busy", C.c_uint64), ("conn_setup", C.c_uint8),
+                ("pad2", C.c_uint8 * 7)]
 
 
 class Sock(C.Structure):
     _fields_ = [("ready_ts", C.c_uint64), ("consume_ts", C.c_uint64), ("hop", C.c_uint32), ("role", C.c_uint8),
-                ("leg", C.c_uint8), ("pad", C.c_uint8 * 2), ("seq", C.c_uint32), ("copied", C.c_uint32),
+                ("leg", C.c_uint8), ("setup", C.c_uint8), ("setup_msg", C.c_uint8), ("seq", C.c_uint32),
+                ("copied", C.c_uint32),
                 ("pend_ready", C.c_uint64), ("pend_wake", C.c_uint64), ("pend_oncpu", C.c_uint64),
                 ("pend_done", C.c_uint64), ("pend_seq", C.c_uint32), ("pend_idle", C.c_uint8),
                 ("pend_pad", C.c_uint8 * 3)]
