@@ -43,8 +43,9 @@ import pandas as pd
 from pathprof.analysis.histogram import quantile as hist_quantile
 
 SETUP_STEPS = ["connect.tcp_handshake", "connect.accept", "connect.fork", "connect.first_run",
-               "connect.backend_init_auth", "connect.ready_delivery", "connect.client_close"]
-CONNECT_LEG = "connect"     # the latency view's leg of the setup steps (stages.py)
+               "connect.backend_init_auth", "connect.ready_delivery", "connect.thread_wait"]
+CONNECT_LEG = "connect"
+NOT_IN_PGBENCH_CONNECTION_TIME = ("connect.thread_wait",)     # the latency view's leg of the setup steps (stages.py)
 ASYNC_STEPS = ["connect.first_query", "connect.teardown", "connect.reap"]
 CPU_STEPS = ["cpu.client_connect", "cpu.backend_init", "cpu.backend_first_query", "cpu.backend_exit",
              "cpu.backend_total", "cpu.postmaster"]
@@ -115,7 +116,7 @@ def add_connection_setup(summary: dict, rd) -> None:
     counters = probe_counters(frame)
     # aggregates (cpu.postmaster) are per connection sampled, when the probe sampled inside windows
     per_total = counters.get("sampled") or connections
-    setup = connection_setup_view(frame, connections)
+    setup = connection_setup_view(frame, per_total)
     if not setup:
         return
     summary["connection_setup"] = setup
@@ -130,7 +131,8 @@ def add_connection_setup(summary: dict, rd) -> None:
         "cost_ns_per_conn": ((rd.meta.get("probes") or {}).get("conn_cost") or {}).get("run_time_ns", 0)
         / connections if connections else None,
     }
-    total = sum(s["us_per_conn"] for s in setup)
+    # pgbench's connection time is its connects and closes; the wait for its thread between them is not in it
+    total = sum(s["us_per_conn"] for s in setup if s["name"] not in NOT_IN_PGBENCH_CONNECTION_TIME)
     closure = summary.setdefault("closure", {})
     closure["connection_setup_us"] = round(total, 2)
     measured_ms = res.get("connection_time_ms")

@@ -179,11 +179,30 @@ static __always_inline int client_conn_sock(const struct sock *sk)
 	       ((fam == AF_INET || fam == AF_INET6) && is_svc_port(bpf_ntohs(sk->__sk_common.skc_dport)));
 }
 
+/* The thread's clients waiting to be reconnected: closed_n changes by `delta` now. Their waiting time inside the
+ * window is added as it accrues (closed_n x time since the last change), so each client's wait is counted
+ * without knowing which connect is whose: pgbench serves its other clients before it reconnects this one. */
+static __always_inline void closed_change(struct pc_task *c, __u64 now, int delta)
+{
+	__u64 ws = win_start(), since = c->close_ts > ws ? c->close_ts : ws;
+	if (ws && c->closed_n && now > since) {
+		__u32 k = PC_ST_THREAD_WAIT;
+		struct pp_hist *h = bpf_map_lookup_elem(&conn_agg, &k);
+		if (h) {
+			h->sum_ns += (__u64)c->closed_n * (now - since);
+			h->count += 1;
+		}
+	}
+	c->close_ts = now;
+	if (delta > 0)
+		c->closed_n += 1;
+	else if (c->closed_n)
+		c->closed_n -= 1;     /* its first connect (none closed before) leaves it at 0 */
+}
+
 static __always_inline void client_start(struct pc_task *c, __u64 now)
 {
-	if (c->close_ts && in_window(c->close_ts))
-		step_span(PC_ST_CLIENT_CLOSE, c->close_ts, now);
-	c->close_ts = 0;
+	closed_change(c, now, -1);
 	rebucket(c, now, PC_B_IDLE);
 	c->cpu[PC_B_INIT] = 0;
 	c->bucket = PC_B_INIT;          /* on-CPU from here to ReadyForQuery received = the client's connect CPU */
@@ -426,8 +445,8 @@ int BPF_PROG(pc_send, struct sock *sk, int ret, int flags)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	if (t->role == PC_ROLE_CLIENT) {
-		if (client_conn_sock(sk))
-			t->close_ts = now;           /* the last one before the next connect: PQfinish's Terminate */
+		if (ret == 5 && client_conn_sock(sk))
+			closed_change(t, now, 1);    /* 'X' + length: libpq's Terminate, PQfinish closing */
 		if (t->unix_pending && sk->__sk_common.skc_family == AF_UNIX) {   /* the startup packet */
 			struct pc_pending p = { .start_ts = t->start_ts, .tid = tid };
 			__u64 key = (__u64)sk;

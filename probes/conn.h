@@ -16,8 +16,10 @@ enum pc_step {
 	PC_ST_TEARDOWN = 8,     /* backend's last receive (Terminate/EOF) -> the dead backend leaves the CPU */
 	PC_ST_REAP = 9,         /* backend gone -> postmaster's waitpid() returns it (0 when reaped first) */
 	PC_ST_TOTAL = 10,       /* connect start -> client received ReadyForQuery (the sum of 1..6) */
-	PC_ST_CLIENT_CLOSE = 11, /* client's last send on its previous connection (Terminate) -> this connect's start:
-	                          * PQfinish's close() and pgbench's loop to the next doConnect */
+	PC_ST_THREAD_WAIT = 11, /* a client closed its connection (Terminate sent) -> its thread starts its next connect:
+	                         * PQfinish's close(), then waiting while the thread serves its other clients (their
+	                         * blocking connects, their results). Sum only: the integral over the window of the
+	                         * thread's clients in that state (no client identity needed), per connection */
 	/* CPU, on-CPU ns per matched connection */
 	PC_ST_CPU_CLIENT = 16,  /* client thread, connect start -> ReadyForQuery received */
 	PC_ST_CPU_INIT = 17,    /* backend, first run -> ready (backend start + auth) */
@@ -71,7 +73,9 @@ struct pc_task {            /* `who` hash, key tid: a tracked client thread or a
 	__u32 ports;            /* backend on TCP: client port << 16 | server port, from its first receive */
 	__u8  sampled;          /* backend: its connection started and became ready inside a window */
 	__u8  pad[3];
-	__u64 close_ts;         /* client: end of its last send on a server connection (Terminate, at the end) */
+	__u64 close_ts;         /* client thread: when closed_n last changed */
+	__u32 closed_n;         /* client thread: its clients between their Terminate and their next connect */
+	__u32 pad2;
 };
 
 struct pc_pending {         /* `pending` LRU hash, key: the client's struct sock * */

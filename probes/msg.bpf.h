@@ -145,20 +145,23 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 		if ((t->in_send || is_unix) && t->send_seq)
 			s->seq = seq = t->send_seq;
 	}
+	int setup = 0;                    /* --connect: a setup message, whose wire is the connection probe's */
 	if (conn_split && !is_hop_role(s->role)) {
-		if (setup_message(sk, s, t)) {
+		setup = setup_message(sk, s, t);
+		if (setup) {
 			s->setup_msg |= PP_SETUP_READY;   /* its wait and the receiver's answer are not ours either */
 			stat_inc(PP_STAT_SETUP_SPANS);
-			return 0;
-		}
-		if (!more)
+		} else if (!more) {
 			s->setup_msg &= ~PP_SETUP_READY;
+		}
 	}
 	__u64 qs = qdisc_on ? qdisc_send_start(ws) : 0;   /* out of a netem qdisc: sent from elsewhere, earlier */
 	if (qs && now > qs) {
-		span(PP_ST_WIRE, s->role, s->leg, s->hop, qs, now - qs, seq);
+		if (!setup)
+			span(PP_ST_WIRE, s->role, s->leg, s->hop, qs, now - qs, seq);
 	} else if (t && t->in_send && now > t->send_ts) {
-		span(PP_ST_WIRE, s->role, s->leg, s->hop, t->send_ts, now - t->send_ts, seq);
+		if (!setup)
+			span(PP_ST_WIRE, s->role, s->leg, s->hop, t->send_ts, now - t->send_ts, seq);
 		if (t->role == PP_ROLE_QEMU)
 			t->in_send = 0;           /* a tap write has no sock_send_length (pp_tap_recv) */
 		t->cont_ts = now;             /* a hop's next send without a read in between continues from here */
@@ -281,7 +284,18 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 		return 0;
 	int was_sending = t->in_send;
 	t->in_send = 0;                   /* the send is over, whatever its outcome */
-	if (ret <= 0 || !was_sending)
+	if (ret <= 0)
+		return 0;
+	if (conn_split && !was_sending) {
+		/* a send whose start was not seen (AF_UNIX into a socket not known yet: a client's startup packet, a
+		 * backend's hello into it): know the socket from here on, and let a backend leave its setup */
+		if (!is_hop_role(t->role))
+			learn_sock(sk, t);
+		if (t->conn_setup && ret > 1)
+			t->conn_setup = 0;
+		return 0;
+	}
+	if (!was_sending)
 		return 0;
 	struct pp_sock *s = learn_sock(sk, t);
 	__u64 start = 0;

@@ -34,7 +34,7 @@ STEPS = {
     8: ("connect.teardown", "latency", "conn"),
     9: ("connect.reap", "latency", "conn"),
     10: ("connect.total", "latency", "conn"),
-    11: ("connect.client_close", "latency", "conn"),
+    11: ("connect.thread_wait", "latency", "total"),
     16: ("cpu.client_connect", "cpu", "conn"),
     17: ("cpu.backend_init", "cpu", "conn"),
     18: ("cpu.backend_first_query", "cpu", "conn"),
@@ -240,7 +240,8 @@ class _Task(C.Structure):
                 ("first_run_ts", C.c_uint64), ("qrecv_ts", C.c_uint64), ("gone_ts", C.c_uint64),
                 ("dr_ts", C.c_uint64), ("dr_sk", C.c_uint64), ("fin", C.c_uint32), ("role", C.c_uint8),
                 ("bucket", C.c_uint8), ("matched", C.c_uint8), ("unix_pending", C.c_uint8), ("ports", C.c_uint32),
-                ("sampled", C.c_uint8), ("pad", C.c_uint8 * 3), ("close_ts", C.c_uint64)]
+                ("sampled", C.c_uint8), ("pad", C.c_uint8 * 3), ("close_ts", C.c_uint64), ("closed_n", C.c_uint32),
+                ("pad2", C.c_uint32)]
 
 
 def listen_counters(pid: int) -> dict:
