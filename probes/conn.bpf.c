@@ -39,6 +39,7 @@ char LICENSE[] SEC("license") = "GPL";
 
 const volatile __u32 pm_pid = 0;       /* the server process that accepts and forks (postmaster) */
 const volatile __u16 svc_ports[PP_MAX_PORTS] = {};   /* host order, 0-terminated: the run's service ports */
+const volatile __u32 max_closed = 0;   /* clients per pgbench thread (0: unknown): at most that many wait for it */
 
 static __always_inline int is_svc_port(__u16 port) { return port_in(svc_ports, port); }
 
@@ -194,8 +195,8 @@ static __always_inline void closed_change(struct pc_task *c, __u64 now, int delt
 		}
 	}
 	c->close_ts = now;
-	if (delta > 0)
-		c->closed_n += 1;
+	if (delta > 0 && (!max_closed || c->closed_n < max_closed))
+		c->closed_n += 1;                /* a close whose reconnect was missed must not count forever */
 	else if (c->closed_n)
 		c->closed_n -= 1;     /* its first connect (none closed before) leaves it at 0 */
 }

@@ -92,8 +92,10 @@ def libc_of(pid: int) -> str:
 
 
 class ConnProbe:
-    def __init__(self, postmaster_pid: int, service_ports: list[int], client_pids_hint=None):
+    def __init__(self, postmaster_pid: int, service_ports: list[int], client_pids_hint=None,
+                 clients_per_thread: int = 0):
         self.pm_pid = int(postmaster_pid)
+        self.clients_per_thread = max(int(clients_per_thread or 0), 0)
         self.ports = sorted({int(p) for p in service_ports if p})
         if len(self.ports) > MAX_PORTS:
             raise UserError(f"the connection probe follows at most {MAX_PORTS} service ports, this path has "
@@ -113,7 +115,8 @@ class ConnProbe:
         from pathprof.agent.probing.bpf.libbpf import BpfObject, enable_stats
         try:
             self.obj = BpfObject(str(_probes_dir() / "conn.bpf.o"))
-            self.obj.set_rodata(pm_pid=C.c_uint32(self.pm_pid), svc_ports=(C.c_uint16 * MAX_PORTS)(*self.ports))
+            self.obj.set_rodata(pm_pid=C.c_uint32(self.pm_pid), svc_ports=(C.c_uint16 * MAX_PORTS)(*self.ports),
+                                max_closed=C.c_uint32(self.clients_per_thread))
             self.obj.load()
             for name, prog in self.obj.programs.items():
                 if prog.section.startswith("tp_btf/"):
