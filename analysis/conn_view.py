@@ -4,9 +4,13 @@ Read from `connect.parquet` (written by pathprof.agent.probing.conn, one row per
 path, back to back, so they add up to `connect.total` (the client's connect() call -> it has read the first
 ReadyForQuery) -- `summary["connection_setup"]`, µs per connection:
 
-  connect.tcp_handshake      client SYN_SENT -> client ESTABLISHED (TCP only; absent on unix sockets)
+  connect.tcp_handshake      client SYN_SENT -> client ESTABLISHED (TCP only; absent on unix sockets). A SYN
+                             dropped by a full listen queue is retransmitted after 1 s: inside this step, and
+                             counted (`connection_probe.counters`: syn_retransmits, synack_retransmits, and the
+                             server namespace's listen_overflows / listen_drops from TcpExt)
   connect.accept             handshake done (TCP) / connect() called (unix) -> the postmaster's accept()
-                             returns: the postmaster waking from its select() and accepting
+                             returns: the accept queue (the postmaster waking from its select(), or busy forking
+                             for earlier connections) and the accept itself
   connect.fork               accept() returned -> fork() done in the postmaster (per-connection bookkeeping
                              and copying the postmaster's address space: page tables, shared memory mappings)
   connect.first_run          fork -> the new backend first on a CPU (run-queue wait of a new task)
@@ -17,10 +21,20 @@ ReadyForQuery) -- `summary["connection_setup"]`, µs per connection:
                              password methods the first message is the challenge, so the rest of the exchange
                              lands in ready_delivery; pathprof's own server uses trust.
   connect.ready_delivery     ReadyForQuery queued -> the client's recv returned it (wakeup, run queue, recv)
+  connect.thread_wait        the client sent its Terminate (PQfinish) -> its pgbench thread starts its next
+                             connect: the close(), then, with several clients on a thread, the wait while the
+                             thread serves its other clients first (their connects block it: libpq's connect is
+                             synchronous). Measured as the thread's closed clients integrated over the window
+                             (no client identity needed), divided by the connections sampled
 
-Their sum compares with pgbench's `average connection time` (`connection_time_ms` in run.json/summaries),
-which times PQconnectdb *and* PQfinish per transaction: the close is a send and a close() on the client, a
-few µs, so the sum should be slightly below it (`closure.connection_error_pct`).
+The summary also puts these steps into the latency view (leg `connect`, µs per transaction = µs per
+connection): the per-message stages leave the setup exchange to this probe (probes/msg.bpf.h, conn_split), so
+the two tile the client's cycle together (`closure.latency_error_pct`, against clients / TPS). Connections are
+sampled inside the same measurement windows as the per-message stages (counter `sampled`).
+
+The sum without connect.thread_wait compares with pgbench's `average connection time` (`connection_time_ms`
+in run.json/summaries), which times PQconnectdb *and* PQfinish per transaction (`closure.connection_error_pct`;
+pgbench's figure is of the whole run, this probe's of the windows).
 
 Off the client's path -- `summary["connection_async"]`, not part of the sum:
 

@@ -34,6 +34,13 @@ message the probes measure, back to back, so the stages tile the connection's ti
                        it); out of it: wire.<client> starts at qemu's tap write
   client.pgbench       pgbench: consumed the result -> sent the next transaction (client leg)
 
+A new connection per transaction (--connect, pgbench -C): the summary adds the connection probe's steps as
+stages of the leg `connect` (names and meaning in pathprof.analysis.conn_view: connect.tcp_handshake,
+connect.accept -- the accept queue --, connect.fork, connect.first_run, connect.backend_init_auth,
+connect.ready_delivery, connect.thread_wait -- a closed client waiting for its pgbench thread to reconnect it),
+and the per-message stages above leave out the setup exchange (SSLRequest, startup packet, the server's hello up
+to ReadyForQuery), which those steps time: together they tile the cycle, connect to close.
+
 <receiver> is the receiving role (`backend`, `pgbench`) or hop name. Legs: `request` (into a backend, or into
 a hop on its service port), `server`, `response` (into pgbench, or into a hop from upstream), `client`.
 A stage name can occur on both legs (a hop, netfilter on loopback): (name, leg) identifies a row.
