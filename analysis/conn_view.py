@@ -58,6 +58,7 @@ from pathprof.analysis.histogram import quantile as hist_quantile
 
 SETUP_STEPS = ["connect.tcp_handshake", "connect.accept", "connect.fork", "connect.first_run",
                "connect.backend_init_auth", "connect.ready_delivery", "connect.thread_wait"]
+BACKEND_STEPS = ("connect.fork", "connect.first_run", "connect.backend_init_auth")   # need no client pairing
 CONNECT_LEG = "connect"
 NOT_IN_PGBENCH_CONNECTION_TIME = ("connect.thread_wait",)     # the latency view's leg of the setup steps (stages.py)
 ASYNC_STEPS = ["connect.first_query", "connect.teardown", "connect.reap"]
@@ -88,6 +89,20 @@ def _rows(frame: pd.DataFrame | None, names: list[str], connections: int) -> lis
                     "p99_us": None if p99 is None else round(p99 / 1e3, 2),
                     "count": int(r.count)})
     return out
+
+
+def _unsplit(frame: pd.DataFrame | None, setup: list[dict]) -> list[dict]:
+    """No backend paired with its client (a hop or NAT between them: the hello wakes the hop's socket, or the ports
+    differ): the client's own connect.client_total minus the backend's steps becomes `connect.unsplit`, so the
+    setup still adds up to what the client waited."""
+    names = {s["name"] for s in setup}
+    total = _rows(frame, ["connect.client_total"], 0)
+    if "connect.ready_delivery" in names or not total:
+        return setup
+    own = sum(s["us_per_conn"] for s in setup if s["name"] in BACKEND_STEPS)
+    row = {**total[0], "name": "connect.unsplit", "us_per_conn": round(max(total[0]["us_per_conn"] - own, 0.0), 2),
+           "p50_us": None, "p99_us": None}
+    return [row] + setup
 
 
 def connection_setup_view(frame: pd.DataFrame | None, connections: int) -> list[dict]:
@@ -129,8 +144,8 @@ def add_connection_setup(summary: dict, rd) -> None:
     connections = int((res.get("transactions") or 0) + (res.get("failed") or 0))
     counters = probe_counters(frame)
     # aggregates (cpu.postmaster) are per connection sampled, when the probe sampled inside windows
-    per_total = counters.get("sampled") or connections
-    setup = connection_setup_view(frame, per_total)
+    per_total = (counters.get("sampled", 0) + counters.get("unpaired_sampled", 0)) or connections
+    setup = _unsplit(frame, connection_setup_view(frame, per_total))
     if not setup:
         return
     summary["connection_setup"] = setup

@@ -204,7 +204,15 @@ static __always_inline void closed_change(struct pc_task *c, __u64 now, int delt
 static __always_inline void client_start(struct pc_task *c, __u64 now)
 {
 	closed_change(c, now, -1);
+	if (c->pend_key) {
+		/* the thread's last connection is set up (libpq's connect blocks the thread): its start, if never
+		 * paired (a hop or NAT in between), must not pair a later socket at the same address */
+		if (!bpf_map_delete_elem(&pending, &c->pend_key))
+			cstat(PC_STAT_STALE);
+		c->pend_key = 0;
+	}
 	rebucket(c, now, PC_B_IDLE);
+	c->hello = 0;
 	c->cpu[PC_B_INIT] = 0;
 	c->bucket = PC_B_INIT;          /* on-CPU from here to ReadyForQuery received = the client's connect CPU */
 	c->start_ts = now;
@@ -329,6 +337,7 @@ int BPF_PROG(pc_tcp_state, const struct sock *sk, const int oldstate, const int 
 		struct pc_pending p = { .start_ts = now, .tid = tid };
 		if (bpf_map_update_elem(&pending, &key, &p, BPF_ANY))
 			cstat(PC_STAT_PENDING_FULL);
+		c->pend_key = key;
 	} else if (newstate == TCP_ESTABLISHED && oldstate == TCP_SYN_SENT) {
 		struct pc_pending *p = bpf_map_lookup_elem(&pending, &key);
 		if (p)
@@ -396,6 +405,20 @@ int BPF_PROG(pc_data_ready, const struct sock *sk)
 	return 0;
 }
 
+/* A backend whose client cannot be found (a hop or NAT between them): its own steps still describe the
+ * connection -- fork, first run, start-up and authentication -- and the client's side is its connect.client_total */
+static __always_inline void backend_alone(struct pc_task *t, __u64 at)
+{
+	if (!in_window(t->accept_ts))
+		return;
+	t->sampled = 1;
+	cstat(PC_STAT_UNPAIRED_SAMPLED);
+	step_span(PC_ST_FORK, t->accept_ts, t->fork_ts);
+	step_span(PC_ST_FIRST_RUN, t->fork_ts, t->first_run_ts);
+	step_span(PC_ST_INIT_AUTH, t->first_run_ts, at);
+	step_ns(PC_ST_CPU_INIT, t->cpu[PC_B_INIT]);
+}
+
 static __always_inline void backend_ready(struct pc_task *t, struct sock *sk, __u64 now)
 {
 	__u64 at = t->dr_ts ? t->dr_ts : now, peer = t->dr_sk;
@@ -406,11 +429,13 @@ static __always_inline void backend_ready(struct pc_task *t, struct sock *sk, __
 	cstat(PC_STAT_READY);
 	if (!peer) {
 		cstat(PC_STAT_NO_PEER);
+		backend_alone(t, at);
 		return;
 	}
 	struct pc_pending *p = bpf_map_lookup_elem(&pending, &peer);
 	if (!p) {
 		cstat(PC_STAT_UNMATCHED);
+		backend_alone(t, at);
 		return;
 	}
 	t->matched = 1;
@@ -454,6 +479,7 @@ int BPF_PROG(pc_send, struct sock *sk, int ret, int flags)
 			t->unix_pending = 0;
 			if (bpf_map_update_elem(&pending, &key, &p, BPF_ANY))
 				cstat(PC_STAT_PENDING_FULL);
+			t->pend_key = key;
 		}
 		return 0;
 	}
@@ -491,6 +517,11 @@ int BPF_PROG(pc_recv, struct sock *sk, int ret, int flags)
 		if (t->ready_ts) {
 			rebucket(t, now, PC_B_IDLE);
 			delivered(t, t->ready_ts, now);
+		}
+		if (ret > 1 && t->start_ts && !t->hello) {   /* the hello (the SSL refusal is 1 byte) */
+			t->hello = 1;
+			if (in_window(t->start_ts))
+				step_span(PC_ST_CLIENT_TOTAL, t->start_ts, now);
 		}
 		return 0;
 	}

@@ -33,14 +33,23 @@ static __always_inline int setup_message(struct sock *sk, struct pp_sock *s, str
 		return 0;
 	if (s->setup)                     /* into a backend that has not sent its hello yet */
 		return 1;
-	if (s->role != PP_ROLE_PGBENCH)
+	if (s->role == PP_ROLE_BACKEND)
 		return 0;
 	if (sk->sk_protocol == IPPROTO_TCP_NUM) {
-		/* into a client that has read at most the 1-byte SSL refusal: the refusal or the hello */
 		struct tcp_sock *tp = (struct tcp_sock *)sk;
+		if (is_svc_port(sk->__sk_common.skc_num)) {
+			/* a hop's end of a client's connection that has written at most the 1-byte SSL refusal: the
+			 * client's SSLRequest or startup packet (bytes written = queued + acknowledged) */
+			__u64 written = BPF_CORE_READ(tp, write_seq) - BPF_CORE_READ(tp, snd_una) + BPF_CORE_READ(tp, bytes_acked);
+			return written <= 1;
+		}
+		/* into a client (pgbench, a hop's upstream) that has read at most the 1-byte SSL refusal: the refusal or
+		 * the hello */
 		__u64 read = BPF_CORE_READ(tp, bytes_received) - (BPF_CORE_READ(tp, rcv_nxt) - BPF_CORE_READ(tp, copied_seq));
 		return read <= 1;
 	}
+	if (s->role != PP_ROLE_PGBENCH)
+		return 0;
 	/* AF_UNIX is delivered inside the sender's send: a backend before its hello is sending part of the setup */
 	return sender && sender->role == PP_ROLE_BACKEND && sender->conn_setup;
 }
@@ -146,7 +155,7 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 			s->seq = seq = t->send_seq;
 	}
 	int setup = 0;                    /* --connect: a setup message, whose wire is the connection probe's */
-	if (conn_split && !is_hop_role(s->role)) {
+	if (conn_split) {
 		setup = setup_message(sk, s, t);
 		if (setup) {
 			s->setup_msg |= PP_SETUP_READY;   /* its wait and the receiver's answer are not ours either */
@@ -222,7 +231,8 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 		if (!(w > r && w <= now))
 			w = on = 0;               /* already awake: the message was queued behind other work */
 		if (is_hop_role(t->role)) {
-			piece_spans(s, r, w, on, now, t->wake_idle, s->seq);
+			if (!(conn_split && (s->setup_msg & PP_SETUP_READY)))
+				piece_spans(s, r, w, on, now, t->wake_idle, s->seq);
 		} else {                      /* kept until the receiver answers: only the last piece counts */
 			if (s->pend_done)
 				stat_inc(PP_STAT_PIECE_SUPERSEDED);
@@ -238,6 +248,7 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 		t->consume_ts = now;
 		t->consume_leg = s->leg;
 		t->consume_seq = s->seq;
+		t->consume_setup = conn_split && (s->setup_msg & PP_SETUP_READY);   /* forwarding it is setup too */
 	} else {
 		s->consume_ts = now;
 	}
@@ -306,6 +317,11 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 		leg = t->consume_leg;
 		seq = t->consume_seq;
 		t->consume_ts = 0;
+		if (t->consume_setup) {       /* forwarding a setup message: the connection probe's time */
+			t->consume_setup = 0;
+			stat_inc(PP_STAT_SETUP_SPANS);
+			return 0;
+		}
 	} else if (s) {                   /* request/response on the same connection (backend, pgbench) */
 		/* --connect: a backend answering inside its setup (the SSL refusal, its hello), or a client answering a
 		 * setup message other than the hello: the connection probe's time, wait and processing alike */

@@ -27,7 +27,8 @@ struct pp_task {            /* task-local storage of a tracked thread: its prese
 	__u64 conn_start;       /* pgbench (--connect): start of the connection it is opening now, 0 = none */
 	__u64 conn_busy;        /* pgbench (--connect): ns it spent opening connections (completed ones) */
 	__u8  conn_setup;       /* backend (--connect): its connection's setup exchange is not over yet */
-	__u8  pad2[7];
+	__u8  consume_setup;    /* hops (--connect): the consume not yet forwarded is a setup message */
+	__u8  pad2[6];
 };
 
 struct pp_sock {            /* socket-local storage of a socket a tracked thread sent or received on */

@@ -90,7 +90,7 @@ class Task(C.Structure):
                 ("consume_seq", C.c_uint32), ("role", C.c_uint8), ("consume_leg", C.c_uint8), ("in_send", C.c_uint8),
                 ("wake_idle", C.c_uint8), ("send_seq", C.c_uint32), ("cont_ts", C.c_uint64),
                 ("conn_start", C.c_uint64), ("conn_busy", C.c_uint64), ("conn_setup", C.c_uint8),
-                ("pad2", C.c_uint8 * 7)]
+                ("consume_setup", C.c_uint8), ("pad2", C.c_uint8 * 6)]
 
 
 class Sock(C.Structure):
