@@ -40,6 +40,8 @@ enum pp_stage {
 	PP_ST_PG_WAL_FULL = 22,    /* wal__buffer__write__dirty: WAL buffers full, written out before inserting */
 	PP_ST_PG_EXCL = 19,        /* the same waits and I/O, exclusive of each other (sub = usdt index of the owner):
 	                            * they add up to no more than backend.execute, whose rest is CPU and the like */
+	PP_ST_CONN_WAIT = 30,      /* --connect: a reply ready for pgbench while its thread was opening another client's
+	                            * connection (libpq's connect blocks the thread), carved out of the reply's wait */
 };
 #define PP_NUSDT 11
 

@@ -27,6 +27,33 @@ static __always_inline __u32 send_number(struct sock *sk, struct pp_task *t)
 #define PP_SETUP_PEND  2   /* the consumed message kept in pend_* is one */
 #define PP_SETUP_LAST  4   /* ... and it was the server's hello: the client's next send is its first query */
 
+/* pgbench's thread `tid`: ns spent opening connections up to `now` (libpq's connect blocks the thread: a reply to
+ * another of its clients that is ready meanwhile waits for it) */
+static __always_inline __u64 conn_busy_at(__u32 tid, __u64 now)
+{
+	struct pp_connbusy *b = bpf_map_lookup_elem(&connbusy, &tid);
+	if (!b)
+		return 0;
+	/* a start from before the window: its end was not seen (the programs were detached) */
+	return b->busy + (b->start >= win_start() && now > b->start ? now - b->start : 0);
+}
+
+/* pgbench's thread starts (start = 1: its first send on a new socket) or ends (its read of the hello) a connect */
+static __always_inline void conn_busy_mark(__u32 tid, __u64 now, int start)
+{
+	struct pp_connbusy *b = bpf_map_lookup_elem(&connbusy, &tid);
+	if (!b) {
+		struct pp_connbusy n = {};
+		bpf_map_update_elem(&connbusy, &tid, &n, BPF_NOEXIST);
+		b = bpf_map_lookup_elem(&connbusy, &tid);
+		if (!b)
+			return;
+	}
+	if (!start && b->start && now > b->start)
+		b->busy += now - b->start;
+	b->start = start ? now : 0;
+}
+
 static __always_inline int setup_message(struct sock *sk, struct pp_sock *s, struct pp_task *sender)
 {
 	if (!conn_split)
@@ -105,6 +132,8 @@ static __always_inline struct pp_sock *learn_sock(struct sock *sk, struct pp_tas
 		return s;
 	struct pp_sock n = { .role = t->role, .hop = t->hop, .leg = sock_leg(t->role, sk),
 			     .setup = t->role == PP_ROLE_BACKEND && t->conn_setup };
+	if (conn_split && t->role == PP_ROLE_PGBENCH)
+		n.owner = (__u32)bpf_get_current_pid_tgid();
 	if (sk->sk_protocol == IPPROTO_TCP_NUM)
 		n.copied = tcp_copied(sk);
 	if (!bpf_sk_storage_get(&socks, sk, &n, BPF_SK_STORAGE_GET_F_CREATE))
@@ -163,6 +192,8 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 		} else if (!more) {
 			s->setup_msg &= ~PP_SETUP_READY;
 		}
+		if (s->owner)                 /* the reply's wait starts now: how busy its thread was until now */
+			s->ready_busy = conn_busy_at(s->owner, now);
 	}
 	__u64 qs = qdisc_on ? qdisc_send_start(ws) : 0;   /* out of a netem qdisc: sent from elsewhere, earlier */
 	if (qs && now > qs) {
@@ -186,15 +217,35 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 
 /* the ready -> consumed stages of one piece: woken (onto an idle or a busy CPU), run queue, receive; or queued
  * when the receiver was already awake (w = 0) */
-static __always_inline void piece_spans(struct pp_sock *s, __u64 r, __u64 w, __u64 on, __u64 done, __u8 idle,
-					__u32 seq)
+static __always_inline __u64 carve(__u64 *part, __u64 busy)
 {
+	__u64 x = busy < *part ? busy : *part;
+	*part -= x;
+	return busy - x;
+}
+
+/* busy (--connect): ns of the wait during which the receiver's thread was opening another connection, carved out
+ * of the wait (first out of the wakeup, then the receive, then the run queue) as PP_ST_CONN_WAIT */
+static __always_inline void piece_spans(struct pp_sock *s, __u64 r, __u64 w, __u64 on, __u64 done, __u8 idle,
+					__u32 seq, __u64 busy)
+{
+	if (busy > done - r)
+		busy = done - r;
+	if (busy) {
+		struct pp_stage_key k = { .stage = PP_ST_CONN_WAIT, .role = s->role, .leg = s->leg, .hop = s->hop };
+		stage_add(&k, busy);
+		stat_inc(PP_STAT_CONN_WAIT);
+	}
 	if (w) {
-		span(idle ? PP_ST_IDLE_EXIT : PP_ST_WAKEUP, s->role, s->leg, s->hop, r, w - r, seq);
-		span(PP_ST_RUNQUEUE, s->role, s->leg, s->hop, w, on - w, seq);
-		span(PP_ST_RECV, s->role, s->leg, s->hop, on, done - on, seq);
+		__u64 a = w - r, b = on - w, c = done - on;
+		busy = carve(&a, busy);
+		busy = carve(&c, busy);
+		carve(&b, busy);
+		span(idle ? PP_ST_IDLE_EXIT : PP_ST_WAKEUP, s->role, s->leg, s->hop, r, a, seq);
+		span(PP_ST_RUNQUEUE, s->role, s->leg, s->hop, w, b, seq);
+		span(PP_ST_RECV, s->role, s->leg, s->hop, on, c, seq);
 	} else {
-		span(PP_ST_QUEUED, s->role, s->leg, s->hop, r, done - r, seq);
+		span(PP_ST_QUEUED, s->role, s->leg, s->hop, r, done - r - busy, seq);
 	}
 }
 
@@ -220,6 +271,8 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 		 * refusal is the server's hello, which ends the setup */
 		__u8 m = s->setup_msg & PP_SETUP_READY;
 		s->setup_msg = m ? PP_SETUP_PEND | (t->role == PP_ROLE_PGBENCH && bytes > 1 ? PP_SETUP_LAST : 0) : 0;
+		if (s->setup_msg & PP_SETUP_LAST)
+			conn_busy_mark((__u32)bpf_get_current_pid_tgid(), bpf_ktime_get_ns(), 0);   /* connected */
 	}
 	__u64 r = __sync_lock_test_and_set(&s->ready_ts, 0), now = bpf_ktime_get_ns();
 	if (r && r < ws) {
@@ -232,7 +285,7 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 			w = on = 0;               /* already awake: the message was queued behind other work */
 		if (is_hop_role(t->role)) {
 			if (!(conn_split && (s->setup_msg & PP_SETUP_READY)))
-				piece_spans(s, r, w, on, now, t->wake_idle, s->seq);
+				piece_spans(s, r, w, on, now, t->wake_idle, s->seq, 0);
 		} else {                      /* kept until the receiver answers: only the last piece counts */
 			if (s->pend_done)
 				stat_inc(PP_STAT_PIECE_SUPERSEDED);
@@ -242,6 +295,11 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 			s->pend_done = now;
 			s->pend_seq = s->seq;
 			s->pend_idle = t->wake_idle;
+			s->pend_busy = 0;
+			if (s->owner) {           /* the thread's connect time since the reply became ready */
+				__u64 b = conn_busy_at(s->owner, now);
+				s->pend_busy = b > s->ready_busy ? b - s->ready_busy : 0;
+			}
 		}
 	}
 	if (is_hop_role(t->role)) {
@@ -300,8 +358,8 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 	if (conn_split && !was_sending) {
 		/* a send whose start was not seen (AF_UNIX into a socket not known yet: a client's startup packet, a
 		 * backend's hello into it): know the socket from here on, and let a backend leave its setup */
-		if (!is_hop_role(t->role))
-			learn_sock(sk, t);
+		if (!is_hop_role(t->role) && !learn_sock(sk, t) && t->role == PP_ROLE_PGBENCH)
+			conn_busy_mark((__u32)bpf_get_current_pid_tgid(), bpf_ktime_get_ns(), 1);   /* a new connection */
 		if (t->conn_setup && ret > 1)
 			t->conn_setup = 0;
 		return 0;
@@ -309,6 +367,8 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 	if (!was_sending)
 		return 0;
 	struct pp_sock *s = learn_sock(sk, t);
+	if (conn_split && !s && t->role == PP_ROLE_PGBENCH)
+		conn_busy_mark((__u32)bpf_get_current_pid_tgid(), bpf_ktime_get_ns(), 1);      /* a new connection */
 	__u64 start = 0;
 	__u32 seq = 0;
 	__u8 leg = 0;
@@ -344,7 +404,7 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 		if (s->pend_done) {           /* the reply it answers: its last piece's wait */
 			if (s->pend_ready >= ws)
 				piece_spans(s, s->pend_ready, s->pend_wake, s->pend_oncpu, s->pend_done, s->pend_idle,
-					    s->pend_seq);
+					    s->pend_seq, s->pend_busy);
 			s->pend_done = 0;
 		}
 		start = __sync_lock_test_and_set(&s->consume_ts, 0);

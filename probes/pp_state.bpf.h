@@ -122,6 +122,13 @@ struct {
 } traces SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_HASH);       /* --connect: pgbench thread -> its time opening connections */
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct pp_connbusy);
+} connbusy SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);   /* qemu hop: client end of a connection -> qemu read its request */
 	__uint(max_entries, 4096);
 	__type(key, __u64);

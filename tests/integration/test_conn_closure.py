@@ -86,3 +86,12 @@ def test_clients_sharing_a_thread_wait_for_it(runs, topology):
     alone = stages(runs[(topology, 1)])["connect.thread_wait"]["us_per_txn"]
     shared = stages(runs[(topology, 12)])["connect.thread_wait"]["us_per_txn"]
     assert shared > 2 * alone, (alone, shared)
+
+
+@pytest.mark.parametrize("topology", ["loopback", "nic"])
+def test_a_reply_waits_while_its_thread_connects_another_client(runs, topology):
+    """A client's reply that arrives while its thread is blocked in another client's connect: connwait.pgbench, on
+    the response leg. Alone on its thread a client never waits for another's connect."""
+    shared = stages(runs[(topology, 12)], "response")
+    assert shared.get("connwait.pgbench", {}).get("us_per_txn", 0) > 0, shared
+    assert "connwait.pgbench" not in stages(runs[(topology, 1)]), stages(runs[(topology, 1)], "response")

@@ -24,7 +24,8 @@ LEGS = {0: "", 1: "request", 2: "server", 3: "response", 4: "client"}
 STAGES = {1: "wire", 2: "wakeup", 3: "runqueue", 4: "recv", 5: "queued", 6: "proc", 7: "idle_exit", 8: "dev",
           9: "block", 10: "qdisc",
           12: "pg_query", 13: "pg_parse", 14: "pg_plan", 15: "pg_execute", 16: "pg_lock", 17: "pg_lwlock",
-          18: "pg_wal_flush", 19: "pg_excl", 20: "pg_data_read", 21: "pg_dirty_write", 22: "pg_wal_full"}
+          18: "pg_wal_flush", 19: "pg_excl", 20: "pg_data_read", 21: "pg_dirty_write", 22: "pg_wal_full",
+          30: "connwait"}
 STATS = {0: "tasks_full", 1: "socks_full", 2: "stages_full", 3: "cpu_full", 4: "wire_unpaired",
          5: "ready_unlearned", 6: "nf_unpaired", 7: "nf_nested_full", 8: "nf_nat", 9: "dev_overwritten",
          10: "messages", 11: "nf_packets", 12: "proc_unpaired", 13: "hop_overflow",
@@ -89,7 +90,7 @@ class Task(C.Structure):
                 ("usdt_ts", C.c_uint64 * NUSDT), ("io_mark", C.c_uint64), ("win", C.c_uint64), ("hop", C.c_uint32),
                 ("consume_seq", C.c_uint32), ("role", C.c_uint8), ("consume_leg", C.c_uint8), ("in_send", C.c_uint8),
                 ("wake_idle", C.c_uint8), ("send_seq", C.c_uint32), ("cont_ts", C.c_uint64),
-                ("conn_start", C.c_uint64), ("conn_busy", C.c_uint64), ("conn_setup", C.c_uint8),
+                ("conn_setup", C.c_uint8),
                 ("consume_setup", C.c_uint8), ("pad2", C.c_uint8 * 6)]
 
 
@@ -99,7 +100,8 @@ class Sock(C.Structure):
                 ("copied", C.c_uint32),
                 ("pend_ready", C.c_uint64), ("pend_wake", C.c_uint64), ("pend_oncpu", C.c_uint64),
                 ("pend_done", C.c_uint64), ("pend_seq", C.c_uint32), ("pend_idle", C.c_uint8),
-                ("pend_pad", C.c_uint8 * 3)]
+                ("pend_pad", C.c_uint8 * 3), ("owner", C.c_uint32), ("owner_pad", C.c_uint32),
+                ("ready_busy", C.c_uint64), ("pend_busy", C.c_uint64)]
 
 
 class Win(C.Structure):
