@@ -4,9 +4,13 @@ Read from `connect.parquet` (written by pathprof.agent.probing.conn, one row per
 path, back to back, so they add up to `connect.total` (the client's connect() call -> it has read the first
 ReadyForQuery) -- `summary["connection_setup"]`, µs per connection:
 
-  connect.tcp_handshake      client SYN_SENT -> client ESTABLISHED (TCP only; absent on unix sockets)
+  connect.tcp_handshake      client SYN_SENT -> client ESTABLISHED (TCP only; absent on unix sockets). A SYN
+                             dropped by a full listen queue is retransmitted after 1 s: inside this step, and
+                             counted (`connection_probe.counters`: syn_retransmits, synack_retransmits, and the
+                             server namespace's listen_overflows / listen_drops from TcpExt)
   connect.accept             handshake done (TCP) / connect() called (unix) -> the postmaster's accept()
-                             returns: the postmaster waking from its select() and accepting
+                             returns: the accept queue (the postmaster waking from its select(), or busy forking
+                             for earlier connections) and the accept itself
   connect.fork               accept() returned -> fork() done in the postmaster (per-connection bookkeeping
                              and copying the postmaster's address space: page tables, shared memory mappings)
   connect.first_run          fork -> the new backend first on a CPU (run-queue wait of a new task)
@@ -17,10 +21,20 @@ ReadyForQuery) -- `summary["connection_setup"]`, µs per connection:
                              password methods the first message is the challenge, so the rest of the exchange
                              lands in ready_delivery; pathprof's own server uses trust.
   connect.ready_delivery     ReadyForQuery queued -> the client's recv returned it (wakeup, run queue, recv)
+  connect.thread_wait        the client sent its Terminate (PQfinish) -> its pgbench thread starts its next
+                             connect: the close(), then, with several clients on a thread, the wait while the
+                             thread serves its other clients first (their connects block it: libpq's connect is
+                             synchronous). Measured as the thread's closed clients integrated over the window
+                             (no client identity needed), divided by the connections sampled
 
-Their sum compares with pgbench's `average connection time` (`connection_time_ms` in run.json/summaries),
-which times PQconnectdb *and* PQfinish per transaction: the close is a send and a close() on the client, a
-few µs, so the sum should be slightly below it (`closure.connection_error_pct`).
+The summary also puts these steps into the latency view (leg `connect`, µs per transaction = µs per
+connection): the per-message stages leave the setup exchange to this probe (probes/msg.bpf.h, conn_split), so
+the two tile the client's cycle together (`closure.latency_error_pct`, against clients / TPS). Connections are
+sampled inside the same measurement windows as the per-message stages (counter `sampled`).
+
+The sum without connect.thread_wait compares with pgbench's `average connection time` (`connection_time_ms`
+in run.json/summaries), which times PQconnectdb *and* PQfinish per transaction (`closure.connection_error_pct`;
+pgbench's figure is of the whole run, this probe's of the windows).
 
 Off the client's path -- `summary["connection_async"]`, not part of the sum:
 
@@ -43,7 +57,10 @@ import pandas as pd
 from pathprof.analysis.histogram import quantile as hist_quantile
 
 SETUP_STEPS = ["connect.tcp_handshake", "connect.accept", "connect.fork", "connect.first_run",
-               "connect.backend_init_auth", "connect.ready_delivery"]
+               "connect.backend_init_auth", "connect.ready_delivery", "connect.thread_wait"]
+BACKEND_STEPS = ("connect.fork", "connect.first_run", "connect.backend_init_auth")   # need no client pairing
+CONNECT_LEG = "connect"
+NOT_IN_PGBENCH_CONNECTION_TIME = ("connect.thread_wait",)     # the latency view's leg of the setup steps (stages.py)
 ASYNC_STEPS = ["connect.first_query", "connect.teardown", "connect.reap"]
 CPU_STEPS = ["cpu.client_connect", "cpu.backend_init", "cpu.backend_first_query", "cpu.backend_exit",
              "cpu.backend_total", "cpu.postmaster"]
@@ -74,6 +91,20 @@ def _rows(frame: pd.DataFrame | None, names: list[str], connections: int) -> lis
     return out
 
 
+def _unsplit(frame: pd.DataFrame | None, setup: list[dict]) -> list[dict]:
+    """No backend paired with its client (a hop or NAT between them: the hello wakes the hop's socket, or the ports
+    differ): the client's own connect.client_total minus the backend's steps becomes `connect.unsplit`, so the
+    setup still adds up to what the client waited."""
+    names = {s["name"] for s in setup}
+    total = _rows(frame, ["connect.client_total"], 0)
+    if "connect.ready_delivery" in names or not total:
+        return setup
+    own = sum(s["us_per_conn"] for s in setup if s["name"] in BACKEND_STEPS)
+    row = {**total[0], "name": "connect.unsplit", "us_per_conn": round(max(total[0]["us_per_conn"] - own, 0.0), 2),
+           "p50_us": None, "p99_us": None}
+    return [row] + setup
+
+
 def connection_setup_view(frame: pd.DataFrame | None, connections: int) -> list[dict]:
     """Steps on the client's connect path, in timeline order: [{name, us_per_conn, p50_us, p99_us, count}]."""
     return _rows(frame, SETUP_STEPS, connections)
@@ -85,6 +116,14 @@ def connection_async_view(frame: pd.DataFrame | None, connections: int) -> list[
 
 def connection_cpu_view(frame: pd.DataFrame | None, connections: int) -> list[dict]:
     return _rows(frame, CPU_STEPS, connections)
+
+
+def setup_stages(setup: list[dict]) -> list[dict]:
+    """The setup steps as latency-view rows (leg `connect`): one connection per transaction, so µs per connection
+    is µs per transaction. The per-message stages leave the setup exchange out (probes/msg.bpf.h, conn_split), so
+    together they tile the client's cycle."""
+    return [{"name": s["name"], "leg": CONNECT_LEG, "us_per_txn": s["us_per_conn"], "p50_us": s.get("p50_us"),
+             "p99_us": s.get("p99_us"), "count_per_txn": 1.0} for s in setup]
 
 
 def probe_counters(frame: pd.DataFrame | None) -> dict:
@@ -104,12 +143,14 @@ def add_connection_setup(summary: dict, rd) -> None:
     # pgbench -C opens one connection per transaction (failed ones included)
     connections = int((res.get("transactions") or 0) + (res.get("failed") or 0))
     counters = probe_counters(frame)
-    setup = connection_setup_view(frame, connections)
+    # aggregates (cpu.postmaster) are per connection sampled, when the probe sampled inside windows
+    per_total = (counters.get("sampled", 0) + counters.get("unpaired_sampled", 0)) or connections
+    setup = _unsplit(frame, connection_setup_view(frame, per_total))
     if not setup:
         return
     summary["connection_setup"] = setup
-    summary["connection_async"] = connection_async_view(frame, connections)
-    summary["connection_cpu"] = connection_cpu_view(frame, connections)
+    summary["connection_async"] = connection_async_view(frame, per_total)
+    summary["connection_cpu"] = connection_cpu_view(frame, per_total)
     matched = counters.get("matched", 0)
     summary["connection_probe"] = {
         "connections": connections, "matched": matched,
@@ -119,7 +160,8 @@ def add_connection_setup(summary: dict, rd) -> None:
         "cost_ns_per_conn": ((rd.meta.get("probes") or {}).get("conn_cost") or {}).get("run_time_ns", 0)
         / connections if connections else None,
     }
-    total = sum(s["us_per_conn"] for s in setup)
+    # pgbench's connection time is its connects and closes; the wait for its thread between them is not in it
+    total = sum(s["us_per_conn"] for s in setup if s["name"] not in NOT_IN_PGBENCH_CONNECTION_TIME)
     closure = summary.setdefault("closure", {})
     closure["connection_setup_us"] = round(total, 2)
     measured_ms = res.get("connection_time_ms")

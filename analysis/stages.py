@@ -24,6 +24,9 @@ message the probes measure, back to back, so the stages tile the connection's ti
   recv.<receiver>      on CPU -> the receive returned the data (poll/epoll return + recv syscall)
   queued.<receiver>    the receiver was already awake when the data arrived: ready -> consumed, i.e. the
                        message waited behind the receiver's other work (pgbench's other connections, ...)
+  connwait.pgbench     --connect: the part of a reply's wait (ready -> consumed) during which its pgbench thread
+                       was opening another client's connection (libpq's connect blocks the thread until that
+                       connection's ReadyForQuery); carved out of the wakeup, recv, runqueue or queued stage
   backend.execute      backend: consumed the request -> started sending the result (server leg)
   hop.<name>           a hop process (pgbouncer, pgpool, docker-proxy): consumed -> forwarded, pairing each
                        send with the same thread's most recent consume not yet forwarded (an event loop
@@ -34,6 +37,14 @@ message the probes measure, back to back, so the stages tile the connection's ti
                        Into it: wire.qemu (send -> qemu read, with dev.<tap> = tap xmit -> qemu read inside
                        it); out of it: wire.<client> starts at qemu's tap write
   client.pgbench       pgbench: consumed the result -> sent the next transaction (client leg)
+
+A new connection per transaction (--connect, pgbench -C): the summary adds the connection probe's steps as
+stages of the leg `connect` (names and meaning in pathprof.analysis.conn_view: connect.tcp_handshake,
+connect.accept -- the accept queue --, connect.fork, connect.first_run, connect.backend_init_auth,
+connect.ready_delivery, connect.thread_wait -- a closed client waiting for its pgbench thread to reconnect it --,
+and, where no backend could be paired with its client (a hop or NAT between them), connect.unsplit),
+and the per-message stages above leave out the setup exchange (SSLRequest, startup packet, the server's hello up
+to ReadyForQuery), which those steps time: together they tile the cycle, connect to close.
 
 <receiver> is the receiving role (`backend`, `pgbench`) or hop name. Legs: `request` (into a backend, or into
 a hop on its service port), `server`, `response` (into pgbench, or into a hop from upstream), `client`.
@@ -63,7 +74,8 @@ from __future__ import annotations
 import pandas as pd
 from pathprof.analysis.histogram import merge, quantile
 
-LAT_KINDS = ("wire", "wakeup", "idle_exit", "runqueue", "recv", "queued", "proc", "netfilter", "dev", "qdisc", "delay")
+LAT_KINDS = ("wire", "wakeup", "idle_exit", "runqueue", "recv", "queued", "proc", "netfilter", "dev", "qdisc", "delay",
+             "connwait")
 INSIDE_WIRE = ("netfilter", "dev", "qdisc", "delay")   # measured inside a wire span: carved out of it
 USDT_NAMES = {"pg_query": "backend.query", "pg_parse": "backend.parse", "pg_plan": "backend.plan",
               "pg_wal_flush": "backend.wal_flush",

@@ -99,8 +99,8 @@ def summarize(rd: RunDir) -> dict:
                     f"allows (cycle {cycle_us:.1f} µs, of which {client_us:.1f} µs is pgbench's own work): pgbench "
                     "takes timestamps lazily, so very short transactions are logged too short. Trust the cycle and "
                     "the latency view's request/server/response legs.")
-            if lv.get("connection_setup"):
-                out["connection_setup"] = lv["connection_setup"]
+            if w.get("connect") and rd.file("connect.parquet").exists():
+                _add_connection_setup(out, rd)
         cost = probes.get("cost") or {}
         if cost.get("run_time_ns") is not None:
             out["probe_cost_ns_per_txn"] = cost["run_time_ns"] / txns
@@ -121,10 +121,9 @@ def summarize(rd: RunDir) -> dict:
     if out["regime"] is None and busy and elapsed:
         # Without probes the regime still follows from busy time: near all CPUs busy means CPU-bound.
         out["regime"] = "cpu-bound" if busy / elapsed >= 0.9 * ncpu else "latency-bound"
-    if (m.get("workload") or {}).get("connect") and rd.file("connect.parquet").exists():
+    if w.get("connect") and "connection_setup" not in out and rd.file("connect.parquet").exists():
         from pathprof.analysis.conn_view import add_connection_setup
-        add_connection_setup(out, rd)
-        _predict_with_connection_setup(out, probes)
+        add_connection_setup(out, rd)     # no latency view to fold it into (probes off, no transactions)
     out.update(probe_cost_share(out))
     return out
 
@@ -145,19 +144,23 @@ def probe_cost_share(out: dict) -> dict:
     return {}
 
 
-def _predict_with_connection_setup(out: dict, probes: dict) -> None:
-    """A new connection per transaction: a latency-bound client's cycle is the stages plus the connection setup
-    (pgbench's transaction latency leaves the setup out), so the model must include it."""
-    setup = sum(float(s.get("us_per_conn") or 0.0) for s in out.get("connection_setup") or [])
-    stages = (out.get("closure") or {}).get("stages_sum_us")
-    if out.get("regime") != "latency-bound" or not setup or not stages:
+def _add_connection_setup(out: dict, rd: RunDir) -> None:
+    """A new connection per transaction (-C): the connection probe's setup steps join the latency view (leg
+    `connect`), so the stages tile the client's whole cycle, connect to close. The per-message stages leave the
+    setup exchange to that probe (probes/msg.bpf.h), so nothing is counted twice; the latency-bound prediction
+    (cpu_view, from stages_sum_us) then includes the setup too."""
+    from pathprof.analysis.conn_view import add_connection_setup, setup_stages
+    add_connection_setup(out, rd)
+    rows = setup_stages(out.get("connection_setup") or [])
+    if not rows:
         return
-    probe_us = (out.get("probe_cost_ns_per_txn") or 0.0) / 1e3
-    cycle = stages + setup - probe_us
-    out["predicted_tps"] = round((out.get("clients") or 1) * 1e6 / cycle, 1) if cycle > 0 else None
-    out["predicted_probed_tps"] = round((out.get("clients") or 1) * 1e6 / (stages + setup), 1)
-    if out.get("prediction"):
-        out["prediction"] = _prediction(out["predicted_tps"], probes)
+    out["stages"] = out["stages"] + rows
+    cl = out["closure"]
+    total = round((cl.get("stages_sum_us") or 0.0) + sum(r["us_per_txn"] for r in rows), 3)
+    cl["stages_sum_us"] = total
+    ref = cl.get("cycle_us")
+    if ref:
+        cl["latency_error_pct"] = round((total - ref) / ref * 100.0, 2)
 
 
 def _prediction(unprobed_tps: float | None, probes: dict) -> dict:

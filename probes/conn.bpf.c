@@ -14,7 +14,11 @@
  * Pairing a backend with its client: the backend's ReadyForQuery send wakes the *client's* socket
  * (sk_data_ready runs in the backend's context: unix delivery, and loopback TCP's softirq), so that
  * socket pointer finds the `pending` entry the client created at SYN_SENT (TCP) or at its first send
- * after a unix connect(). Every interval ends up keyed by step id in `conn_agg` (pp_hist, common.h). */
+ * after a unix connect(). Every interval ends up keyed by step id in `conn_agg` (pp_hist, common.h).
+ *
+ * Measurement windows: the front end writes pathprof.bpf.c's window start into `win` as well, so a
+ * connection is sampled only when it started inside an open window and was ready before it closed: its steps
+ * then describe the same stretch of the run as the per-message stages they are added to. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -35,6 +39,7 @@ char LICENSE[] SEC("license") = "GPL";
 
 const volatile __u32 pm_pid = 0;       /* the server process that accepts and forks (postmaster) */
 const volatile __u16 svc_ports[PP_MAX_PORTS] = {};   /* host order, 0-terminated: the run's service ports */
+const volatile __u32 max_closed = 0;   /* clients per pgbench thread (0: unknown): at most that many wait for it */
 
 static __always_inline int is_svc_port(__u16 port) { return port_in(svc_ports, port); }
 
@@ -47,6 +52,13 @@ struct {
 	__type(key, __u32);
 	__type(value, struct pc_task);
 } who SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);     /* the open measurement window's start (CLOCK_MONOTONIC ns), 0 = closed */
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} win SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);   /* failed connects never match: LRU bounds them */
@@ -82,6 +94,20 @@ static __always_inline __u64 *tracked_flag(void)
 {
 	__u32 zero = 0;
 	return bpf_map_lookup_elem(&cur_tracked, &zero);
+}
+
+static __always_inline __u64 win_start(void)
+{
+	__u32 zero = 0;
+	__u64 *w = bpf_map_lookup_elem(&win, &zero);
+	return w ? *w : 0;
+}
+
+/* a connection that started at `start` is sampled: inside the window open now */
+static __always_inline int in_window(__u64 start)
+{
+	__u64 ws = win_start();
+	return ws && start >= ws;
 }
 
 static __always_inline void cstat(__u32 idx)
@@ -154,9 +180,39 @@ static __always_inline int client_conn_sock(const struct sock *sk)
 	       ((fam == AF_INET || fam == AF_INET6) && is_svc_port(bpf_ntohs(sk->__sk_common.skc_dport)));
 }
 
+/* The thread's clients waiting to be reconnected: closed_n changes by `delta` now. Their waiting time inside the
+ * window is added as it accrues (closed_n x time since the last change), so each client's wait is counted
+ * without knowing which connect is whose: pgbench serves its other clients before it reconnects this one. */
+static __always_inline void closed_change(struct pc_task *c, __u64 now, int delta)
+{
+	__u64 ws = win_start(), since = c->close_ts > ws ? c->close_ts : ws;
+	if (ws && c->closed_n && now > since) {
+		__u32 k = PC_ST_THREAD_WAIT;
+		struct pp_hist *h = bpf_map_lookup_elem(&conn_agg, &k);
+		if (h) {
+			h->sum_ns += (__u64)c->closed_n * (now - since);
+			h->count += 1;
+		}
+	}
+	c->close_ts = now;
+	if (delta > 0 && (!max_closed || c->closed_n < max_closed))
+		c->closed_n += 1;                /* a close whose reconnect was missed must not count forever */
+	else if (c->closed_n)
+		c->closed_n -= 1;     /* its first connect (none closed before) leaves it at 0 */
+}
+
 static __always_inline void client_start(struct pc_task *c, __u64 now)
 {
+	closed_change(c, now, -1);
+	if (c->pend_key) {
+		/* the thread's last connection is set up (libpq's connect blocks the thread): its start, if never
+		 * paired (a hop or NAT in between), must not pair a later socket at the same address */
+		if (!bpf_map_delete_elem(&pending, &c->pend_key))
+			cstat(PC_STAT_STALE);
+		c->pend_key = 0;
+	}
 	rebucket(c, now, PC_B_IDLE);
+	c->hello = 0;
 	c->cpu[PC_B_INIT] = 0;
 	c->bucket = PC_B_INIT;          /* on-CPU from here to ReadyForQuery received = the client's connect CPU */
 	c->start_ts = now;
@@ -166,6 +222,10 @@ static __always_inline void client_start(struct pc_task *c, __u64 now)
 
 static __always_inline void delivered(struct pc_task *c, __u64 ready, __u64 at)
 {
+	if (!in_window(c->start_ts)) {
+		c->ready_ts = 0;
+		return;
+	}
 	step_span(PC_ST_DELIVERY, ready, at);
 	step_span(PC_ST_TOTAL, c->start_ts, at);
 	step_ns(PC_ST_CPU_CLIENT, c->cpu[PC_B_INIT]);
@@ -178,7 +238,7 @@ static __always_inline void finish(struct pc_task *t, __u32 tid, __u64 now, int 
 	/* gone (final switch-out) and reaped (waitpid) race on two CPUs: the second one closes the record */
 	if (__sync_fetch_and_add(&t->fin, 1) != 1)
 		return;
-	if (t->matched)
+	if (t->sampled)
 		step_ns(PC_ST_REAP, reaping && now > t->gone_ts ? now - t->gone_ts : 0);
 	bpf_map_delete_elem(&who, &tid);
 }
@@ -198,7 +258,7 @@ int BPF_PROG(pc_switch, bool preempt, struct task_struct *prev, struct task_stru
 	if (pm_prev || p)
 		now = bpf_ktime_get_ns();
 	if (pm_prev) {
-		if (pm_on_ts) {
+		if (pm_on_ts && in_window(pm_on_ts)) {
 			__u32 k = PC_ST_CPU_PM;
 			struct pp_hist *h = bpf_map_lookup_elem(&conn_agg, &k);
 			if (h) {
@@ -214,7 +274,7 @@ int BPF_PROG(pc_switch, bool preempt, struct task_struct *prev, struct task_stru
 			p->gone_ts = now;
 			if (!p->ready_ts) {
 				cstat(PC_STAT_GONE_UNREADY);
-			} else if (p->matched) {
+			} else if (p->sampled) {
 				step_span(PC_ST_TEARDOWN, p->recv_ts, now);
 				step_ns(PC_ST_CPU_EXIT, p->cpu[PC_B_TAIL]);
 				step_ns(PC_ST_CPU_BACKEND, p->cpu[0] + p->cpu[1] + p->cpu[2] + p->cpu[3] + p->cpu[4]);
@@ -277,6 +337,7 @@ int BPF_PROG(pc_tcp_state, const struct sock *sk, const int oldstate, const int 
 		struct pc_pending p = { .start_ts = now, .tid = tid };
 		if (bpf_map_update_elem(&pending, &key, &p, BPF_ANY))
 			cstat(PC_STAT_PENDING_FULL);
+		c->pend_key = key;
 	} else if (newstate == TCP_ESTABLISHED && oldstate == TCP_SYN_SENT) {
 		struct pc_pending *p = bpf_map_lookup_elem(&pending, &key);
 		if (p)
@@ -344,6 +405,20 @@ int BPF_PROG(pc_data_ready, const struct sock *sk)
 	return 0;
 }
 
+/* A backend whose client cannot be found (a hop or NAT between them): its own steps still describe the
+ * connection -- fork, first run, start-up and authentication -- and the client's side is its connect.client_total */
+static __always_inline void backend_alone(struct pc_task *t, __u64 at)
+{
+	if (!in_window(t->accept_ts))
+		return;
+	t->sampled = 1;
+	cstat(PC_STAT_UNPAIRED_SAMPLED);
+	step_span(PC_ST_FORK, t->accept_ts, t->fork_ts);
+	step_span(PC_ST_FIRST_RUN, t->fork_ts, t->first_run_ts);
+	step_span(PC_ST_INIT_AUTH, t->first_run_ts, at);
+	step_ns(PC_ST_CPU_INIT, t->cpu[PC_B_INIT]);
+}
+
 static __always_inline void backend_ready(struct pc_task *t, struct sock *sk, __u64 now)
 {
 	__u64 at = t->dr_ts ? t->dr_ts : now, peer = t->dr_sk;
@@ -354,11 +429,13 @@ static __always_inline void backend_ready(struct pc_task *t, struct sock *sk, __
 	cstat(PC_STAT_READY);
 	if (!peer) {
 		cstat(PC_STAT_NO_PEER);
+		backend_alone(t, at);
 		return;
 	}
 	struct pc_pending *p = bpf_map_lookup_elem(&pending, &peer);
 	if (!p) {
 		cstat(PC_STAT_UNMATCHED);
+		backend_alone(t, at);
 		return;
 	}
 	t->matched = 1;
@@ -366,6 +443,10 @@ static __always_inline void backend_ready(struct pc_task *t, struct sock *sk, __
 	__u64 start = p->start_ts, est = p->est_ts;
 	__u32 ctid = p->tid;
 	bpf_map_delete_elem(&pending, &peer);
+	if (!in_window(start))
+		return;                          /* not sampled: outside the measurement windows */
+	t->sampled = 1;
+	cstat(PC_STAT_SAMPLED);
 	step_span(PC_ST_HANDSHAKE, est ? start : 0, est);
 	step_span(PC_ST_ACCEPT, est ? est : start, t->accept_ts);
 	step_span(PC_ST_FORK, t->accept_ts, t->fork_ts);
@@ -390,12 +471,15 @@ int BPF_PROG(pc_send, struct sock *sk, int ret, int flags)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	if (t->role == PC_ROLE_CLIENT) {
+		if (ret == 5 && client_conn_sock(sk))
+			closed_change(t, now, 1);    /* 'X' + length: libpq's Terminate, PQfinish closing */
 		if (t->unix_pending && sk->__sk_common.skc_family == AF_UNIX) {   /* the startup packet */
 			struct pc_pending p = { .start_ts = t->start_ts, .tid = tid };
 			__u64 key = (__u64)sk;
 			t->unix_pending = 0;
 			if (bpf_map_update_elem(&pending, &key, &p, BPF_ANY))
 				cstat(PC_STAT_PENDING_FULL);
+			t->pend_key = key;
 		}
 		return 0;
 	}
@@ -410,7 +494,7 @@ int BPF_PROG(pc_send, struct sock *sk, int ret, int flags)
 		backend_ready(t, sk, now);
 	} else if (t->bucket == PC_B_QUERY) {
 		rebucket(t, now, PC_B_SESSION);
-		if (t->matched) {
+		if (t->sampled) {
 			step_span(PC_ST_FIRST_QUERY, t->qrecv_ts, now);
 			step_ns(PC_ST_CPU_QUERY, t->cpu[PC_B_QUERY]);
 		}
@@ -434,6 +518,11 @@ int BPF_PROG(pc_recv, struct sock *sk, int ret, int flags)
 			rebucket(t, now, PC_B_IDLE);
 			delivered(t, t->ready_ts, now);
 		}
+		if (ret > 1 && t->start_ts && !t->hello) {   /* the hello (the SSL refusal is 1 byte) */
+			t->hello = 1;
+			if (in_window(t->start_ts))
+				step_span(PC_ST_CLIENT_TOTAL, t->start_ts, now);
+		}
 		return 0;
 	}
 	if (!own_conn_sock(sk))
@@ -450,5 +539,24 @@ int BPF_PROG(pc_recv, struct sock *sk, int ret, int flags)
 		t->cpu[PC_B_TAIL] = 0;
 	}
 	t->recv_ts = now;
+	return 0;
+}
+
+/* ---------------- SYN and SYN-ACK retransmits: a listen or accept queue that overflowed ---------------- */
+SEC("tp_btf/tcp_retransmit_skb")
+int BPF_PROG(pc_retransmit, const struct sock *sk, const struct sk_buff *skb)
+{
+	/* the client's SYN again (SYN_SENT): the first was dropped, usually by a full listen queue */
+	if (sk->__sk_common.skc_state == TCP_SYN_SENT && is_svc_port(bpf_ntohs(sk->__sk_common.skc_dport)))
+		cstat(PC_STAT_SYN_RETRANS);
+	return 0;
+}
+
+SEC("tp_btf/tcp_retransmit_synack")
+int BPF_PROG(pc_retransmit_synack, const struct sock *sk, const struct request_sock *req)
+{
+	/* sk is the listener: the client's ACK did not make it into the accept queue (full) */
+	if (is_svc_port(sk->__sk_common.skc_num))
+		cstat(PC_STAT_SYNACK_RETRANS);
 	return 0;
 }

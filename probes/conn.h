@@ -16,6 +16,13 @@ enum pc_step {
 	PC_ST_TEARDOWN = 8,     /* backend's last receive (Terminate/EOF) -> the dead backend leaves the CPU */
 	PC_ST_REAP = 9,         /* backend gone -> postmaster's waitpid() returns it (0 when reaped first) */
 	PC_ST_TOTAL = 10,       /* connect start -> client received ReadyForQuery (the sum of 1..6) */
+	PC_ST_THREAD_WAIT = 11, /* a client closed its connection (Terminate sent) -> its thread starts its next connect:
+	                         * PQfinish's close(), then waiting while the thread serves its other clients (their
+	                         * blocking connects, their results). Sum only: the integral over the window of the
+	                         * thread's clients in that state (no client identity needed), per connection */
+	PC_ST_CLIENT_TOTAL = 12, /* client's connect start -> its first read of more than 1 byte (the hello), measured on
+	                          * the client alone: what a backend that cannot be paired with it (a hop or NAT in
+	                          * between) leaves unsplit */
 	/* CPU, on-CPU ns per matched connection */
 	PC_ST_CPU_CLIENT = 16,  /* client thread, connect start -> ReadyForQuery received */
 	PC_ST_CPU_INIT = 17,    /* backend, first run -> ready (backend start + auth) */
@@ -41,7 +48,12 @@ enum pc_stat {              /* per-CPU counters: nothing unmatched or lost goes 
 	PC_STAT_ACCEPT_LOST = 11,   /* an accept() not followed by a fork before the next accept */
 	PC_STAT_NO_PEER = 12,       /* ready send without a peer socket seen (TCP delivery in ksoftirqd) */
 	PC_STAT_NEGOTIATION = 13,   /* 1-byte SSL/GSS refusals sent before the startup packet (skipped) */
-	PC_NSTATS = 16,
+	PC_STAT_SAMPLED = 14,       /* connections that started and became ready inside a measurement window */
+	PC_STAT_SYN_RETRANS = 15,   /* a client's SYN retransmitted (SYN dropped: the listen queue overflowed) */
+	PC_STAT_SYNACK_RETRANS = 16, /* the server's SYN-ACK retransmitted (the client's ACK dropped: accept queue full) */
+	PC_STAT_UNPAIRED_SAMPLED = 17, /* backends ready inside a window with no client paired (hop or NAT in between) */
+	PC_STAT_STALE = 18,          /* client connection starts never paired, dropped at the client's hello */
+	PC_NSTATS = 20,
 };
 
 enum pc_role { PC_ROLE_CLIENT = 1, PC_ROLE_BACKEND = 2 };
@@ -64,7 +76,13 @@ struct pc_task {            /* `who` hash, key tid: a tracked client thread or a
 	__u8  matched;          /* backend: paired with a tracked client's start */
 	__u8  unix_pending;     /* client: unix connect() called, startup packet not sent yet */
 	__u32 ports;            /* backend on TCP: client port << 16 | server port, from its first receive */
-	__u32 pad;
+	__u8  sampled;          /* backend: its connection started and became ready inside a window */
+	__u8  hello;            /* client: the connection in flight has read its hello */
+	__u8  pad[2];
+	__u64 close_ts;         /* client thread: when closed_n last changed */
+	__u32 closed_n;         /* client thread: its clients between their Terminate and their next connect */
+	__u32 pad2;
+	__u64 pend_key;         /* client thread: `pending` key of its last connection (dropped at the next start) */
 };
 
 struct pc_pending {         /* `pending` LRU hash, key: the client's struct sock * */

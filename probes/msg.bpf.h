@@ -17,6 +17,70 @@ static __always_inline __u32 send_number(struct sock *sk, struct pp_task *t)
 	return t->role == PP_ROLE_PGBENCH ? s->seq + 1 : s->seq;
 }
 
+/* ---------------- --connect: the setup exchange belongs to the connection probe ----------------
+ * With a new connection per transaction, conn.bpf.c times the client's connect() up to its read of the first
+ * ReadyForQuery (handshake, accept, fork, backend start-up and authentication, delivery). The messages of that
+ * exchange (SSLRequest and its 1-byte refusal, the startup packet, the server's hello up to ReadyForQuery) are
+ * left out of the per-message stages, or they would be counted twice. The client's work after reading the
+ * hello (-> its first query) stays: the connection probe's split ends at that read. */
+#define PP_SETUP_READY 1   /* the message pending on the socket (ready, not consumed) is a setup message */
+#define PP_SETUP_PEND  2   /* the consumed message kept in pend_* is one */
+#define PP_SETUP_LAST  4   /* ... and it was the server's hello: the client's next send is its first query */
+
+/* pgbench's thread `tid`: ns spent opening connections up to `now` (libpq's connect blocks the thread: a reply to
+ * another of its clients that is ready meanwhile waits for it) */
+static __always_inline __u64 conn_busy_at(__u32 tid, __u64 now)
+{
+	struct pp_connbusy *b = bpf_map_lookup_elem(&connbusy, &tid);
+	if (!b)
+		return 0;
+	/* a start from before the window: its end was not seen (the programs were detached) */
+	return b->busy + (b->start >= win_start() && now > b->start ? now - b->start : 0);
+}
+
+/* pgbench's thread starts (start = 1: its first send on a new socket) or ends (its read of the hello) a connect */
+static __always_inline void conn_busy_mark(__u32 tid, __u64 now, int start)
+{
+	struct pp_connbusy *b = bpf_map_lookup_elem(&connbusy, &tid);
+	if (!b) {
+		struct pp_connbusy n = {};
+		bpf_map_update_elem(&connbusy, &tid, &n, BPF_NOEXIST);
+		b = bpf_map_lookup_elem(&connbusy, &tid);
+		if (!b)
+			return;
+	}
+	if (!start && b->start && now > b->start)
+		b->busy += now - b->start;
+	b->start = start ? now : 0;
+}
+
+static __always_inline int setup_message(struct sock *sk, struct pp_sock *s, struct pp_task *sender)
+{
+	if (!conn_split)
+		return 0;
+	if (s->setup)                     /* into a backend that has not sent its hello yet */
+		return 1;
+	if (s->role == PP_ROLE_BACKEND)
+		return 0;
+	if (sk->sk_protocol == IPPROTO_TCP_NUM) {
+		struct tcp_sock *tp = (struct tcp_sock *)sk;
+		if (is_svc_port(sk->__sk_common.skc_num)) {
+			/* a hop's end of a client's connection that has written at most the 1-byte SSL refusal: the
+			 * client's SSLRequest or startup packet (bytes written = queued + acknowledged) */
+			__u64 written = BPF_CORE_READ(tp, write_seq) - BPF_CORE_READ(tp, snd_una) + BPF_CORE_READ(tp, bytes_acked);
+			return written <= 1;
+		}
+		/* into a client (pgbench, a hop's upstream) that has read at most the 1-byte SSL refusal: the refusal or
+		 * the hello */
+		__u64 read = BPF_CORE_READ(tp, bytes_received) - (BPF_CORE_READ(tp, rcv_nxt) - BPF_CORE_READ(tp, copied_seq));
+		return read <= 1;
+	}
+	if (s->role != PP_ROLE_PGBENCH)
+		return 0;
+	/* AF_UNIX is delivered inside the sender's send: a backend before its hello is sending part of the setup */
+	return sender && sender->role == PP_ROLE_BACKEND && sender->conn_setup;
+}
+
 /* ---------------- messages: send -> ready -> consumed -> next send ----------------
  * TCP send start: the first tcp_sendmsg_locked of the send (a few hundred ns after the syscall entry; syscall
  * tracepoints would put every syscall of every process on the slow path). AF_UNIX has no such tracepoint: its
@@ -66,7 +130,10 @@ static __always_inline struct pp_sock *learn_sock(struct sock *sk, struct pp_tas
 	struct pp_sock *s = bpf_sk_storage_get(&socks, sk, 0, 0);
 	if (s)
 		return s;
-	struct pp_sock n = { .role = t->role, .hop = t->hop, .leg = sock_leg(t->role, sk) };
+	struct pp_sock n = { .role = t->role, .hop = t->hop, .leg = sock_leg(t->role, sk),
+			     .setup = t->role == PP_ROLE_BACKEND && t->conn_setup };
+	if (conn_split && t->role == PP_ROLE_PGBENCH)
+		n.owner = (__u32)bpf_get_current_pid_tgid();
 	if (sk->sk_protocol == IPPROTO_TCP_NUM)
 		n.copied = tcp_copied(sk);
 	if (!bpf_sk_storage_get(&socks, sk, &n, BPF_SK_STORAGE_GET_F_CREATE))
@@ -116,11 +183,25 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 		if ((t->in_send || is_unix) && t->send_seq)
 			s->seq = seq = t->send_seq;
 	}
+	int setup = 0;                    /* --connect: a setup message, whose wire is the connection probe's */
+	if (conn_split) {
+		setup = setup_message(sk, s, t);
+		if (setup) {
+			s->setup_msg |= PP_SETUP_READY;   /* its wait and the receiver's answer are not ours either */
+			stat_inc(PP_STAT_SETUP_SPANS);
+		} else if (!more) {
+			s->setup_msg &= ~PP_SETUP_READY;
+		}
+		if (s->owner)                 /* the reply's wait starts now: how busy its thread was until now */
+			s->ready_busy = conn_busy_at(s->owner, now);
+	}
 	__u64 qs = qdisc_on ? qdisc_send_start(ws) : 0;   /* out of a netem qdisc: sent from elsewhere, earlier */
 	if (qs && now > qs) {
-		span(PP_ST_WIRE, s->role, s->leg, s->hop, qs, now - qs, seq);
+		if (!setup)
+			span(PP_ST_WIRE, s->role, s->leg, s->hop, qs, now - qs, seq);
 	} else if (t && t->in_send && now > t->send_ts) {
-		span(PP_ST_WIRE, s->role, s->leg, s->hop, t->send_ts, now - t->send_ts, seq);
+		if (!setup)
+			span(PP_ST_WIRE, s->role, s->leg, s->hop, t->send_ts, now - t->send_ts, seq);
 		if (t->role == PP_ROLE_QEMU)
 			t->in_send = 0;           /* a tap write has no sock_send_length (pp_tap_recv) */
 		t->cont_ts = now;             /* a hop's next send without a read in between continues from here */
@@ -136,15 +217,35 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 
 /* the ready -> consumed stages of one piece: woken (onto an idle or a busy CPU), run queue, receive; or queued
  * when the receiver was already awake (w = 0) */
-static __always_inline void piece_spans(struct pp_sock *s, __u64 r, __u64 w, __u64 on, __u64 done, __u8 idle,
-					__u32 seq)
+static __always_inline __u64 carve(__u64 *part, __u64 busy)
 {
+	__u64 x = busy < *part ? busy : *part;
+	*part -= x;
+	return busy - x;
+}
+
+/* busy (--connect): ns of the wait during which the receiver's thread was opening another connection, carved out
+ * of the wait (first out of the wakeup, then the receive, then the run queue) as PP_ST_CONNWAIT */
+static __always_inline void piece_spans(struct pp_sock *s, __u64 r, __u64 w, __u64 on, __u64 done, __u8 idle,
+					__u32 seq, __u64 busy)
+{
+	if (busy > done - r)
+		busy = done - r;
+	if (busy) {
+		struct pp_stage_key k = { .stage = PP_ST_CONNWAIT, .role = s->role, .leg = s->leg, .hop = s->hop };
+		stage_add(&k, busy);
+		stat_inc(PP_STAT_CONN_WAIT);
+	}
 	if (w) {
-		span(idle ? PP_ST_IDLE_EXIT : PP_ST_WAKEUP, s->role, s->leg, s->hop, r, w - r, seq);
-		span(PP_ST_RUNQUEUE, s->role, s->leg, s->hop, w, on - w, seq);
-		span(PP_ST_RECV, s->role, s->leg, s->hop, on, done - on, seq);
+		__u64 a = w - r, b = on - w, c = done - on;
+		busy = carve(&a, busy);
+		busy = carve(&c, busy);
+		carve(&b, busy);
+		span(idle ? PP_ST_IDLE_EXIT : PP_ST_WAKEUP, s->role, s->leg, s->hop, r, a, seq);
+		span(PP_ST_RUNQUEUE, s->role, s->leg, s->hop, w, b, seq);
+		span(PP_ST_RECV, s->role, s->leg, s->hop, on, c, seq);
 	} else {
-		span(PP_ST_QUEUED, s->role, s->leg, s->hop, r, done - r, seq);
+		span(PP_ST_QUEUED, s->role, s->leg, s->hop, r, done - r - busy, seq);
 	}
 }
 
@@ -154,7 +255,7 @@ static __always_inline void piece_spans(struct pp_sock *s, __u64 r, __u64 w, __u
  * forwards on another, so its processing pairs a send with the most recent consume by the same thread that no
  * send has claimed yet: an event loop forwards what it read before it reads the next; Go's docker-proxy copies
  * each direction in one goroutine (splice in, splice out, back to back on one thread). */
-static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64 ws, int tcp)
+static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64 ws, int tcp, int bytes)
 {
 	struct pp_sock *s = learn_sock(sk, t);
 	if (!s)
@@ -164,6 +265,14 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 		if (c == s->copied)
 			return;                   /* nothing was moved */
 		s->copied = c;
+	}
+	if (conn_split && !is_hop_role(t->role)) {
+		/* a setup message read: left out at the next send; a client's read of more than the 1-byte SSL
+		 * refusal is the server's hello, which ends the setup */
+		__u8 m = s->setup_msg & PP_SETUP_READY;
+		s->setup_msg = m ? PP_SETUP_PEND | (t->role == PP_ROLE_PGBENCH && bytes > 1 ? PP_SETUP_LAST : 0) : 0;
+		if (s->setup_msg & PP_SETUP_LAST)
+			conn_busy_mark((__u32)bpf_get_current_pid_tgid(), bpf_ktime_get_ns(), 0);   /* connected */
 	}
 	__u64 r = __sync_lock_test_and_set(&s->ready_ts, 0), now = bpf_ktime_get_ns();
 	if (r && r < ws) {
@@ -175,7 +284,8 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 		if (!(w > r && w <= now))
 			w = on = 0;               /* already awake: the message was queued behind other work */
 		if (is_hop_role(t->role)) {
-			piece_spans(s, r, w, on, now, t->wake_idle, s->seq);
+			if (!(conn_split && (s->setup_msg & PP_SETUP_READY)))
+				piece_spans(s, r, w, on, now, t->wake_idle, s->seq, 0);
 		} else {                      /* kept until the receiver answers: only the last piece counts */
 			if (s->pend_done)
 				stat_inc(PP_STAT_PIECE_SUPERSEDED);
@@ -185,12 +295,18 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 			s->pend_done = now;
 			s->pend_seq = s->seq;
 			s->pend_idle = t->wake_idle;
+			s->pend_busy = 0;
+			if (s->owner) {           /* the thread's connect time since the reply became ready */
+				__u64 b = conn_busy_at(s->owner, now);
+				s->pend_busy = b > s->ready_busy ? b - s->ready_busy : 0;
+			}
 		}
 	}
 	if (is_hop_role(t->role)) {
 		t->consume_ts = now;
 		t->consume_leg = s->leg;
 		t->consume_seq = s->seq;
+		t->consume_setup = conn_split && (s->setup_msg & PP_SETUP_READY);   /* forwarding it is setup too */
 	} else {
 		s->consume_ts = now;
 	}
@@ -207,7 +323,7 @@ int BPF_PROG(pp_sock_recv, struct sock *sk, int ret, int flags)
 	struct pp_task *t = cur_task(ws);
 	if (!t || (is_hop_role(t->role) && sk->sk_protocol == IPPROTO_TCP_NUM))
 		return 0;                     /* a hop's TCP consumes: pp_tcp_consume */
-	on_consume(sk, t, ws, 0);
+	on_consume(sk, t, ws, 0, ret);
 	return 0;
 }
 
@@ -222,7 +338,7 @@ int BPF_PROG(pp_tcp_consume, struct sock *sk)
 		return 0;
 	struct pp_task *t = cur_task(ws);
 	if (t && is_hop_role(t->role))
-		on_consume(sk, t, ws, 1);
+		on_consume(sk, t, ws, 1, 0);
 	return 0;
 }
 
@@ -237,9 +353,22 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 		return 0;
 	int was_sending = t->in_send;
 	t->in_send = 0;                   /* the send is over, whatever its outcome */
-	if (ret <= 0 || !was_sending)
+	if (ret <= 0)
+		return 0;
+	if (conn_split && !was_sending) {
+		/* a send whose start was not seen (AF_UNIX into a socket not known yet: a client's startup packet, a
+		 * backend's hello into it): know the socket from here on, and let a backend leave its setup */
+		if (!is_hop_role(t->role) && !learn_sock(sk, t) && t->role == PP_ROLE_PGBENCH)
+			conn_busy_mark((__u32)bpf_get_current_pid_tgid(), bpf_ktime_get_ns(), 1);   /* a new connection */
+		if (t->conn_setup && ret > 1)
+			t->conn_setup = 0;
+		return 0;
+	}
+	if (!was_sending)
 		return 0;
 	struct pp_sock *s = learn_sock(sk, t);
+	if (conn_split && !s && t->role == PP_ROLE_PGBENCH)
+		conn_busy_mark((__u32)bpf_get_current_pid_tgid(), bpf_ktime_get_ns(), 1);      /* a new connection */
 	__u64 start = 0;
 	__u32 seq = 0;
 	__u8 leg = 0;
@@ -248,11 +377,34 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 		leg = t->consume_leg;
 		seq = t->consume_seq;
 		t->consume_ts = 0;
+		if (t->consume_setup) {       /* forwarding a setup message: the connection probe's time */
+			t->consume_setup = 0;
+			stat_inc(PP_STAT_SETUP_SPANS);
+			return 0;
+		}
 	} else if (s) {                   /* request/response on the same connection (backend, pgbench) */
+		/* --connect: a backend answering inside its setup (the SSL refusal, its hello), or a client answering a
+		 * setup message other than the hello: the connection probe's time, wait and processing alike */
+		__u8 m = s->setup_msg;
+		int setup_send = t->conn_setup || ((m & PP_SETUP_PEND) && !(m & PP_SETUP_LAST));
+		s->setup_msg = m & PP_SETUP_READY;
+		if (t->conn_setup && ret > 1) {
+			t->conn_setup = 0;        /* the hello (ReadyForQuery): from here on, transactions */
+			s->setup = 0;
+		}
+		if (m & PP_SETUP_PEND) {
+			s->pend_done = 0;
+			stat_inc(PP_STAT_SETUP_SPANS);
+		}
+		if (setup_send) {
+			s->consume_ts = 0;
+			stat_inc(PP_STAT_SETUP_SPANS);
+			return 0;
+		}
 		if (s->pend_done) {           /* the reply it answers: its last piece's wait */
 			if (s->pend_ready >= ws)
 				piece_spans(s, s->pend_ready, s->pend_wake, s->pend_oncpu, s->pend_done, s->pend_idle,
-					    s->pend_seq);
+					    s->pend_seq, s->pend_busy);
 			s->pend_done = 0;
 		}
 		start = __sync_lock_test_and_set(&s->consume_ts, 0);

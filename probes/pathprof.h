@@ -24,6 +24,9 @@ struct pp_task {            /* task-local storage of a tracked thread: its prese
 	__u8  wake_idle;        /* the last wakeup put it on a CPU that was idle (running its idle task) */
 	__u32 send_seq;         /* --trace-sample: the transaction number the send in progress carries */
 	__u64 cont_ts;          /* hops: when its last send was delivered (sk_data_ready in its send) */
+	__u8  conn_setup;       /* backend (--connect): its connection's setup exchange is not over yet */
+	__u8  consume_setup;    /* hops (--connect): the consume not yet forwarded is a setup message */
+	__u8  pad2[6];
 };
 
 struct pp_sock {            /* socket-local storage of a socket a tracked thread sent or received on */
@@ -32,7 +35,8 @@ struct pp_sock {            /* socket-local storage of a socket a tracked thread
 	__u32 hop;
 	__u8  role;             /* owner's role */
 	__u8  leg;              /* leg of messages *into* this socket */
-	__u8  pad[2];
+	__u8  setup;            /* --connect, a backend's socket: its startup exchange is not over */
+	__u8  setup_msg;        /* --connect: PP_SETUP_* bits, which messages belong to the connection setup */
 	__u32 seq;              /* messages into this socket (seen in windows): --trace-sample picks by it */
 	__u32 copied;           /* TCP copied_seq at the last consume: tcp_rcv_space_adjust without new data is none */
 	/* request/response receivers (pgbench, backend): the last consumed piece of the message, emitted when the
@@ -42,6 +46,17 @@ struct pp_sock {            /* socket-local storage of a socket a tracked thread
 	__u32 pend_seq;
 	__u8  pend_idle;
 	__u8  pend_pad[3];
+	/* --connect, pgbench's sockets: the owning thread, and how long it had spent opening connections when the reply
+	 * became ready; at the consume, how much of the wait that was (PP_ST_CONNWAIT) */
+	__u32 owner;
+	__u32 owner_pad;
+	__u64 ready_busy;
+	__u64 pend_busy;
+};
+
+struct pp_connbusy {        /* `connbusy` hash, key: a pgbench thread id (--connect) */
+	__u64 busy;             /* ns spent opening connections, completed ones */
+	__u64 start;            /* start of the one being opened, 0 = none */
 };
 
 /* A data skb in flight on a device: a direct-mapped slot of the `devq` array, chosen by the skb's address

@@ -21,6 +21,7 @@ const volatile __u32 nf_nns = 0;                       /* namespaces in nf_netns
 const volatile __u32 trace_every = 0;                 /* --trace-sample N: 1 in N messages per socket */
 const volatile __u32 time_lo = 1;                     /* dev.lo as its own stage (else left inside the wire) */
 const volatile __u32 tap_wire = 1;                    /* the path has a qemu guest behind a tap (wire.qemu) */
+const volatile __u32 conn_split = 0;  /* --connect: setup exchanges are the connection probe's (conn.bpf.c), not ours */
 /* unused: keeps struct pp_trace in the object's BTF for the layout test (the ring buffer has no value type) */
 const volatile struct pp_trace pp_trace_layout = {};
 
@@ -120,6 +121,13 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4 << 20);      /* ~130k spans: drained every 100 ms during windows */
 } traces SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);       /* --connect: pgbench thread -> its time opening connections */
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct pp_connbusy);
+} connbusy SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);   /* qemu hop: client end of a connection -> qemu read its request */

@@ -99,8 +99,10 @@ int BPF_PROG(pp_fork, struct task_struct *parent, struct task_struct *child)
 	if (!pt)
 		return 0;
 	struct pp_task n = { .role = pt->role, .hop = pt->hop };
-	if (pt->role == PP_ROLE_POSTMASTER && child->tgid != parent->tgid)
+	if (pt->role == PP_ROLE_POSTMASTER && child->tgid != parent->tgid) {
 		n.role = PP_ROLE_BACKEND;
+		n.conn_setup = conn_split;    /* a new connection: its first exchange is the setup */
+	}
 	if (!bpf_task_storage_get(&tasks, child, &n, BPF_LOCAL_STORAGE_GET_F_CREATE))
 		stat_inc(PP_STAT_TASKS_FULL);
 	return 0;

@@ -34,6 +34,8 @@ STEPS = {
     8: ("connect.teardown", "latency", "conn"),
     9: ("connect.reap", "latency", "conn"),
     10: ("connect.total", "latency", "conn"),
+    11: ("connect.thread_wait", "latency", "total"),
+    12: ("connect.client_total", "latency", "conn"),
     16: ("cpu.client_connect", "cpu", "conn"),
     17: ("cpu.backend_init", "cpu", "conn"),
     18: ("cpu.backend_first_query", "cpu", "conn"),
@@ -47,7 +49,11 @@ NSTEPS = 24
 # connections) has none; coverage (matched / pgbench's connections) is what says whether starts were lost
 STATS = {0: "starts", 1: "accepts", 2: "forks", 3: "ready", 4: "matched", 5: "unmatched", 6: "tasks_full",
          7: "pending_full", 8: "out_of_order", 9: "gone_unready", 10: "reaped", 11: "accept_lost", 12: "no_peer",
-         13: "negotiation"}
+         13: "negotiation", 14: "sampled", 15: "syn_retransmits", 16: "synack_retransmits", 17: "unpaired_sampled",
+         18: "stale_starts"}
+# the server namespace's own counters (/proc/PID/net/netstat, TcpExt), read at reset() and stop(): connections
+# the kernel refused or dropped because the postmaster's listen/accept queue was full
+NETSTAT = {"ListenOverflows": "listen_overflows", "ListenDrops": "listen_drops"}
 LOSS = ("tasks_full", "pending_full", "out_of_order", "accept_lost", "no_peer")
 COLUMNS = [("step", str), ("kind", str), ("per", str), ("count", "int64"), ("sum_ns", "int64"),
            ("hist", object)]
@@ -88,8 +94,10 @@ def libc_of(pid: int) -> str:
 
 
 class ConnProbe:
-    def __init__(self, postmaster_pid: int, service_ports: list[int], client_pids_hint=None):
+    def __init__(self, postmaster_pid: int, service_ports: list[int], client_pids_hint=None,
+                 clients_per_thread: int = 0):
         self.pm_pid = int(postmaster_pid)
+        self.clients_per_thread = max(int(clients_per_thread or 0), 0)
         self.ports = sorted({int(p) for p in service_ports if p})
         if len(self.ports) > MAX_PORTS:
             raise UserError(f"the connection probe follows at most {MAX_PORTS} service ports, this path has "
@@ -109,7 +117,8 @@ class ConnProbe:
         from pathprof.agent.probing.bpf.libbpf import BpfObject, enable_stats
         try:
             self.obj = BpfObject(str(_probes_dir() / "conn.bpf.o"))
-            self.obj.set_rodata(pm_pid=C.c_uint32(self.pm_pid), svc_ports=(C.c_uint16 * MAX_PORTS)(*self.ports))
+            self.obj.set_rodata(pm_pid=C.c_uint32(self.pm_pid), svc_ports=(C.c_uint16 * MAX_PORTS)(*self.ports),
+                                max_closed=C.c_uint32(self.clients_per_thread))
             self.obj.load()
             for name, prog in self.obj.programs.items():
                 if prog.section.startswith("tp_btf/"):
@@ -149,6 +158,12 @@ class ConnProbe:
                 self.obj.attach_uprobe("pc_connect", pid, libc_of(pid), "connect")
             except UserError as e:
                 self.notes.append(f"connect() of client {pid} not probed (unix connection starts lost): {e}")
+
+    def set_window(self, start_ns: int) -> None:
+        """ProbeSession's window opened (its start, CLOCK_MONOTONIC ns) or closed (0): only connections that start
+        inside a window are sampled, like the per-message stages they are added to."""
+        if self.obj is not None:
+            self.obj.maps["win"].update(bytes(C.c_uint32(0)), bytes(C.c_uint64(start_ns)))
 
     def reset(self) -> None:
         """The measured interval starts now: aggregates are monotonic, remember them."""
@@ -213,6 +228,7 @@ class ConnProbe:
         for idx, name in STATS.items():
             raw = st.lookup(bytes(C.c_uint32(idx)))
             stats[name] = int(np.frombuffer(raw, np.uint64).sum()) if raw else 0
+        stats.update(listen_counters(self.pm_pid))
         progs = {}
         for name, p in self.obj.programs.items():
             if p.fd >= 0:
@@ -229,7 +245,23 @@ class _Task(C.Structure):
                 ("first_run_ts", C.c_uint64), ("qrecv_ts", C.c_uint64), ("gone_ts", C.c_uint64),
                 ("dr_ts", C.c_uint64), ("dr_sk", C.c_uint64), ("fin", C.c_uint32), ("role", C.c_uint8),
                 ("bucket", C.c_uint8), ("matched", C.c_uint8), ("unix_pending", C.c_uint8), ("ports", C.c_uint32),
-                ("pad", C.c_uint32)]
+                ("sampled", C.c_uint8), ("hello", C.c_uint8), ("pad", C.c_uint8 * 2), ("close_ts", C.c_uint64),
+                ("closed_n", C.c_uint32), ("pad2", C.c_uint32), ("pend_key", C.c_uint64)]
+
+
+def listen_counters(pid: int) -> dict:
+    """TcpExt ListenOverflows/ListenDrops of the namespace `pid` lives in (zeros when unreadable)."""
+    out = dict.fromkeys(NETSTAT.values(), 0)
+    try:
+        lines = [ln.split() for ln in open(f"/proc/{pid}/net/netstat")]
+    except OSError:
+        return out
+    for head, vals in zip(lines[::2], lines[1::2]):
+        if head and head[0] == "TcpExt:":
+            for k, v in zip(head[1:], vals[1:]):
+                if k in NETSTAT:
+                    out[NETSTAT[k]] = int(v)
+    return out
 
 
 def empty_frame() -> pd.DataFrame:

@@ -76,6 +76,7 @@ class ProbeConfig:
     lo_device: bool = False               # time lo as dev.lo too (else its time stays inside wire.<receiver>)
     qdisc: bool = False                   # a link is impaired: qdisc.<dev> / delay.<dev> stages (topologies.netem)
     holds: list = field(default_factory=list)   # (netns, hook) of the delay lines: bracketed by pp_hold_*
+    conn_split: bool = False              # --connect: setup exchanges are left to the connection probe (conn.py)
 
 
 @dataclass
@@ -137,6 +138,9 @@ class ProbeSession:
         self._detail: list = []          # links of the open window
         self._window: dict | None = None
         self.windows: list[dict] = []
+        # called with each window's start (CLOCK_MONOTONIC ns) when it opens and 0 when it closes: other BPF
+        # objects that must describe the same stretch of the run (the --connect probe, agent/probing/conn.py)
+        self.window_listeners: list = []
         self.calibration = CostCalibration()
         self._runner = None
         self._ring = None
@@ -171,7 +175,8 @@ class ProbeSession:
                                  trace_every=C.c_uint32(max(int(self.config.trace_sample or 0), 0)),
                                  tap_wire=C.c_uint32(1 if self.config.tap_hop else 0),
                                  time_lo=C.c_uint32(1 if self.config.lo_device else 0),
-                                 qdisc_on=C.c_uint32(1 if self.config.qdisc else 0))
+                                 qdisc_on=C.c_uint32(1 if self.config.qdisc else 0),
+                                 conn_split=C.c_uint32(1 if self.config.conn_split else 0))
             self.main.maps["lat"].set_max_entries(L.lat_entries(hop_slots))
             self.main.maps["nfagg"].set_max_entries((len(self.netns_names) + 1) * L.NF_PER_NETNS)
             self.main.maps["cpu_idle"].set_max_entries(num_possible_cpus())
@@ -257,6 +262,8 @@ class ProbeSession:
 
     def _set_window(self, start_ns: int) -> None:
         self.main.maps["win"].update(bytes(C.c_uint32(0)), bytes(C.c_uint64(start_ns)))
+        for listener in self.window_listeners:
+            listener(start_ns)
 
     # ---------------- measurement windows ----------------
     def open_window(self) -> None:

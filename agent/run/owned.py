@@ -372,10 +372,12 @@ def _conn_probe(opts, probes, pg, ui):
     if not opts.workload.connect or probes is None or pg is None or not pg.pid:
         return None
     from pathprof.agent.probing.conn import ConnProbe
-    cp = ConnProbe(pg.pid, probes.config.service_ports)
+    w = opts.workload
+    cp = ConnProbe(pg.pid, probes.config.service_ports, clients_per_thread=-(-w.clients // max(w.threads or 1, 1)))
     try:
         cp.start()
     except UserError as e:
         ui.note(f"connection-setup probe not loaded: {e}")
         return None
+    probes.window_listeners.append(cp.set_window)   # sample the connections of the stages' windows only
     return cp

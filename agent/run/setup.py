@@ -75,7 +75,8 @@ def probe_session(opts: RunOptions, topo):
                                  tap_hop=any(s.kind == "qemu-guest" for s in topo.services),
                                  devices=bool(topo.links) or len(topo.namespaces()) > 1,
                                  lo_device=opts.probe_lo_device,
-                                 qdisc=any(link.impairments() for link in topo.links), holds=netem.holds(topo))
+                                 qdisc=any(link.impairments() for link in topo.links), holds=netem.holds(topo),
+                                 conn_split=bool(opts.workload.connect))
     return probes_mod.ProbeSession(cfg)
 
 

@@ -130,3 +130,46 @@ def test_task_mirror_matches_btf():
     assert C.sizeof(_Task) == t["size"]
     assert {m["name"]: m["bits_offset"] // 8 for m in t["members"]} == \
         {f[0]: getattr(_Task, f[0]).offset for f in _Task._fields_}
+
+
+def test_thread_wait_is_an_aggregate_divided_by_the_connections_sampled(tmp_path):
+    """connect.thread_wait is summed over the window (clients waiting x time), not one sample per connection: it is
+    divided by the connections the probe sampled in the windows, not by its own count of accruals."""
+    fr = frame(UNIX, {"sampled": 50, "matched": 100})
+    wait = pd.DataFrame([{"step": "connect.thread_wait", "kind": "latency", "per": "total", "count": 400,
+                          "sum_ns": 50 * 1_500_000, "hist": None}])
+    s = {}
+    V.add_connection_setup(s, make_rundir(tmp_path, pd.concat([fr, wait], ignore_index=True)))
+    rows = {r["name"]: r for r in s["connection_setup"]}
+    assert rows["connect.thread_wait"]["us_per_conn"] == pytest.approx(1500.0)
+    assert [r["name"] for r in s["connection_setup"]][-1] == "connect.thread_wait"
+    # pgbench's connection time (its connects and closes) does not contain the wait for its thread
+    assert s["closure"]["connection_setup_us"] == pytest.approx(180 + 480 + 150 + 2000 + 80)
+
+
+def test_setup_stages_are_connect_leg_rows_per_transaction():
+    rows = V.setup_stages(V.connection_setup_view(frame(UNIX), 100))
+    assert [r["leg"] for r in rows] == ["connect"] * 5
+    assert {r["name"]: r["us_per_txn"] for r in rows}["connect.fork"] == pytest.approx(480.0)
+    assert all(r["count_per_txn"] == 1.0 for r in rows)
+
+
+def test_summary_folds_the_setup_into_the_latency_closure(tmp_path):
+    """A -C run directory: the per-message stages (setup exchange left out by the probes) plus the setup steps
+    are the latency view, and the closure is taken against the cycle with both."""
+    from pathprof.analysis.summary import summarize
+    rd = RunDir.create(tmp_path, "loopback")
+    rd.update(workload={"clients": 1, "connect": True, "duration_s": 5},
+              pgbench={"result": {"tps": 250.0, "transactions": 100, "failed": 0, "connection_time_ms": 2.9,
+                                  "latency_ms": {"mean": 0.9}}},
+              probes={"level": "basic"})
+    rd.write_frame("stages.parquet", pd.DataFrame([
+        {"kind": "proc", "role": "backend", "leg": "server", "hop": "", "hook": "", "netns": "", "dev": "",
+         "count": 100, "sum_ns": 100 * 1_000_000, "hist": None}]))
+    rd.write_frame("connect.parquet", frame(UNIX))
+    s = summarize(RunDir.open(rd.path))
+    names = [(x["name"], x["leg"]) for x in s["stages"]]
+    assert ("backend.execute", "server") in names and ("connect.backend_init_auth", "connect") in names
+    total = 1000 + 180 + 480 + 150 + 2000 + 80
+    assert s["closure"]["stages_sum_us"] == pytest.approx(total)
+    assert s["closure"]["latency_error_pct"] == pytest.approx((total - 4000) / 4000 * 100, abs=0.01)

@@ -1,0 +1,97 @@
+"""A new connection per transaction (-C) over TCP and unix sockets: the connection-setup steps and the per-message
+stages tile the client's cycle (clients / TPS) together, at 1 client and with several clients per pgbench thread.
+
+What could go wrong, and is checked: the setup exchange counted twice (once by the connection probe, once as
+messages: the startup packet's wait and the backend's start-up inside backend.execute), the time a client spends
+between closing and being reconnected by its busy thread counted nowhere, and the connection probe describing
+another stretch of the run than the per-message stages (it samples inside the same windows)."""
+import json
+import os
+import time
+
+import pytest
+from conftest import run_pathprof
+
+pytestmark = pytest.mark.integration
+CLOSURE_PCT = 5.0
+CELLS = [("unix", 1), ("loopback", 1), ("nic", 1), ("loopback", 12), ("nic", 12)]
+SETUP = ["connect.accept", "connect.fork", "connect.first_run", "connect.backend_init_auth", "connect.ready_delivery",
+         "connect.thread_wait"]
+
+
+def connect_run(topology: str, clients: int, runs_dir) -> dict:
+    deadline = time.monotonic() + 240
+    while True:   # another run on the shared machine may hold the topology's namespaces
+        cp = run_pathprof("run", "--topology", topology, "--clients", str(clients), "--connect", "--mode", "extended",
+                          "--duration", "5", "--json", "--no-live", runs_dir=runs_dir)
+        if cp.returncode == 0 or "already exists" not in cp.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(15)
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    return json.loads(cp.stdout)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    root = tmp_path_factory.mktemp("runs")
+    return {cell: connect_run(*cell, root) for cell in CELLS}
+
+
+def stages(doc, leg=None) -> dict:
+    return {s["name"]: s for s in doc["stages"] if not s.get("parent") and (leg is None or s["leg"] == leg)}
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=[f"{t}-{c}" for t, c in CELLS])
+def test_setup_and_stages_tile_the_cycle(runs, cell):
+    doc = runs[cell]
+    cl = doc["closure"]
+    assert cl["latency_basis"] == "cycle"
+    total = sum(s["us_per_txn"] for s in doc["stages"] if not s.get("parent"))
+    assert total == pytest.approx(cl["stages_sum_us"], abs=0.1)
+    assert abs(cl["latency_error_pct"]) <= CLOSURE_PCT, (cell, cl, doc["connection_setup"],
+                                                         doc["connection_probe"], doc["run_dir"])
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=[f"{t}-{c}" for t, c in CELLS])
+def test_each_setup_step_is_a_stage_of_the_connect_leg(runs, cell):
+    doc = runs[cell]
+    connect = stages(doc, "connect")
+    assert [n for n in SETUP if n not in connect] == [], connect
+    assert ("connect.tcp_handshake" in connect) == (cell[0] != "unix")
+    # the same figures as the connection-setup view (one connection per transaction)
+    setup = {s["name"]: s["us_per_conn"] for s in doc["connection_setup"]}
+    assert {n: s["us_per_txn"] for n, s in connect.items()} == setup
+    counters = doc["connection_probe"]["counters"]
+    for name in ("syn_retransmits", "synack_retransmits", "listen_overflows", "listen_drops", "sampled"):
+        assert name in counters, counters
+    assert counters["sampled"] > 0
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=[f"{t}-{c}" for t, c in CELLS])
+def test_setup_exchange_is_not_counted_again_as_messages(runs, cell):
+    """-M extended: one request/response per transaction. The startup packet -> hello exchange (and on TCP the
+    SSLRequest -> 'N') would add one or two more backend.execute spans per transaction, holding the backend's
+    start-up and authentication, already in connect.backend_init_auth."""
+    st = stages(runs[cell])
+    assert st["backend.execute"]["count_per_txn"] <= 1.2, st["backend.execute"]
+    assert st["backend.execute"]["us_per_txn"] < st["connect.backend_init_auth"]["us_per_txn"]
+
+
+@pytest.mark.parametrize("topology", ["loopback", "nic"])
+def test_clients_sharing_a_thread_wait_for_it(runs, topology):
+    """12 clients on 2 pgbench threads: a client that closed waits while its thread connects and serves its other
+    clients; alone on its thread it waits only for its own close()."""
+    alone = stages(runs[(topology, 1)])["connect.thread_wait"]["us_per_txn"]
+    shared = stages(runs[(topology, 12)])["connect.thread_wait"]["us_per_txn"]
+    assert shared > 2 * alone, (alone, shared)
+
+
+@pytest.mark.parametrize("topology", ["loopback", "nic"])
+def test_a_reply_waits_while_its_thread_connects_another_client(runs, topology):
+    """A client's reply that arrives while its thread is blocked in another client's connect: connwait.pgbench, on
+    the response leg. Alone on its thread a client never waits for another's connect."""
+    shared = stages(runs[(topology, 12)], "response")
+    assert shared.get("connwait.pgbench", {}).get("us_per_txn", 0) > 0, shared
+    assert "connwait.pgbench" not in stages(runs[(topology, 1)]), stages(runs[(topology, 1)], "response")
