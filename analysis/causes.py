@@ -2,7 +2,8 @@
 
 A line item (`softirq.net`, `wire.backend`, `hop.docker-proxy.sys`) answers "where"; a cause answers "why":
 
-  hop <name>          a process on the path (docker-proxy, pgbouncer, pgpool, qemu): its own stages and CPU, and,
+  hop <name>          a process on the path (docker-proxy, pgbouncer, pgpool, qemu): its own stages and CPU (with
+                      poolwait.<name>, requests it held for want of a server connection), and,
                       when only one of the two runs has it, the extra kernel network work its second connection
                       brings (the network stack, devices and netfilter of every message now crossing two
                       connections instead of one)
@@ -34,7 +35,7 @@ _SCHED = ("wakeup.", "idle_exit.", "runqueue.", "recv.", "queued.")
 
 def cause_of(name: str, hops: set[str]) -> str:
     """The cause an item belongs to; `hops` are the hop names on either path."""
-    if name.startswith("hop."):
+    if name.startswith(("hop.", "poolwait.")):       # a pooler's held requests are the hop's
         return f"hop {name.split('.')[1]}"
     if name.startswith(_SCHED) or name.startswith("wire."):
         role = name.split(".", 1)[1]
@@ -68,7 +69,7 @@ def hop_names(summary: dict) -> set[str]:
     """Hops of a run, from its stage and CPU names (hop.<name>[.user|.sys])."""
     names = [s.get("name", "") for s in summary.get("stages") or []]
     names += [c.get("component", "") for c in summary.get("cpu") or []]
-    return {n.split(".")[1] for n in names if n.startswith("hop.") and n.count(".") >= 1}
+    return {n.split(".")[1] for n in names if n.startswith(("hop.", "poolwait.")) and n.count(".") >= 1}
 
 
 def group(items: list[dict], gap: float, base_hops: set[str], other_hops: set[str]) -> list[dict]:

@@ -276,7 +276,13 @@ def _verdict(items: list[dict], causes: list[dict], gap: float, tps_delta: float
         # slower overall but cheaper per transaction where the stages were measured (or the reverse): the
         # windows and the whole run disagree, which is what noise looks like
         return "within noise"
-    shares = [r["share_pct"] for r in (*items, *causes) if r.get("share_pct") is not None]
+    # Judged on the causes, which the sentence ranks: stages of one cause may move against each other by more
+    # than the gap (a queue moving from a pooler's socket into its pool: queued.pgbouncer down, poolwait up)
+    # while the cause's net share is what it claims. The catch-all "other stages" groups unrelated items: those
+    # are judged one by one.
+    loose = {n for c in causes if c.get("name") == "other stages" for n in c.get("items") or []}
+    judged = [c for c in causes if c.get("name") != "other stages"] + [i for i in items if i.get("name") in loose]
+    shares = [r["share_pct"] for r in (judged if causes else items) if r.get("share_pct") is not None]
     if any(abs(x) > MAX_SHARE_PCT for x in shares):
         return "smaller than its parts"
     return None

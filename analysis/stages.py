@@ -28,10 +28,17 @@ message the probes measure, back to back, so the stages tile the connection's ti
                        was opening another client's connection (libpq's connect blocks the thread until that
                        connection's ReadyForQuery); carved out of the wakeup, recv, runqueue or queued stage
   backend.execute      backend: consumed the request -> started sending the result (server leg)
-  hop.<name>           a hop process (pgbouncer, pgpool, docker-proxy): consumed -> forwarded, pairing each
-                       send with the same thread's most recent consume not yet forwarded (an event loop
-                       forwards what it read before reading the next connection). On TCP a hop's consume
-                       is tcp_rcv_space_adjust, so splice(2) reads (docker-proxy's io.Copy) count too
+  poolwait.<hop>       request leg: a client's request held inside the hop while the hop did other work,
+                       from its consume to the hop's last other activity before forwarding it: a pooler
+                       with no free server connection (pgbouncer's cl_waiting, pgpool's busy children).
+                       Each forward upstream takes the oldest request the hop thread holds (poolers serve
+                       waiting clients in arrival order); a request the hop answers itself is dropped
+                       (stats hold_stale); ~0 when a server connection is free at once
+  hop.<name>           a hop process (pgbouncer, pgpool, docker-proxy): consumed -> forwarded. A request's
+                       forward starts where its poolwait ends; a response's pairs with the same thread's most
+                       recent consume not yet forwarded (an event loop forwards what it read before reading
+                       the next connection). On TCP a hop's consume is tcp_rcv_space_adjust, so splice(2)
+                       reads (docker-proxy's io.Copy) count too
   hop.qemu (server)    a qemu guest: qemu read the request from the tap -> qemu wrote the response to the
                        tap, per connection: qemu + guest kernel + guest server (the guest is not traced).
                        Into it: wire.qemu (send -> qemu read, with dev.<tap> = tap xmit -> qemu read inside
@@ -75,7 +82,7 @@ import pandas as pd
 from pathprof.analysis.histogram import merge, quantile
 
 LAT_KINDS = ("wire", "wakeup", "idle_exit", "runqueue", "recv", "queued", "proc", "netfilter", "dev", "qdisc", "delay",
-             "connwait")
+             "connwait", "poolwait")
 INSIDE_WIRE = ("netfilter", "dev", "qdisc", "delay")   # measured inside a wire span: carved out of it
 USDT_NAMES = {"pg_query": "backend.query", "pg_parse": "backend.parse", "pg_plan": "backend.plan",
               "pg_wal_flush": "backend.wal_flush",

@@ -125,6 +125,9 @@ def summarize(rd: RunDir) -> dict:
         from pathprof.analysis.conn_view import add_connection_setup
         add_connection_setup(out, rd)     # no latency view to fold it into (probes off, no transactions)
     out.update(probe_cost_share(out))
+    if m.get("pooler_counters"):
+        from pathprof.analysis.pooler import pooler_check
+        out["pooler_counters"] = pooler_check(m, out)
     return out
 
 

@@ -40,6 +40,8 @@ enum pp_stage {
 	PP_ST_PG_WAL_FULL = 22,    /* wal__buffer__write__dirty: WAL buffers full, written out before inserting */
 	PP_ST_PG_EXCL = 19,        /* the same waits and I/O, exclusive of each other (sub = usdt index of the owner):
 	                            * they add up to no more than backend.execute, whose rest is CPU and the like */
+	PP_ST_POOLWAIT = 23,      /* a hop held a client's request while it did other work (a pooler with no free server
+	                            * connection): consumed -> the hop's last other activity before forwarding it */
 	PP_ST_CONNWAIT = 30,      /* --connect: a reply ready for pgbench while its thread was opening another client's
 	                            * connection (libpq's connect blocks the thread), carved out of the reply's wait */
 };
@@ -71,6 +73,9 @@ enum pp_stat {              /* per-CPU counters of everything not aggregated, so
 	PP_STAT_PIECE_SUPERSEDED = 21,  /* a reply piece followed by another before the receiver answered */
 	PP_STAT_PIECE_LATE = 22,    /* a further piece before a request/response receiver read: its wait restarts */
 	PP_STAT_HOP_CONTINUED = 23, /* a hop's send without a read (or sleep) since its last: processing continued */
+	PP_STAT_HOLDS = 24,         /* requests a hop forwarded through its queue of held requests */
+	PP_STAT_HOLD_STALE = 25,    /* held requests never forwarded (answered by the hop itself, superseded): dropped */
+	PP_STAT_HOLD_FULL = 26,     /* a hop held more requests than its queue has room for: the oldest was dropped */
 	PP_STAT_SETUP_SPANS = 34,   /* --connect: spans of connection-setup messages, left to the connection probe */
 	PP_STAT_CONN_WAIT = 35,     /* --connect: pieces whose wait overlapped their thread opening another connection */
 	PP_NSTATS = 40,   /* 24-27 pooler waits, 28-33 TCP loss and stalls, 34-39 connection setup (reserved) */

@@ -9,8 +9,11 @@
  * alone drift apart whenever a window opens mid-transaction. Only runs with traces on (trace_every != 0). */
 static __always_inline __u32 send_number(struct sock *sk, struct pp_task *t)
 {
-	if (is_hop_role(t->role))
-		return t->consume_seq;
+	if (is_hop_role(t->role)) {
+		struct pp_sock *u = sk ? bpf_sk_storage_get(&socks, sk, 0, 0) : 0;
+		__u32 held = u && u->leg == PP_LEG_RESPONSE ? hold_peek_seq(bpf_get_current_task_btf()) : 0;
+		return held ? held : t->consume_seq;   /* upstream: the held request this send will take */
+	}
 	struct pp_sock *s = sk ? bpf_sk_storage_get(&socks, sk, 0, 0) : 0;
 	if (!s)
 		return 0;
@@ -303,10 +306,18 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 		}
 	}
 	if (is_hop_role(t->role)) {
+		int setup = conn_split && (s->setup_msg & PP_SETUP_READY);
+		if (s->leg == PP_LEG_REQUEST && !setup) {
+			/* a client's request: held until a forward upstream takes it (at once when a server connection
+			 * is free, later when the hop is a pooler out of them); see holdq.bpf.h */
+			hold_push(bpf_get_current_task_btf(), s, now, s->seq);
+			return;
+		}
+		hold_activity(bpf_get_current_task_btf(), now);
 		t->consume_ts = now;
 		t->consume_leg = s->leg;
 		t->consume_seq = s->seq;
-		t->consume_setup = conn_split && (s->setup_msg & PP_SETUP_READY);   /* forwarding it is setup too */
+		t->consume_setup = setup;     /* forwarding it is setup too */
 	} else {
 		s->consume_ts = now;
 	}
@@ -372,15 +383,43 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 	__u64 start = 0;
 	__u32 seq = 0;
 	__u8 leg = 0;
-	if (is_hop_role(t->role)) {       /* forwards this thread's last unforwarded consume */
-		start = t->consume_ts;
-		leg = t->consume_leg;
-		seq = t->consume_seq;
-		t->consume_ts = 0;
-		if (t->consume_setup) {       /* forwarding a setup message: the connection probe's time */
-			t->consume_setup = 0;
-			stat_inc(PP_STAT_SETUP_SPANS);
-			return 0;
+	if (is_hop_role(t->role)) {
+		struct task_struct *task = bpf_get_current_task_btf();
+		struct pp_hold *e = 0;
+		__u64 act = 0;
+		if (s && s->leg == PP_LEG_RESPONSE)
+			e = hold_pop(task, ws, &act);  /* a forward upstream: the oldest request held */
+		else if (s)
+			hold_answered(s);              /* to a client: none of its requests waits any more */
+		/* a held request's forwarding starts when this send is over (not at its start: the send is this
+		 * message's, and another transaction's chain must not share its start) */
+		hold_activity(task, bpf_ktime_get_ns());
+		if (e) {
+			if (act > t->send_ts)
+				act = t->send_ts;
+			if (act > e->ts) {            /* held while the hop did other work: no server connection */
+				struct pp_stage_key k = { .stage = PP_ST_POOLWAIT, .role = t->role, .leg = PP_LEG_REQUEST,
+							  .hop = t->hop };
+				stage_add(&k, act - e->ts);
+				trace_emit(PP_ST_POOLWAIT, t->role, PP_LEG_REQUEST, t->hop, e->ts, act - e->ts, e->seq);
+			}
+			stat_inc(PP_STAT_HOLDS);
+			start = act;
+			leg = PP_LEG_REQUEST;
+			seq = e->seq;
+			t->consume_ts = 0;
+			t->consume_leg = PP_LEG_REQUEST;   /* a continued send (more pieces upstream) is this request's */
+			t->consume_seq = seq;
+		} else {                      /* forwards this thread's last unforwarded consume */
+			start = t->consume_ts;
+			leg = t->consume_leg;
+			seq = t->consume_seq;
+			t->consume_ts = 0;
+			if (t->consume_setup) {   /* forwarding a setup message: the connection probe's time */
+				t->consume_setup = 0;
+				stat_inc(PP_STAT_SETUP_SPANS);
+				return 0;
+			}
 		}
 	} else if (s) {                   /* request/response on the same connection (backend, pgbench) */
 		/* --connect: a backend answering inside its setup (the SSL refusal, its hello), or a client answering a

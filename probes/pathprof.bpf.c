@@ -38,6 +38,7 @@ const volatile struct pp_abi_anchor {
 #include "pp_state.bpf.h"   /* configuration, maps, shared helpers */
 #include "qdisc.bpf.h"      /* link impairments (qdisc, delay line): their own programs and maps */
 #include "sched.bpf.h"      /* scheduler and NET softirqs */
+#include "holdq.bpf.h"      /* requests a hop holds (pooler waits) */
 #include "msg.bpf.h"        /* messages on sockets */
 #include "dev.bpf.h"        /* device hops */
 #include "netfilter.bpf.h"  /* netfilter brackets */

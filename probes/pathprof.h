@@ -52,6 +52,26 @@ struct pp_sock {            /* socket-local storage of a socket a tracked thread
 	__u32 owner_pad;
 	__u64 ready_busy;
 	__u64 pend_busy;
+	__u32 hold_id;          /* a hop's client socket: its slot in `holdts` (0 = none yet) */
+	__u32 hold_pad;
+};
+
+/* A hop thread's requests consumed and not yet forwarded, oldest first (task storage `holdq`, hop threads
+ * only). A pooler with no free server connection reads a client's request and holds it; it forwards waiting
+ * requests in arrival order when a server connection frees, so each forward upstream pops the oldest. An entry
+ * is valid while `holdts[id]` still holds its stamp: a newer request on the same client socket, or the hop
+ * answering that client itself (an admin console, an error), clears it and the entry is skipped. */
+#define PP_HOLDQ 128        /* power of two; more held requests than this drop the oldest (counted) */
+#define PP_HOLD_SLOTS 4096  /* `holdts` entries; power of two */
+struct pp_hold {
+	__u64 ts;               /* consumed */
+	__u32 seq;              /* its trace number */
+	__u32 id;               /* the client socket's hold id (pp_sock.hold_id) */
+};
+struct pp_holdq {
+	__u32 head, tail;       /* head: next to pop; tail: next free; tail - head entries */
+	__u64 last_act;         /* the thread's last consume or send start: where a held request's forwarding begins */
+	struct pp_hold e[PP_HOLDQ];
 };
 
 struct pp_connbusy {        /* `connbusy` hash, key: a pgbench thread id (--connect) */

@@ -34,6 +34,27 @@ struct {
 } tasks SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct pp_holdq);
+} holdq SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PP_HOLD_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} holdts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} hold_ids SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
@@ -246,12 +267,9 @@ static __always_inline int is_hop_role(__u8 r)
 
 /* lat_add, plus one span event when the message is sampled. trace_every is a load-time constant: with
  * --trace-sample off the verifier drops this branch entirely. */
-static __always_inline void span(__u8 stage, __u8 role, __u8 leg, __u32 hop, __u64 start, __u64 ns, __u32 seq)
+static __always_inline void trace_emit(__u8 stage, __u8 role, __u8 leg, __u32 hop, __u64 start, __u64 ns,
+				       __u32 seq)
 {
-	__u32 idx = (((__u32)(stage - 1) * PP_NROLES + role) * PP_NLEGS + leg) * lat_hops + (hop & (PP_MAX_HOPS - 1));
-	struct pp_hist *h = bpf_map_lookup_elem(&lat, &idx);
-	if (h)
-		hist_add(h, ns);
 	if (!trace_every || !seq || seq % trace_every)
 		return;
 	struct pp_trace *e = bpf_ringbuf_reserve(&traces, sizeof(*e), 0);
@@ -271,6 +289,15 @@ static __always_inline void span(__u8 stage, __u8 role, __u8 leg, __u32 hop, __u
 	e->hop = hop;
 	bpf_ringbuf_submit(e, 0);
 	stat_inc(PP_STAT_TRACES);
+}
+
+static __always_inline void span(__u8 stage, __u8 role, __u8 leg, __u32 hop, __u64 start, __u64 ns, __u32 seq)
+{
+	__u32 idx = (((__u32)(stage - 1) * PP_NROLES + role) * PP_NLEGS + leg) * lat_hops + (hop & (PP_MAX_HOPS - 1));
+	struct pp_hist *h = bpf_map_lookup_elem(&lat, &idx);
+	if (h)
+		hist_add(h, ns);
+	trace_emit(stage, role, leg, hop, start, ns, seq);
 }
 
 /* IPv4/TCP tuple and payload length of the IP header at p; 0 when not IPv4/TCP.

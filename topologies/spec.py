@@ -419,15 +419,32 @@ class _Parser:
         from pathprof.topologies import services as svc  # late: services import this module
         services = []
         for key, s in self.items("services"):
-            opts = {k: v for k, v in s.items() if k not in ("kind", "host", "name", "when")}
             kind = self.need(s, key, "kind")
             if kind not in svc.KINDS:
                 raise self.err(f"{key}.kind", f"unknown service kind '{kind}' (known: {', '.join(sorted(svc.KINDS))})")
+            opts = {k: self._option_value(f"{key}.{k}", v, svc.option_type(kind, k))
+                    for k, v in s.items() if k not in ("kind", "host", "name", "when")}
             for okey, problem in svc.option_problems(kind, opts):
                 raise self.err(f"{key}.{okey}", problem)
             services.append(Service(kind, self.host_ref(f"{key}.host", s.get("host", "host"), hosts),
                                     s.get("name", kind), opts))
         return services
+
+    def _option_value(self, where: str, value, want):
+        """A service option's value; the string "{NAME}" is the spec option NAME (`--option NAME=...`), converted
+        to the type the service wants (an int option takes "4")."""
+        m = re.fullmatch(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", value) if isinstance(value, str) else None
+        if not m:
+            return value
+        if m.group(1) not in self.options:
+            raise self.err(where, f"refers to unknown option '{m.group(1)}'")
+        text = str(self.options[m.group(1)])
+        if want is int:
+            try:
+                return int(text)
+            except ValueError:
+                raise UserError(f"--option {m.group(1)}={text}: must be a whole number ({where})") from None
+        return text
 
     def _postgres(self, hosts) -> Postgres:
         pg = self.raw.get("postgres")

@@ -66,7 +66,8 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
         for s in topo.services:
             check = getattr(services_mod.create(s), "check_workload", None)
             if check:
-                check(opts.workload.mode, opts.workload.connect)
+                check(opts.workload.mode, opts.workload.connect, opts.workload.clients,
+                      opts.workload.threads or min(opts.workload.clients, os.cpu_count() or 1))
     ncpu = os.cpu_count() or 1
     opts.workload.validate(ncpu)
     if opts.wal_device_mb:
@@ -264,7 +265,11 @@ def _measure(opts, topo, ctx, pg, services, loading: tuple, rd: RunDir, ui, phas
             recorder.track_path(probes, pg, services)
         conn_probe = _conn_probe(opts, probes, pg, ui)
 
+    from pathprof.agent.run.pooler_counters import PoolerCounters
+    pooler = PoolerCounters(services)
+
     def started(pid: int) -> None:
+        pooler.start()
         if probes is not None:
             probes.track(pid, "pgbench")
             probes.reset()
@@ -309,6 +314,7 @@ def _measure(opts, topo, ctx, pg, services, loading: tuple, rd: RunDir, ui, phas
             raise
         conn_frame = conn_probe.stop() if conn_probe is not None else None
     finally:
+        counters = pooler.stop()
         if conn_probe is not None:
             conn_probe.close()
     (busy1, total1), t1 = cpu_busy_ns(), time.monotonic_ns()
@@ -339,6 +345,8 @@ def _measure(opts, topo, ctx, pg, services, loading: tuple, rd: RunDir, ui, phas
     rd.update(pgbench={**rd.meta["pgbench"], "result": result.to_dict()}, cpu=cpu, probes=meta_probes,
               postgres={**rd.meta.get("postgres", {}),
                         "checkpoints": recorder.checkpoints_during(clock["checkpoints0"], recorder.checkpoints(pg))})
+    if counters:
+        rd.update(pooler_counters=counters)
     rd.write_json("topology.json", recorder.discovered_path(topo, ctx, pg, services, seen_sockets))
     phases.add("results", time.monotonic() - t_results)
     dead = _dead_parts(pg, services, history)

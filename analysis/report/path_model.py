@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-WAIT_KINDS = ("wakeup", "idle_exit", "runqueue", "recv", "queued")
+WAIT_KINDS = ("wakeup", "idle_exit", "runqueue", "recv", "queued", "poolwait", "connwait")
 KERNEL_KINDS = ("wire", "netfilter", "dev", "qdisc", "delay")
 HOOK_ORDER = {"output": 1, "postrouting": 2, "forward": 3, "prerouting": 5, "input": 6}
 _SENDER_HOOKS, _RECEIVER_HOOKS = ("output", "postrouting"), ("prerouting", "input")

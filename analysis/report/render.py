@@ -279,6 +279,9 @@ def report_view(summary: dict):
     for extra in (statements_table(summary), disk_table(summary)):
         if extra is not None:
             parts += [Text(""), extra]
+    if summary.get("pooler_counters"):
+        from pathprof.analysis.pooler import describe
+        parts += [Text(""), Text("\n".join(describe(r) for r in summary["pooler_counters"]))]
     notes = _notes(summary)
     if notes is not None:
         parts += [Text(""), notes]

@@ -48,6 +48,8 @@ def _chains(traces) -> tuple[list[dict], list[dict]]:
     stage = df["stage"].astype(str).tolist()
     role = (df["role"].astype(str) if "role" in df else df["stage"].astype(str).str.split(".").str[-1]).tolist()
     leg = (df["leg"].fillna("").astype(str) if "leg" in df else pd.Series([""] * len(df))).tolist()
+    txn = df["txn"].tolist() if "txn" in df else [None] * len(df)
+    pid = df["pid"].tolist() if "pid" in df else [None] * len(df)
     starts: dict[int, list[int]] = {}
     for i, t in enumerate(ts):
         starts.setdefault(t, []).append(i)
@@ -55,9 +57,10 @@ def _chains(traces) -> tuple[list[dict], list[dict]]:
     has_pred: set[int] = set()
     for i in range(len(ts)):
         nxt = [j for j in starts.get(ts[i] + dur[i], []) if j != i and j not in has_pred and dur[i] > 0]
-        if nxt:
-            succ[i] = nxt[0]
-            has_pred.add(nxt[0])
+        if nxt:                      # two spans may start at one instant (a hop's event loop): same number first
+            same = [j for j in nxt if txn[j] == txn[i]]
+            succ[i] = (same or nxt)[0]
+            has_pred.add(succ[i])
     out, partial = [], []
     for i in range(len(ts)):
         if i in has_pred:
@@ -70,20 +73,24 @@ def _chains(traces) -> tuple[list[dict], list[dict]]:
             cur.append(j)
             if leg[j] == "client":
                 if LEGS <= {leg[k] for k in cur}:
-                    out.append(_txn(cur, ts, dur, stage, role, leg))
+                    out.append(_txn(cur, ts, dur, stage, role, leg, pid))
                 elif len(cur) > 1:
-                    partial.append(_txn(cur, ts, dur, stage, role, leg))
+                    partial.append(_txn(cur, ts, dur, stage, role, leg, pid))
                 cur = []
         if len(cur) > 1:
-            partial.append(_txn(cur, ts, dur, stage, role, leg))
+            partial.append(_txn(cur, ts, dur, stage, role, leg, pid))
     return out, partial
 
 
-def _txn(idx, ts, dur, stage, role, leg) -> dict:
+def _txn(idx, ts, dur, stage, role, leg, pid) -> dict:
+    """One chain; `backend_pid` names the server process that served it (through a transaction pooler, any of
+    the pool's server connections)."""
     t0 = ts[idx[0]]
-    spans = [{"stage": stage[k], "role": role[k], "leg": leg[k], "start_ns": ts[k] - t0, "dur_ns": dur[k]}
-             for k in idx]
-    return {"spans": spans, "dur_ns": ts[idx[-1]] + dur[idx[-1]] - t0, "t0_ns": t0}
+    spans = [{"stage": stage[k], "role": role[k], "leg": leg[k], "start_ns": ts[k] - t0, "dur_ns": dur[k],
+              "pid": pid[k]} for k in idx]
+    served = next((pid[k] for k in idx if stage[k] == "backend.execute"), None)
+    return {"spans": spans, "dur_ns": ts[idx[-1]] + dur[idx[-1]] - t0, "t0_ns": t0,
+            "backend_pid": int(served) if served is not None else None}
 
 
 def pick(txns: list[dict]) -> dict[str, dict]:
@@ -128,7 +135,8 @@ def render(txn: dict, row_order: list[str], title: str, hops: set[str]) -> str:
         t += step
     for i, r in enumerate(rows):
         y = 40 + i * ROW_H
-        out.append(f'<text x="4" y="{y + 16}" font-weight="600">{html.escape(r)}</text>')
+        pid = f" {txn['backend_pid']}" if r == "backend" and txn.get("backend_pid") else ""   # who served it
+        out.append(f'<text x="4" y="{y + 16}" font-weight="600" data-pid="{pid.strip()}">{html.escape(r + pid)}</text>')
     for s in txn["spans"]:
         y = 40 + rows.index(s["role"]) * ROW_H
         x, w = LABEL_W + s["start_ns"] / 1e3 * scale, max(s["dur_ns"] / 1e3 * scale, 1.0)

@@ -56,6 +56,12 @@ def _class(kind: str):
     return getattr(importlib.import_module(f"{__name__}.{module}"), cls)
 
 
+def option_type(kind: str, key: str):
+    """The type a service of `kind` wants for option `key` (None for an unknown key)."""
+    opt = _class(kind).OPTIONS.get(key)
+    return opt.types if opt else None
+
+
 def option_problems(kind: str, options: dict) -> list[tuple[str, str]]:
     """(key, problem) for every bad option of a service of `kind`; empty when all is well."""
     table = _class(kind).OPTIONS
@@ -89,7 +95,7 @@ def create(spec_service: "SpecService") -> "Service":
 def check_workload(topology: "Topology", mode: str, connect: bool) -> None:
     """Refuse, before anything is built, a pgbench workload one of the topology's services cannot carry."""
     for s in topology.services:
-        create(s).check_workload(mode, connect)
+        create(s).check_workload(mode, connect)   # clients: checked where they are known (agent.run.owned)
 
 
 class Service:
@@ -109,8 +115,9 @@ class Service:
         self.log_path: Path | None = None
 
     # -- the contract (docs/INTERNALS.md) --
-    def check_workload(self, mode: str, connect: bool) -> None:
-        """Raise UserError if pgbench `mode` (simple|extended|prepared) / `connect` (-C) cannot work here."""
+    def check_workload(self, mode: str, connect: bool, clients: int = 1, threads: int | None = None) -> None:
+        """Raise UserError if pgbench `mode` (simple|extended|prepared) / `connect` (-C) / `clients` on `threads`
+        cannot work here."""
 
     def start(self, ctx: "BuildContext") -> None:
         raise NotImplementedError
@@ -124,6 +131,14 @@ class Service:
         if self.popen is None or self.popen.poll() is not None:
             return []
         return [self.popen.pid]
+
+    def counters(self) -> dict | None:
+        """The hop's own view of its queue, sampled while pgbench runs (a pooler's waiting clients), to check
+        the probes' stages against; None when the hop keeps no such counters."""
+        return None
+
+    def close_counters(self) -> None:
+        """Release whatever counters() holds open (a connection to an admin console)."""
 
     def describe(self) -> dict:
         return {"kind": self.kind, "hop": self.hop, "host": self.host, "netns": self.netns, "role": self.role,

@@ -13,6 +13,7 @@ import signal
 import subprocess
 
 from pathprof.agent.host import proc
+from pathprof.agent.host.netns import in_netns
 from pathprof.errors import UserError
 from pathprof.topologies.services import Opt, Service
 
@@ -43,7 +44,7 @@ class PgBouncer(Service):
         "user": Opt(str, "postgres", help="unprivileged user pgbouncer runs as"),
     }
 
-    def check_workload(self, mode: str, connect: bool) -> None:
+    def check_workload(self, mode: str, connect: bool, clients: int = 1, threads: int | None = None) -> None:
         if self.opts["pool_mode"] != "transaction" or mode != "prepared":
             return
         v = installed_version()
@@ -57,6 +58,7 @@ class PgBouncer(Service):
 
     def config(self, ctx, workdir) -> str:
         pg = self.tcp_postgres(ctx)
+        self._pg_user, self._pg_db = pg.user, pg.dbname
         clients = self.clients(ctx)
         pool = self.opts["pool_size"] or clients
         v = installed_version()
@@ -101,6 +103,31 @@ class PgBouncer(Service):
         # No -d: in the foreground its pid is the one we journal and the probes track.
         self.spawn(ctx, [proc.which("pgbouncer"), str(conf)], user=user)
         self.wait_sql(ctx, self.opts["listen"], self.opts["port"])
+
+    def counters(self) -> dict | None:
+        """SHOW POOLS on pgbouncer's admin console, over TCP in its namespace (so pgbouncer sees an ordinary client
+        on its service port), for the run's pool: clients waiting for a server connection and the longest wait."""
+        import psycopg
+        if getattr(self, "_admin", None) is None:
+            self._admin = in_netns(self.netns, lambda: psycopg.connect(
+                host=self.opts["listen"], port=self.opts["port"], dbname="pgbouncer", user=self._pg_user,
+                autocommit=True, connect_timeout=3, cursor_factory=psycopg.ClientCursor))   # simple protocol only
+        cur = self._admin.execute("SHOW POOLS")
+        cols = [c.name for c in cur.description]
+        for row in cur.fetchall():
+            r = dict(zip(cols, row))
+            if r.get("database") == self._pg_db:
+                us = int(r.get("maxwait", 0)) * 1_000_000 + int(r.get("maxwait_us", 0) or 0)
+                return {"cl_waiting": int(r["cl_waiting"]), "cl_active": int(r["cl_active"]),
+                        "sv_active": int(r["sv_active"]), "maxwait_us": us}
+        return None
+
+    def close_counters(self) -> None:
+        if getattr(self, "_admin", None) is not None:
+            try:
+                self._admin.close()
+            finally:
+                self._admin = None
 
     def describe(self) -> dict:
         d = super().describe()

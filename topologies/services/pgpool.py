@@ -13,6 +13,7 @@ import shutil
 import signal
 
 from pathprof.agent.host import proc
+from pathprof.errors import UserError
 from pathprof.topologies.services import Opt, Service
 
 
@@ -27,6 +28,23 @@ class PgPool(Service):
         "max_pool": Opt(int, 1),
         "user": Opt(str, "postgres", help="unprivileged user pgpool runs as"),
     }
+
+    def check_workload(self, mode: str, connect: bool, clients: int = 1, threads: int | None = None) -> None:
+        children = self.opts["num_init_children"]
+        if not children or children >= clients:
+            return
+        if not connect:
+            raise UserError(
+                f"pgpool with num_init_children = {children} cannot serve {clients} pgbench clients on long "
+                f"connections: each child serves one client for its whole session, so {clients - children} "
+                "clients would wait for a child until the run ends (pgbench never finishes). Use --connect --threads "
+                f"{clients} (a new connection per transaction: clients then queue for a free child, shown in the "
+                f"connection setup) or --option children={clients} or more.")
+        if (threads or 1) < clients:
+            raise UserError(
+                f"pgpool with num_init_children = {children} < {clients} clients deadlocks pgbench with fewer threads "
+                "than clients: pgbench connects a client while the same thread's other clients hold every child, "
+                f"and a blocking connect cannot be answered. Use --threads {clients} (one client per thread).")
 
     def config(self, ctx, workdir) -> str:
         pg = self.tcp_postgres(ctx)

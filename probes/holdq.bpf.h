@@ -1,0 +1,107 @@
+/* Requests a hop holds before forwarding them (a pooler out of server connections): the `holdq` of each hop
+ * thread and the `holdts` validity stamps, see struct pp_holdq in pathprof.h. The wait becomes the stage
+ * poolwait.<hop> on the request leg; the hop's own work forwarding it stays hop.<hop>.
+ * Part of pathprof.bpf.c (one object: every family shares its maps); included in order, not alone. */
+#ifndef PATHPROF_HOLDQ_BPF_H
+#define PATHPROF_HOLDQ_BPF_H
+
+#define PP_HOLD_SKIPS 8     /* stale entries dropped per forward at most (the rest on later forwards) */
+
+static __always_inline __u32 hold_id_of(struct pp_sock *s)
+{
+	if (!s->hold_id) {
+		__u32 zero = 0, *next = bpf_map_lookup_elem(&hold_ids, &zero);
+		if (!next)
+			return 0;
+		__u32 id = __sync_fetch_and_add(next, 1) + 1;
+		s->hold_id = id ? id : 1;
+	}
+	return s->hold_id;
+}
+
+/* a hop consumed a client's request on s at `now`: queue it until a forward upstream takes it */
+static __always_inline void hold_push(struct task_struct *task, struct pp_sock *s, __u64 now, __u32 seq)
+{
+	struct pp_holdq *q = bpf_task_storage_get(&holdq, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	__u32 id = hold_id_of(s), slot = id & (PP_HOLD_SLOTS - 1);
+	__u64 *valid = bpf_map_lookup_elem(&holdts, &slot);
+	if (!q || !id || !valid)
+		return;
+	q->last_act = now;
+	if (q->tail - q->head >= PP_HOLDQ) {
+		q->head++;                    /* full: the oldest is lost (its request's wait with it) */
+		stat_inc(PP_STAT_HOLD_FULL);
+	}
+	struct pp_hold *e = &q->e[q->tail & (PP_HOLDQ - 1)];
+	e->ts = now;
+	e->seq = seq;
+	e->id = id;
+	q->tail++;
+	*valid = now;                     /* a later request on the same socket supersedes this one */
+}
+
+/* the hop answered the client on s itself (or forwarded it a response): a request of it still held is not
+ * waiting for a server connection any more */
+static __always_inline void hold_answered(struct pp_sock *s)
+{
+	if (!s->hold_id)
+		return;
+	__u32 slot = s->hold_id & (PP_HOLD_SLOTS - 1);
+	__u64 *valid = bpf_map_lookup_elem(&holdts, &slot);
+	if (valid)
+		*valid = 0;
+}
+
+/* a forward upstream: the oldest valid held request, 0 when none. *act is where the hop's forwarding work
+ * began (its last other activity, never before the request arrived); stale entries are dropped, counted. */
+static __always_inline struct pp_hold *hold_pop(struct task_struct *task, __u64 ws, __u64 *act)
+{
+	struct pp_holdq *q = bpf_task_storage_get(&holdq, task, 0, 0);
+	if (!q)
+		return 0;
+	for (int i = 0; i < PP_HOLD_SKIPS; i++) {
+		if (q->tail == q->head)
+			return 0;
+		struct pp_hold *e = &q->e[q->head & (PP_HOLDQ - 1)];
+		q->head++;
+		__u32 slot = e->id & (PP_HOLD_SLOTS - 1);
+		__u64 *valid = bpf_map_lookup_elem(&holdts, &slot);
+		if (!valid || *valid != e->ts || e->ts < ws) {
+			stat_inc(e->ts < ws ? PP_STAT_WINDOW_EDGE : PP_STAT_HOLD_STALE);
+			continue;
+		}
+		*valid = 0;
+		*act = q->last_act > e->ts ? q->last_act : e->ts;
+		return e;
+	}
+	return 0;
+}
+
+/* --trace-sample: the number of the request the next forward upstream will take (the oldest valid one) */
+static __always_inline __u32 hold_peek_seq(struct task_struct *task)
+{
+	struct pp_holdq *q = bpf_task_storage_get(&holdq, task, 0, 0);
+	if (!q)
+		return 0;
+	for (int i = 0; i < PP_HOLD_SKIPS; i++) {
+		__u32 at = q->head + i;
+		if (at == q->tail)
+			return 0;
+		struct pp_hold *e = &q->e[at & (PP_HOLDQ - 1)];
+		__u32 slot = e->id & (PP_HOLD_SLOTS - 1);
+		__u64 *valid = bpf_map_lookup_elem(&holdts, &slot);
+		if (valid && *valid == e->ts)
+			return e->seq;
+	}
+	return 0;
+}
+
+/* the hop's activity that is not a held request: where the next held request's forwarding may begin */
+static __always_inline void hold_activity(struct task_struct *task, __u64 ts)
+{
+	struct pp_holdq *q = bpf_task_storage_get(&holdq, task, 0, 0);
+	if (q && ts > q->last_act)
+		q->last_act = ts;
+}
+
+#endif /* PATHPROF_HOLDQ_BPF_H */

@@ -1,0 +1,81 @@
+"""A pooler with fewer server connections than clients (#22): the time a client's request waits inside the pooler
+is a stage of its own (poolwait.<hop>), the views still close, the wait carries the gap between two pool sizes,
+pgbouncer's own counters agree with it (Little's law), and sampled transactions follow the request through the
+pooler to whichever server connection served it. Ground truth: pgbouncer in transaction mode, pool of 1 and 2
+against a pool as large as the clients, everything else equal."""
+import json
+
+import pandas as pd
+import pytest
+from conftest import run_pathprof
+from pathprof.analysis.report.waterfall import transactions
+
+pytestmark = pytest.mark.integration
+CLIENTS = 8
+
+
+def _entry(pool: int) -> str:
+    return f"pgbouncer:option=pool_mode=transaction:option=pool_size={pool}"
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    runs_dir = tmp_path_factory.mktemp("runs")
+    cp = run_pathprof("compare", _entry(CLIENTS), _entry(1), _entry(2), "--clients", str(CLIENTS),
+                      "--mode", "extended", "--duration", "5", "--probe-duty", "100", "--trace-sample", "10",
+                      "--json", runs_dir=runs_dir, check=True, timeout=600)
+    doc = json.loads(cp.stdout)
+    return doc, doc["runs"][:3]
+
+
+def _stage(summary: dict, name: str) -> float:
+    return sum(s["us_per_txn"] for s in summary["stages"] if s["name"] == name and not s.get("parent"))
+
+
+def test_every_pool_size_closes_and_the_wait_is_named(compared):
+    _, (full, one, two) = compared
+    for r in (full, one, two):
+        assert abs(r["closure"]["latency_error_pct"]) <= 5, (r["closure"], r["topology_options"])
+    cycle = lambda r: r["closure"]["cycle_us"]   # noqa: E731
+    # a pool as large as the clients: no request waits for a server connection
+    assert _stage(full, "poolwait.pgbouncer") < 0.05 * cycle(full), full["stages"]
+    # a pool of one: most of the cycle is the wait for the one server connection
+    assert _stage(one, "poolwait.pgbouncer") > 0.5 * cycle(one), one["stages"]
+
+
+def test_the_pooler_wait_carries_the_gap(compared):
+    doc, (full, one, _) = compared
+    expl = next(e for e in doc["explanations"] if e["run"] == _entry(1))
+    items = {i["name"]: i for i in expl["items"]}
+    gap = sum(i["delta_us_per_txn"] for i in expl["items"]) or 1.0
+    assert one["tps"] < full["tps"], (one["tps"], full["tps"])
+    assert items["poolwait.pgbouncer"]["delta_us_per_txn"] >= 0.7 * gap, expl
+    top = max(expl["causes"], key=lambda c: abs(c["delta_us_per_txn"]))
+    assert top["name"] == "hop pgbouncer", expl["causes"]
+    assert expl["ranked"] and expl["unexplained_pct"] is not None and abs(expl["unexplained_pct"]) <= 15, expl
+
+
+def test_pgbouncer_counts_the_waiting_clients_the_probes_time(compared):
+    """Little's law: mean cl_waiting (SHOW POOLS) = TPS x poolwait per transaction, two independent sources."""
+    _, (_, one, _) = compared
+    (row,) = one["pooler_counters"]
+    assert row["samples"] >= 4 and "error" not in row, row
+    assert abs(row["cl_waiting_mean"] - row["expected_waiting"]) <= max(1.5, 0.35 * row["expected_waiting"]), row
+    assert row["cl_waiting_max"] <= CLIENTS
+
+
+def test_sampled_transactions_follow_the_request_to_whichever_server_connection(compared):
+    _, (_, _, two) = compared
+    traces = pd.read_parquet(f"{two['run_dir']}/traces.parquet")
+    txns = transactions(traces)
+    assert len(txns) >= 100, len(txns)
+    waited = [t for t in txns if any(s["stage"] == "poolwait.pgbouncer" for s in t["spans"])]
+    assert len(waited) >= 0.5 * len(txns)
+    # one chain each: pgbench's request, the wait in the pooler, the pooler's forward, a backend, back to pgbench
+    for t in waited[:50]:
+        stages = [s["stage"] for s in t["spans"]]
+        assert stages.count("backend.execute") == 1 and stages.count("client.pgbench") == 1, stages
+        assert stages.index("poolwait.pgbouncer") < stages.index("backend.execute")
+    # a pool of two: transactions were served by both server connections, and the waterfall says which
+    served = {t["backend_pid"] for t in txns}
+    assert len(served - {None}) == 2, served
