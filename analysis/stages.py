@@ -10,7 +10,8 @@ message the probes measure, back to back, so the stages tile the connection's ti
   netfilter.<hook>     one hook traversal of the message's data segment (hooks: prerouting, input, forward,
                        output, postrouting; `.<netns>` appended outside the root namespace): time between
                        pathprof's INT_MIN+1 and INT_MAX-1 brackets, i.e. iptables/nftables, conntrack, NAT
-  dev.<device>         net_dev_start_xmit -> netif_receive_skb of the same data skb (lo, veth, bridge...);
+  dev.<device>         net_dev_start_xmit -> netif_receive_skb of the same data skb (veth, bridge...; lo only
+                       with --probe-lo-device, else inside the wire);
                        for a tap into qemu, -> qemu's read of it
   qdisc.<device>       the data skb in the device's root qdisc, enqueue -> dequeue: where an impaired link's
                        rate limit (topologies.netem) holds it, on the leg it was sent on

@@ -124,7 +124,24 @@ def summarize(rd: RunDir) -> dict:
     if w.get("connect") and "connection_setup" not in out and rd.file("connect.parquet").exists():
         from pathprof.analysis.conn_view import add_connection_setup
         add_connection_setup(out, rd)     # no latency view to fold it into (probes off, no transactions)
+    out.update(probe_cost_share(out))
     return out
+
+
+def probe_cost_share(out: dict) -> dict:
+    """The probes' cost in the unit that limits the run: on a CPU-bound run a share of the CPU per transaction
+    (the share of throughput they take), on a latency-bound one a share of the cycle (clients / TPS). A share
+    of mean latency understates it on a CPU-bound run, where every probe nanosecond is a nanosecond of CPU
+    the transactions did not get."""
+    cost = out.get("probe_cost_ns_per_txn")
+    cpu_us, cycle_us = out.get("cpu_us_per_txn"), (out.get("closure") or {}).get("cycle_us")
+    if cost is None:
+        return {}
+    if out.get("regime") == "cpu-bound" and cpu_us:
+        return {"probe_cost_share_pct": round(cost / 10.0 / cpu_us, 2), "probe_cost_share_of": "cpu"}
+    if cycle_us:
+        return {"probe_cost_share_pct": round(cost / 10.0 / cycle_us, 2), "probe_cost_share_of": "cycle"}
+    return {}
 
 
 def _add_connection_setup(out: dict, rd: RunDir) -> None:

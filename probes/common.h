@@ -40,7 +40,7 @@ enum pp_stage {
 	PP_ST_PG_WAL_FULL = 22,    /* wal__buffer__write__dirty: WAL buffers full, written out before inserting */
 	PP_ST_PG_EXCL = 19,        /* the same waits and I/O, exclusive of each other (sub = usdt index of the owner):
 	                            * they add up to no more than backend.execute, whose rest is CPU and the like */
-	PP_ST_CONN_WAIT = 30,      /* --connect: a reply ready for pgbench while its thread was opening another client's
+	PP_ST_CONNWAIT = 30,      /* --connect: a reply ready for pgbench while its thread was opening another client's
 	                            * connection (libpq's connect blocks the thread), carved out of the reply's wait */
 };
 #define PP_NUSDT 11
@@ -58,10 +58,10 @@ enum pp_stat {              /* per-CPU counters of everything not aggregated, so
 	PP_STAT_TASKS_FULL = 0,     /* task storage could not be created for a forked thread */
 	PP_STAT_SOCKS_FULL = 1,     /* socket storage could not be created */
 	PP_STAT_STAGES_FULL = 2, PP_STAT_CPU_FULL = 3,
-	PP_STAT_WIRE_UNPAIRED = 4, PP_STAT_READY_UNLEARNED = 5, PP_STAT_NF_UNPAIRED = 6, PP_STAT_NF_NESTED = 7,
+	PP_STAT_WIRE_UNPAIRED = 4, PP_STAT_READY_UNLEARNED = 5, PP_STAT_NF_UNPAIRED = 6, PP_STAT_NF_NESTED_FULL = 7,
 	PP_STAT_NF_NAT = 8,
 	PP_STAT_DEV_OVERWRITTEN = 9,   /* a device stamp replaced before its receive (dropped skb or slot collision) */
-	PP_STAT_MESSAGES = 10, PP_STAT_NF_PKTS = 11,
+	PP_STAT_MESSAGES = 10, PP_STAT_NF_PACKETS = 11,
 	PP_STAT_PROC_UNPAIRED = 12, PP_STAT_HOP_OVERFLOW = 13, PP_STAT_WIRE_UNTIMED = 14,
 	PP_STAT_WINDOW_EDGE = 15,   /* pairings begun before the current window opened: discarded */
 	PP_STAT_TRACE_LOST = 16, PP_STAT_TRACES = 17,   /* --trace-sample spans not / emitted (ring buffer full) */

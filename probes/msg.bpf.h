@@ -225,14 +225,14 @@ static __always_inline __u64 carve(__u64 *part, __u64 busy)
 }
 
 /* busy (--connect): ns of the wait during which the receiver's thread was opening another connection, carved out
- * of the wait (first out of the wakeup, then the receive, then the run queue) as PP_ST_CONN_WAIT */
+ * of the wait (first out of the wakeup, then the receive, then the run queue) as PP_ST_CONNWAIT */
 static __always_inline void piece_spans(struct pp_sock *s, __u64 r, __u64 w, __u64 on, __u64 done, __u8 idle,
 					__u32 seq, __u64 busy)
 {
 	if (busy > done - r)
 		busy = done - r;
 	if (busy) {
-		struct pp_stage_key k = { .stage = PP_ST_CONN_WAIT, .role = s->role, .leg = s->leg, .hop = s->hop };
+		struct pp_stage_key k = { .stage = PP_ST_CONNWAIT, .role = s->role, .leg = s->leg, .hop = s->hop };
 		stage_add(&k, busy);
 		stat_inc(PP_STAT_CONN_WAIT);
 	}

@@ -38,7 +38,7 @@ int nf_begin(struct bpf_nf_ctx *ctx)
 		__u32 nested = hook + 5;
 		s = bpf_map_lookup_elem(&nfslot, &nested);
 		if (s && s->skb) {
-			stat_inc(PP_STAT_NF_NESTED);  /* a third one, or a preempted traversal: not timed */
+			stat_inc(PP_STAT_NF_NESTED_FULL);  /* a third one, or a preempted traversal: not timed */
 			return NF_ACCEPT;
 		}
 	}
@@ -83,7 +83,7 @@ int nf_end(struct bpf_nf_ctx *ctx)
 	if (ip_tuple(ctx->skb->data, &tu) && (tu.saddr != s->saddr || tu.daddr != s->daddr ||
 					 tu.sport != s->sport || tu.dport != s->dport))
 		stat_inc(PP_STAT_NF_NAT);
-	stat_inc(PP_STAT_NF_PKTS);
+	stat_inc(PP_STAT_NF_PACKETS);
 	__u32 idx = ((netns_slot_of(BPF_CORE_READ(ctx->state, net, ns.inum)) * 5 + hook) * 2 +
 		     (s->leg == PP_LEG_RESPONSE)) * 2;
 	struct pp_hist *h = bpf_map_lookup_elem(&nfagg, &idx);

@@ -26,6 +26,15 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
+/* Referenced only so clang puts the enums and the limits into this object's BTF: user space builds its name
+ * tables, limits and struct mirrors from that BTF (gen_abi.py -> abi.json at build time), never from a
+ * hand-written copy. A limit travels as the length of an array (#defines are not in BTF). */
+const volatile struct pp_abi_anchor {
+	enum pp_role role; enum pp_leg leg; enum pp_stage stage; enum pp_stat stat;
+	__u8 max_ports[PP_MAX_PORTS], max_netns[PP_MAX_NETNS], max_hops[PP_MAX_HOPS], lat_stages[PP_LAT_STAGES];
+	__u8 nroles[PP_NROLES], nlegs[PP_NLEGS], nf_per_netns[PP_NF_PER_NETNS];
+} pp_abi_anchor = {};
+
 #include "pp_state.bpf.h"   /* configuration, maps, shared helpers */
 #include "qdisc.bpf.h"      /* link impairments (qdisc, delay line): their own programs and maps */
 #include "sched.bpf.h"      /* scheduler and NET softirqs */

@@ -47,7 +47,7 @@ struct pp_sock {            /* socket-local storage of a socket a tracked thread
 	__u8  pend_idle;
 	__u8  pend_pad[3];
 	/* --connect, pgbench's sockets: the owning thread, and how long it had spent opening connections when the reply
-	 * became ready; at the consume, how much of the wait that was (PP_ST_CONN_WAIT) */
+	 * became ready; at the consume, how much of the wait that was (PP_ST_CONNWAIT) */
 	__u32 owner;
 	__u32 owner_pad;
 	__u64 ready_busy;

@@ -19,6 +19,7 @@ const volatile __u32 nf_netns[PP_MAX_NETNS] = {};    /* netns inodes of the topo
 const volatile __u32 lat_hops = PP_MAX_HOPS;          /* hop slots in `lat` (the run's hops + 1) */
 const volatile __u32 nf_nns = 0;                       /* namespaces in nf_netns; slot nf_nns is "other" */
 const volatile __u32 trace_every = 0;                 /* --trace-sample N: 1 in N messages per socket */
+const volatile __u32 time_lo = 1;                     /* dev.lo as its own stage (else left inside the wire) */
 const volatile __u32 tap_wire = 1;                    /* the path has a qemu guest behind a tap (wire.qemu) */
 const volatile __u32 conn_split = 0;  /* --connect: setup exchanges are the connection probe's (conn.bpf.c), not ours */
 /* unused: keeps struct pp_trace in the object's BTF for the layout test (the ring buffer has no value type) */

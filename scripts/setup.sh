@@ -11,7 +11,7 @@ fi
 
 PKGS=(postgresql-15 postgresql-contrib pgbouncer pgpool2 docker.io iptables nftables conntrack iproute2
       clang llvm libbpf-dev libbpf1 bpftool bpftrace make debootstrap qemu-system-x86 qemu-utils e2fsprogs
-      python3 python3-venv procps util-linux kmod chromium)
+      python3 python3-venv procps util-linux kmod chromium prometheus)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -322,10 +322,23 @@ class _Parser:
         return name
 
     def topology(self) -> Topology:
-        r = self.raw
-        name = r.get("name")
+        """The whole spec, section by section; each section's problems name their key."""
+        name = self.raw.get("name")
         if not isinstance(name, str) or not name:
             raise self.err("name", "is required (a short name for reports)")
+        hosts = self._hosts()
+        bridges = self._bridges(hosts)
+        links = self._links(hosts, {b.name for b in bridges})
+        self.impair(links, self.items("links"))
+        routes = [Route(self.host_ref(f"{k}.host", self.need(x, k, "host"), hosts), self.need(x, k, "dst"),
+                        self.address(f"{k}.via", self.need(x, k, "via"), False))
+                  for k, x in self.items("routes")]
+        chains, rules, services = self._chains(hosts), self._rules(hosts), self._services(hosts)
+        postgres = self._postgres(hosts)
+        return Topology(name, self.raw.get("description", ""), hosts, postgres, self._client(hosts, postgres),
+                        bridges, links, routes, chains, rules, services, dict(self.options), self.source, self.text)
+
+    def _hosts(self) -> dict[str, Host]:
         hosts: dict[str, Host] = {}
         for key, h in self.items("hosts"):
             hname = self.need(h, key, "name")
@@ -344,41 +357,42 @@ class _Parser:
             if not isinstance(value, (str, int)) or isinstance(value, bool):
                 raise self.err(f"{key}.value", "is required (a string or an integer)")
             h.sysctls[self.need(x, key, "name")] = str(value)
-        bridges = []
-        for key, b in self.items("bridges"):
-            bridges.append(Bridge(self.pp_name(f"{key}.name", self.need(b, key, "name"), IFNAMSIZ),
-                                  self.host_ref(f"{key}.host", b.get("host", "host"), hosts),
-                                  self.address(f"{key}.address", b["address"], True) if "address" in b else None))
-        bridge_names = {b.name for b in bridges}
+        return hosts
+
+    def _bridges(self, hosts) -> list[Bridge]:
+        return [Bridge(self.pp_name(f"{key}.name", self.need(b, key, "name"), IFNAMSIZ),
+                       self.host_ref(f"{key}.host", b.get("host", "host"), hosts),
+                       self.address(f"{key}.address", b["address"], True) if "address" in b else None)
+                for key, b in self.items("bridges")]
+
+    def _links(self, hosts, bridge_names: set[str]) -> list[Link]:
         links = []
         for key, link in self.items("links"):
             kind = link.get("kind", "veth")
             if kind not in ("veth", "tap"):
                 raise self.err(f"{key}.kind", f"'{kind}' is not one of veth, tap")
-            ends = []
-            for side in ("a", "b"):
-                e = link.get(side)
-                if e is None:
-                    if side == "b" and kind == "tap":
-                        ends.append(None)
-                        continue
-                    raise self.err(f"{key}.{side}", "is required")
-                k = f"{key}.{side}"
-                end = LinkEnd(self.pp_name(f"{k}.ifname", self.need(e, k, "ifname"), IFNAMSIZ))
-                if "bridge" in e:
-                    if e["bridge"] not in bridge_names:
-                        raise self.err(f"{k}.bridge", f"unknown bridge '{e['bridge']}'")
-                    end.bridge = e["bridge"]
-                else:
-                    end.host = self.host_ref(f"{k}.host", e.get("host", "host"), hosts)
-                if "address" in e:
-                    end.address = self.address(f"{k}.address", e["address"], True)
-                ends.append(end)
+            ends = [self._link_end(key, side, link.get(side), kind, hosts, bridge_names) for side in ("a", "b")]
             links.append(Link(kind, ends[0], ends[1], self.link_name(key, link, links)))
-        self.impair(links, self.items("links"))
-        routes = [Route(self.host_ref(f"{k}.host", self.need(x, k, "host"), hosts), self.need(x, k, "dst"),
-                        self.address(f"{k}.via", self.need(x, k, "via"), False))
-                  for k, x in self.items("routes")]
+        return links
+
+    def _link_end(self, key: str, side: str, e, kind: str, hosts, bridge_names: set[str]) -> LinkEnd | None:
+        if e is None:
+            if side == "b" and kind == "tap":
+                return None
+            raise self.err(f"{key}.{side}", "is required")
+        k = f"{key}.{side}"
+        end = LinkEnd(self.pp_name(f"{k}.ifname", self.need(e, k, "ifname"), IFNAMSIZ))
+        if "bridge" in e:
+            if e["bridge"] not in bridge_names:
+                raise self.err(f"{k}.bridge", f"unknown bridge '{e['bridge']}'")
+            end.bridge = e["bridge"]
+        else:
+            end.host = self.host_ref(f"{k}.host", e.get("host", "host"), hosts)
+        if "address" in e:
+            end.address = self.address(f"{k}.address", e["address"], True)
+        return end
+
+    def _chains(self, hosts) -> list[Chain]:
         chains = []
         for key, c in self.items("chains"):
             cname = self.need(c, key, "name")
@@ -386,6 +400,9 @@ class _Parser:
                 raise self.err(f"{key}.name", f"'{cname}' must start with PP- (pathprof only creates its own chains)")
             chains.append(Chain(self.host_ref(f"{key}.host", c.get("host", "host"), hosts),
                                 self.table(key, c, required=True), cname, key))
+        return chains
+
+    def _rules(self, hosts) -> list[Rule]:
         rules = []
         for key, x in self.items("rules"):
             args = self.need(x, key, "args", list)
@@ -396,18 +413,24 @@ class _Parser:
                 raise self.err(f"{key}.position", "must be 'append' or 'insert'")
             rules.append(Rule(self.host_ref(f"{key}.host", x.get("host", "host"), hosts),
                               self.table(key, x), self.need(x, key, "chain"), args, pos, key))
+        return rules
+
+    def _services(self, hosts) -> list[Service]:
+        from pathprof.topologies import services as svc  # late: services import this module
         services = []
         for key, s in self.items("services"):
             opts = {k: v for k, v in s.items() if k not in ("kind", "host", "name", "when")}
             kind = self.need(s, key, "kind")
-            from pathprof.topologies import services as svc  # late: services import this module
             if kind not in svc.KINDS:
                 raise self.err(f"{key}.kind", f"unknown service kind '{kind}' (known: {', '.join(sorted(svc.KINDS))})")
             for okey, problem in svc.option_problems(kind, opts):
                 raise self.err(f"{key}.{okey}", problem)
             services.append(Service(kind, self.host_ref(f"{key}.host", s.get("host", "host"), hosts),
                                     s.get("name", kind), opts))
-        pg = r.get("postgres")
+        return services
+
+    def _postgres(self, hosts) -> Postgres:
+        pg = self.raw.get("postgres")
         if not isinstance(pg, dict):
             raise self.err("postgres", "is required ([postgres] with host, listen, port)")
         listen = pg.get("listen", "127.0.0.1")
@@ -420,7 +443,10 @@ class _Parser:
                             pg.get("kind", "local"))
         if postgres.kind not in ("local", "guest"):
             raise self.err("postgres.kind", f"'{postgres.kind}' is not one of local, guest")
-        cl = r.get("client")
+        return postgres
+
+    def _client(self, hosts, postgres: Postgres) -> Client:
+        cl = self.raw.get("client")
         if not isinstance(cl, dict):
             raise self.err("client", "is required ([client] with host and [client.targets.NAME])")
         targets = {}
@@ -438,6 +464,4 @@ class _Parser:
         default = self.options.get("target", cl.get("target", next(iter(targets))))
         if default not in targets:
             raise self.err("client.target", f"'{default}' is not one of {', '.join(targets)}")
-        client = Client(self.host_ref("client.host", cl.get("host", "host"), hosts), targets, default)
-        return Topology(name, r.get("description", ""), hosts, postgres, client, bridges, links, routes,
-                        chains, rules, services, dict(self.options), self.source, self.text)
+        return Client(self.host_ref("client.host", cl.get("host", "host"), hosts), targets, default)

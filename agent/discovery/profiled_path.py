@@ -59,7 +59,8 @@ def probe_config(table: SocketTable, path: DiscoveredPath, level: str, trace_sam
     return ProbeConfig(level=level, netns=refs, service_ports=sorted(path.ports), postgres_bin=binary,
                        trace_sample=trace_sample, window_s=window_s, period_s=period_s,
                        hop_slots=len({h.name for h in path.hops}) + 1,
-                       tap_hop=any(h.role == "qemu" for h in path.hops), netns_labels=ns_labels(table, path))
+                       tap_hop=any(h.role == "qemu" for h in path.hops), netns_labels=ns_labels(table, path),
+                       devices=len(refs) > 1 or any(h.role == "qemu" for h in path.hops))
 
 
 def track(probes, path: DiscoveredPath, clients: bool = True) -> None:

@@ -174,9 +174,7 @@ def trace_frame(raw: list[bytes], hops: dict) -> pd.DataFrame:
     if not raw:
         return pd.DataFrame({c: pd.Series(dtype="int64" if c in ("ts_ns", "dur_ns", "pid", "tid", "txn") else str)
                              for c in cols})
-    a = np.frombuffer(b"".join(raw), dtype=np.dtype([("ts", "<u8"), ("dur", "<u8"), ("pid", "<u4"), ("tid", "<u4"),
-                                                     ("seq", "<u4"), ("stage", "u1"), ("role", "u1"), ("leg", "u1"),
-                                                     ("hop", "u1")]))
+    a = np.frombuffer(b"".join(raw), dtype=np.dtype(L.Trace))    # struct pp_trace, from the probes' BTF
     names = {}
     for key in set(zip(a["stage"].tolist(), a["role"].tolist(), a["hop"].tolist())):
         stage, role, hop = key

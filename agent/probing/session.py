@@ -47,6 +47,7 @@ PIDFD_THREAD = os.O_EXCL                # pidfd_open flag: a pidfd for one threa
 ONLY_FOR = {"pp_tcp_consume": {"pooler", "proxy", "qemu", "other"}, "pp_tap_read": {"qemu"}, "pp_tap_recv": {"qemu"}}
 # link impairments (topologies.netem): loaded only when the path has an impaired link; the delay line's
 # brackets sit just before and after the mangle table (-150) of the hooks that hold packets
+DEVICE_PROGS = ("pp_dev_xmit", "pp_dev_recv")   # dev.<device>: net_dev_start_xmit -> netif_receive_skb
 QDISC_PROGS = ("pp_qdisc_enq", "pp_qdisc_deq", "pp_qdisc_recv", "pp_hold_begin", "pp_hold_end")
 HOLD_PRI = {"pp_hold_begin": -151, "pp_hold_end": -149}
 
@@ -71,6 +72,8 @@ class ProbeConfig:
     hop_slots: int = 8                    # distinct hops + 1 the run may track (sizes the latency array)
     tap_hop: bool = True                  # a qemu guest behind a tap is on the path (its wire needs send starts)
     netns_labels: dict = field(default_factory=dict)   # namespace reference -> name in the tables (discovered paths)
+    devices: bool = True                  # a device other than lo is on the path (veth, bridge, tap): dev.<dev>
+    lo_device: bool = False               # time lo as dev.lo too (else its time stays inside wire.<receiver>)
     qdisc: bool = False                   # a link is impaired: qdisc.<dev> / delay.<dev> stages (topologies.netem)
     holds: list = field(default_factory=list)   # (netns, hook) of the delay lines: bracketed by pp_hold_*
     conn_split: bool = False              # --connect: setup exchanges are left to the connection probe (conn.py)
@@ -171,6 +174,7 @@ class ProbeSession:
                                  nf_nns=C.c_uint32(len(self.netns_names)), lat_hops=C.c_uint32(hop_slots),
                                  trace_every=C.c_uint32(max(int(self.config.trace_sample or 0), 0)),
                                  tap_wire=C.c_uint32(1 if self.config.tap_hop else 0),
+                                 time_lo=C.c_uint32(1 if self.config.lo_device else 0),
                                  qdisc_on=C.c_uint32(1 if self.config.qdisc else 0),
                                  conn_split=C.c_uint32(1 if self.config.conn_split else 0))
             self.main.maps["lat"].set_max_entries(L.lat_entries(hop_slots))
@@ -181,6 +185,10 @@ class ProbeSession:
                 prog.set_autoload(deep or not name.startswith("pg_"))
                 if name in QDISC_PROGS and not self.config.qdisc:
                     prog.set_autoload(False)    # no netem on this path: never loaded, never attached
+                    self.dropped.add(name)
+                    continue
+                if name in DEVICE_PROGS and not (self.config.devices or self.config.lo_device):
+                    prog.set_autoload(False)    # only lo on this path, folded into the wire: two runs per packet saved
                     self.dropped.add(name)
                     continue
                 tp = prog.section.removeprefix("tp_btf/") if prog.section.startswith("tp_btf/") else None

@@ -23,6 +23,7 @@ class RunOptions:
     wal_device_limit: dict[str, int] = field(default_factory=dict)   # throttle on it (agent.io_limit)
     probe_window_s: float = DEFAULT_WINDOW_S   # detailed probes attached this long every probe_period_s
     probe_period_s: float = DEFAULT_PERIOD_S
+    probe_lo_device: bool = False    # dev.lo as its own stage (two more programs per packet on lo)
     status_every_s: float = 10.0     # <run dir>/status.json rewritten this often while pgbench runs (0: never)
 
 

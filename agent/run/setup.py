@@ -73,6 +73,8 @@ def probe_session(opts: RunOptions, topo):
                                  window_s=opts.probe_window_s, period_s=opts.probe_period_s,
                                  hop_slots=len({s.name for s in topo.services}) + 1,
                                  tap_hop=any(s.kind == "qemu-guest" for s in topo.services),
+                                 devices=bool(topo.links) or len(topo.namespaces()) > 1,
+                                 lo_device=opts.probe_lo_device,
                                  qdisc=any(link.impairments() for link in topo.links), holds=netem.holds(topo),
                                  conn_split=bool(opts.workload.connect))
     return probes_mod.ProbeSession(cfg)

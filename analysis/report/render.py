@@ -94,8 +94,9 @@ def header(summary: dict) -> Panel:
     grid.add_row("regime", f"{regime}" + (f" ({why})" if why else ""))
     cost = summary.get("probe_cost_ns_per_txn")
     if cost is not None:
-        mean_us = _num(lat.get("mean")) * 1000
-        share = f" ({_num(cost) / 10 / mean_us:.2f} % of mean latency)" if mean_us else ""
+        of = {"cpu": "of the CPU per transaction: CPU-bound, so about that share of throughput",
+              "cycle": "of the cycle: latency-bound"}.get(summary.get("probe_cost_share_of"))
+        share = f" ({_num(summary['probe_cost_share_pct']):.2f} % {of})" if of else ""
         grid.add_row("probe cost", f"{_fmt(cost, ',.0f')} ns per transaction{share}; carved out of the CPU view "
                                    "as `probes`")
     else:

@@ -50,12 +50,13 @@ def busy_ns() -> int:
 
 
 def profile(pg: ThrowawayPostgres, level: str = "basic", *, unix: bool = False, script: str = "select1.sql",
-            clients: int = 1, duration: int = 4) -> dict:
+            clients: int = 1, duration: int = 4, lo_device: bool = False) -> dict:
     """Run pgbench under a ProbeSession; return the views plus pgbench's numbers."""
     from pathprof.agent.probing.session import ProbeConfig, ProbeSession
     from pathprof.analysis import stages as views
     # always on (no measurement windows): these tests divide by all of pgbench's transactions
-    s = ProbeSession(ProbeConfig(level=level, netns=[None], service_ports=[pg.port], window_s=0))
+    s = ProbeSession(ProbeConfig(level=level, netns=[None], service_ports=[pg.port], window_s=0,
+                                 lo_device=lo_device))
     s.start()
     try:
         s.track(pg.pid, "postmaster")

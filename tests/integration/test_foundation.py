@@ -6,8 +6,10 @@ import subprocess
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 from conftest import PATHPROF, machine_state, run_pathprof
+from pathprof.analysis.schemas import load
 
 pytestmark = pytest.mark.integration
 
@@ -28,6 +30,8 @@ def test_topology_runs_and_leaves_nothing(topology, runs_dir):
     assert meta["pgbench"]["argv"][0].endswith("pgbench") and "-M" in meta["pgbench"]["argv"]
     assert list((rd / "pgbench" / "log").glob("pgbench_log.*.gz"))
     assert meta["postgres"]["version"].startswith("15")
+    jsonschema.validate(meta, load("run"))        # the real documents keep the shipped contract
+    jsonschema.validate(doc, load("summary"))
     assert machine_state() == before
     assert meta["journal"] and not Path(f"/var/lib/pathprof/journal/{meta['journal']}.jsonl").exists()
 

@@ -35,7 +35,7 @@ def test_mirror_matches_btf(name):
     t, mirror = structs[name], L.MIRRORS[name]
     assert C.sizeof(mirror) == t["size"], f"{name}: ctypes {C.sizeof(mirror)} != BTF {t['size']}"
     btf_members = {m["name"]: m["bits_offset"] // 8 for m in t["members"]}
-    py_members = {f[0]: getattr(mirror, f[0]).offset for f in mirror._fields_}
+    py_members = {f[0]: getattr(mirror, f[0]).offset for f in mirror._fields_ if not f[0].startswith("_pad")}
     assert py_members == btf_members
 
 
@@ -57,3 +57,40 @@ def test_lat_index_round_trip():
             idx = (((stage - 1) * L.NROLES + role) * L.NLEGS + leg) * hop_slots + hop
             assert L.lat_key(idx, hop_slots) == (stage, role, leg, hop)
     assert L.nf_key(((2 * 5 + 3) * 2 + 1) * 2 + 1) == (2, 3, 3, True)
+
+
+def test_abi_json_is_what_the_object_says_now():
+    """abi.json is a build product of pathprof.bpf.o's BTF: regenerated from the object now, it is identical
+    (a stale one would mirror a layout the programs no longer have)."""
+    if not shutil.which("bpftool"):
+        pytest.skip("bpftool not installed")
+    raw = subprocess.run(["bpftool", "-j", "btf", "dump", "file", str(PROBES / "pathprof.bpf.o"), "format", "raw"],
+                         check=True, capture_output=True, text=True).stdout
+    fresh = subprocess.run(["python3", str(PROBES / "gen_abi.py")], input=raw, check=True, capture_output=True,
+                           text=True).stdout
+    assert json.loads(fresh) == json.loads((PROBES / "abi.json").read_text())
+
+
+def test_name_tables_come_from_the_c_enums():
+    """Every stage and counter the C side defines has its name on the Python side, by the enum's own name."""
+    header = (PROBES / "common.h").read_text()
+    import re
+    for prefix, table in (("PP_ST_", L.STAGES), ("PP_STAT_", L.STATS)):
+        for name, value in re.findall(rf"\b{prefix}([A-Z0-9_]+)\s*=\s*(\d+)", header):
+            assert table[int(value)] == name.lower(), (prefix + name, table.get(int(value)))
+    assert L.NUSDT == int(re.search(r"#define PP_NUSDT (\d+)", header).group(1))
+    assert (L.MAX_PORTS, L.MAX_HOPS) == (int(re.search(r"#define PP_MAX_PORTS\s+(\d+)", header).group(1)),
+                                         int(re.search(r"#define PP_MAX_HOPS\s+(\d+)", header).group(1)))
+
+
+def test_a_stale_abi_is_refused(tmp_path, monkeypatch):
+    """An abi.json older than the object it describes is refused with the command that rebuilds it."""
+    import os
+
+    from pathprof.errors import RequirementError
+    (tmp_path / "pathprof.bpf.o").write_bytes(b"")
+    (tmp_path / "abi.json").write_text((PROBES / "abi.json").read_text())
+    os.utime(tmp_path / "abi.json", (1, 1))
+    monkeypatch.setattr(L, "_probes_dir", lambda: tmp_path)
+    with pytest.raises(RequirementError, match="make -C"):
+        L._load_abi()

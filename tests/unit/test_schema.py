@@ -1,0 +1,46 @@
+"""run.json and the run/report document against the JSON Schemas shipped in analysis/schemas: every recorded
+fixture and every summary built from one must validate, and documents that break the contract must not."""
+import copy
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from pathprof.analysis.rundir import RunDir
+from pathprof.analysis.schemas import load
+from pathprof.analysis.summary import summarize
+
+RUNS = sorted(p for p in (Path(__file__).parent / "data" / "runs").iterdir() if (p / "run.json").exists())
+
+
+@pytest.fixture(scope="module")
+def schemas():
+    return {name: jsonschema.Draft202012Validator(load(name)) for name in ("run", "summary")}
+
+
+def test_schemas_are_valid_json_schemas():
+    for name in ("run", "summary"):
+        jsonschema.Draft202012Validator.check_schema(load(name))
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[p.name for p in RUNS])
+def test_recorded_runs_validate(run, schemas):
+    meta = json.loads((run / "run.json").read_text())
+    schemas["run"].validate(meta)
+    schemas["summary"].validate(json.loads(json.dumps(summarize(RunDir.open(run)), default=str)))
+
+
+def test_broken_documents_are_refused(schemas):
+    meta = json.loads((RUNS[0] / "run.json").read_text())
+    for breakage in (lambda m: m.update(schema="pathprof-run/2.0"), lambda m: m.update(status="half-done"),
+                     lambda m: m["workload"].update(clients=0), lambda m: m.pop("run_id"),
+                     lambda m: m["probes"].update(level="everything")):
+        bad = copy.deepcopy(meta)
+        breakage(bad)
+        assert not schemas["run"].is_valid(bad)
+    doc = json.loads(json.dumps(summarize(RunDir.open(RUNS[0])), default=str))
+    for breakage in (lambda d: d.pop("closure"), lambda d: d["stages"][0].pop("us_per_txn"),
+                     lambda d: d.update(regime="fast"), lambda d: d.update(tps=-1.0)):
+        bad = copy.deepcopy(doc)
+        breakage(bad)
+        assert not schemas["summary"].is_valid(bad)
