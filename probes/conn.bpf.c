@@ -550,8 +550,13 @@ SEC("tp_btf/tcp_retransmit_skb")
 int BPF_PROG(pc_retransmit, const struct sock *sk, const struct sk_buff *skb)
 {
 	/* the client's SYN again (SYN_SENT): the first was dropped, usually by a full listen queue */
-	if (sk->__sk_common.skc_state == TCP_SYN_SENT && is_svc_port(bpf_ntohs(sk->__sk_common.skc_dport)))
-		cstat(PC_STAT_SYN_RETRANS);
+	if (sk->__sk_common.skc_state != TCP_SYN_SENT || !is_svc_port(bpf_ntohs(sk->__sk_common.skc_dport)))
+		return 0;
+	cstat(PC_STAT_SYN_RETRANS);
+	__u64 key = (__u64)sk;
+	struct pc_pending *p = bpf_map_lookup_elem(&pending, &key);
+	if (p && p->sampled)
+		cstat(PC_STAT_SYN_RETRANS_SAMPLED);   /* its wait is in connect.tcp_handshake */
 	return 0;
 }
 

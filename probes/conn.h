@@ -52,7 +52,8 @@ enum pc_stat {              /* per-CPU counters: nothing unmatched or lost goes 
 	PC_STAT_SYN_RETRANS = 15,   /* a client's SYN retransmitted (SYN dropped: the listen queue overflowed) */
 	PC_STAT_SYNACK_RETRANS = 16, /* the server's SYN-ACK retransmitted (the client's ACK dropped: accept queue full) */
 	PC_STAT_UNPAIRED_SAMPLED = 17, /* backends ready inside a window with no client paired (hop or NAT in between) */
-	PC_STAT_STALE = 18,          /* client connection starts never paired, dropped at the client's hello */
+	PC_STAT_STALE = 18,          /* client connection starts never paired, dropped at the client's next start */
+	PC_STAT_SYN_RETRANS_SAMPLED = 19, /* ... of them, SYNs of connections sampled (started inside a window) */
 	PC_NSTATS = 20,
 };
 

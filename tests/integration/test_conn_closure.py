@@ -128,10 +128,12 @@ def test_listen_queue_overflow_is_named_and_timed(tmp_path):
     doc = json.loads(cp.stdout)
     c = doc["connection_probe"]["counters"]
     assert c["listen_overflows"] > 0 and c["syn_retransmits"] > 0, c
-    # the kernel's own counters bound the probe's: every SYN the client sent again was dropped by the listener
-    # (ListenDrops, overflows included), and every overflow made a client or the server send again
+    # the kernel's own counter bounds the probe's: every SYN the client sent again had been dropped by the listener
+    # (ListenDrops, overflows included). Not every overflow makes a SYN retransmit: a dropped final ACK is made
+    # good by the client's first data segment
     assert c["syn_retransmits"] <= c["listen_drops"] + 2, c
-    assert c["listen_overflows"] <= c["syn_retransmits"] + c["synack_retransmits"] + 2, c
     handshake = {s["name"]: s for s in doc["connection_setup"]}["connect.tcp_handshake"]
-    # always on: every connection sampled; every retransmitted SYN waited at least the 1 s initial timeout
-    assert handshake["us_per_conn"] * handshake["count"] >= 0.9 * c["syn_retransmits"] * 1e6, (handshake, c)
+    # every retransmitted SYN of a sampled connection (one that started inside a window: not pgbench's first
+    # burst, before the window opened) waited at least the 1 s initial timeout
+    assert c["syn_retransmits_sampled"] > 0, c
+    assert handshake["us_per_conn"] * handshake["count"] >= 0.9 * c["syn_retransmits_sampled"] * 1e6, (handshake, c)
