@@ -6,8 +6,9 @@ ReadyForQuery) -- `summary["connection_setup"]`, µs per connection:
 
   connect.tcp_handshake      client SYN_SENT -> client ESTABLISHED (TCP only; absent on unix sockets). A SYN
                              dropped by a full listen queue is retransmitted after 1 s: inside this step, and
-                             counted (`connection_probe.counters`: syn_retransmits, synack_retransmits, and the
-                             server namespace's listen_overflows / listen_drops from TcpExt)
+                             counted (`connection_probe.counters`: syn_retransmits -- syn_retransmits_sampled
+                             of connections sampled --, synack_retransmits, and the server namespace's
+                             listen_overflows / listen_drops from TcpExt)
   connect.accept             handshake done (TCP) / connect() called (unix) -> the postmaster's accept()
                              returns: the accept queue (the postmaster waking from its select(), or busy forking
                              for earlier connections) and the accept itself
