@@ -17,7 +17,8 @@ A line item (`softirq.net`, `wire.backend`, `hop.docker-proxy.sys`) answers "whe
                       backend.execute's exclusive parts): the WAL's fsync, reads on misses, write-outs
   backend             backend.* (execute or its other parts, user/sys CPU), postmaster.*, pg_aux.*
   client              client.pgbench and pgbench's CPU
-  connection setup    connect.* (new connection per transaction)
+  connection setup    connect.* (new connection per transaction), and connwait.* (a reply waiting while its
+                      pgbench thread is blocked opening another client's connection)
   probes              pathprof's own BPF programs (the CPU basis leaves them out of the gap: they are not the
                       system's; explain.py)
   foreign load        `other`: CPU of processes that are not the run's
@@ -56,7 +57,7 @@ def cause_of(name: str, hops: set[str]) -> str:
         return "backend"
     if name.startswith(("client.", "pgbench.")):
         return "client"
-    if name.startswith("connect."):
+    if name.startswith(("connect.", "connwait.")):
         return "connection setup"
     if name == "probes":
         return "probes"

@@ -6,8 +6,9 @@ ReadyForQuery) -- `summary["connection_setup"]`, µs per connection:
 
   connect.tcp_handshake      client SYN_SENT -> client ESTABLISHED (TCP only; absent on unix sockets). A SYN
                              dropped by a full listen queue is retransmitted after 1 s: inside this step, and
-                             counted (`connection_probe.counters`: syn_retransmits, synack_retransmits, and the
-                             server namespace's listen_overflows / listen_drops from TcpExt)
+                             counted (`connection_probe.counters`: syn_retransmits -- syn_retransmits_sampled
+                             of connections sampled --, synack_retransmits, and the server namespace's
+                             listen_overflows / listen_drops from TcpExt)
   connect.accept             handshake done (TCP) / connect() called (unix) -> the postmaster's accept()
                              returns: the accept queue (the postmaster waking from its select(), or busy forking
                              for earlier connections) and the accept itself
@@ -26,6 +27,12 @@ ReadyForQuery) -- `summary["connection_setup"]`, µs per connection:
                              thread serves its other clients first (their connects block it: libpq's connect is
                              synchronous). Measured as the thread's closed clients integrated over the window
                              (no client identity needed), divided by the connections sampled
+  connect.unsplit            only when no backend could be paired with its client (a hop such as docker-proxy,
+                             or NAT, between them: the hello wakes the hop's socket, or the ports differ): the
+                             client's own connect time (connect.client_total: connect start -> its read of the
+                             hello) minus the backend's steps above (fork, first_run, backend_init_auth), which
+                             are measured without a client: handshakes, accept queues, the hop accepting and
+                             dialing upstream, the hello's way back
 
 The summary also puts these steps into the latency view (leg `connect`, µs per transaction = µs per
 connection): the per-message stages leave the setup exchange to this probe (probes/msg.bpf.h, conn_split), so

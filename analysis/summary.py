@@ -164,6 +164,14 @@ def _add_connection_setup(out: dict, rd: RunDir) -> None:
     ref = cl.get("cycle_us")
     if ref:
         cl["latency_error_pct"] = round((total - ref) / ref * 100.0, 2)
+    win = out.get("windows") or {}
+    if ref and win.get("window_s") and not win.get("always_on") and ref > 0.02 * win["window_s"] * 1e6:
+        # a wait that began before a window opened is not counted (its start is not known), so the longer the
+        # waits against the window, the more the edges lose
+        out["notes"].append(f"each client's cycle ({ref / 1e3:.0f} ms) is long against the {win['window_s']:g} s "
+                            "measurement windows: waits cut by a window's edge are lost, so the stages may add up "
+                            "to a few % less than the cycle; longer windows (--probe-window) or --probe-duty 100 "
+                            "close it")
 
 
 def _prediction(unprobed_tps: float | None, probes: dict) -> dict:

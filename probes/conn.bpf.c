@@ -17,8 +17,9 @@
  * after a unix connect(). Every interval ends up keyed by step id in `conn_agg` (pp_hist, common.h).
  *
  * Measurement windows: the front end writes pathprof.bpf.c's window start into `win` as well, so a
- * connection is sampled only when it started inside an open window and was ready before it closed: its steps
- * then describe the same stretch of the run as the per-message stages they are added to. */
+ * connection is sampled when it started inside an open window, however long it then takes (a SYN retransmitted
+ * after a second must not be left out for ending after the window): its steps then describe the same stretch of
+ * the run as the per-message stages they are added to. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -213,6 +214,7 @@ static __always_inline void client_start(struct pc_task *c, __u64 now)
 	}
 	rebucket(c, now, PC_B_IDLE);
 	c->hello = 0;
+	c->sampled = in_window(now);
 	c->cpu[PC_B_INIT] = 0;
 	c->bucket = PC_B_INIT;          /* on-CPU from here to ReadyForQuery received = the client's connect CPU */
 	c->start_ts = now;
@@ -222,7 +224,7 @@ static __always_inline void client_start(struct pc_task *c, __u64 now)
 
 static __always_inline void delivered(struct pc_task *c, __u64 ready, __u64 at)
 {
-	if (!in_window(c->start_ts)) {
+	if (!c->sampled) {
 		c->ready_ts = 0;
 		return;
 	}
@@ -302,8 +304,9 @@ int BPF_PROG(pc_fork, struct task_struct *parent, struct task_struct *child)
 		/* only a fork that follows an accept() is a connection backend (not autovacuum, bgworkers) */
 		if (child->tgid == parent->tgid || !pm_accept_ts)
 			return 0;
+		__u64 now = bpf_ktime_get_ns();
 		struct pc_task n = { .role = PC_ROLE_BACKEND, .bucket = PC_B_INIT, .accept_ts = pm_accept_ts,
-				     .fork_ts = bpf_ktime_get_ns() };
+				     .fork_ts = now, .fork_win = in_window(now) };
 		pm_accept_ts = 0;
 		cstat(PC_STAT_FORKS);
 		if (bpf_map_update_elem(&who, &ctid, &n, BPF_ANY))
@@ -334,7 +337,7 @@ int BPF_PROG(pc_tcp_state, const struct sock *sk, const int oldstate, const int 
 			return 0;
 		__u64 now = bpf_ktime_get_ns();
 		client_start(c, now);
-		struct pc_pending p = { .start_ts = now, .tid = tid };
+		struct pc_pending p = { .start_ts = now, .tid = tid, .sampled = c->sampled };
 		if (bpf_map_update_elem(&pending, &key, &p, BPF_ANY))
 			cstat(PC_STAT_PENDING_FULL);
 		c->pend_key = key;
@@ -409,7 +412,7 @@ int BPF_PROG(pc_data_ready, const struct sock *sk)
  * connection -- fork, first run, start-up and authentication -- and the client's side is its connect.client_total */
 static __always_inline void backend_alone(struct pc_task *t, __u64 at)
 {
-	if (!in_window(t->accept_ts))
+	if (!t->fork_win)
 		return;
 	t->sampled = 1;
 	cstat(PC_STAT_UNPAIRED_SAMPLED);
@@ -441,10 +444,10 @@ static __always_inline void backend_ready(struct pc_task *t, struct sock *sk, __
 	t->matched = 1;
 	cstat(PC_STAT_MATCHED);
 	__u64 start = p->start_ts, est = p->est_ts;
-	__u32 ctid = p->tid;
+	__u32 ctid = p->tid, p_sampled = p->sampled;
 	bpf_map_delete_elem(&pending, &peer);
-	if (!in_window(start))
-		return;                          /* not sampled: outside the measurement windows */
+	if (!p_sampled)
+		return;                          /* not sampled: started outside the measurement windows */
 	t->sampled = 1;
 	cstat(PC_STAT_SAMPLED);
 	step_span(PC_ST_HANDSHAKE, est ? start : 0, est);
@@ -474,7 +477,7 @@ int BPF_PROG(pc_send, struct sock *sk, int ret, int flags)
 		if (ret == 5 && client_conn_sock(sk))
 			closed_change(t, now, 1);    /* 'X' + length: libpq's Terminate, PQfinish closing */
 		if (t->unix_pending && sk->__sk_common.skc_family == AF_UNIX) {   /* the startup packet */
-			struct pc_pending p = { .start_ts = t->start_ts, .tid = tid };
+			struct pc_pending p = { .start_ts = t->start_ts, .tid = tid, .sampled = t->sampled };
 			__u64 key = (__u64)sk;
 			t->unix_pending = 0;
 			if (bpf_map_update_elem(&pending, &key, &p, BPF_ANY))
@@ -520,7 +523,7 @@ int BPF_PROG(pc_recv, struct sock *sk, int ret, int flags)
 		}
 		if (ret > 1 && t->start_ts && !t->hello) {   /* the hello (the SSL refusal is 1 byte) */
 			t->hello = 1;
-			if (in_window(t->start_ts))
+			if (t->sampled)
 				step_span(PC_ST_CLIENT_TOTAL, t->start_ts, now);
 		}
 		return 0;
@@ -547,8 +550,13 @@ SEC("tp_btf/tcp_retransmit_skb")
 int BPF_PROG(pc_retransmit, const struct sock *sk, const struct sk_buff *skb)
 {
 	/* the client's SYN again (SYN_SENT): the first was dropped, usually by a full listen queue */
-	if (sk->__sk_common.skc_state == TCP_SYN_SENT && is_svc_port(bpf_ntohs(sk->__sk_common.skc_dport)))
-		cstat(PC_STAT_SYN_RETRANS);
+	if (sk->__sk_common.skc_state != TCP_SYN_SENT || !is_svc_port(bpf_ntohs(sk->__sk_common.skc_dport)))
+		return 0;
+	cstat(PC_STAT_SYN_RETRANS);
+	__u64 key = (__u64)sk;
+	struct pc_pending *p = bpf_map_lookup_elem(&pending, &key);
+	if (p && p->sampled)
+		cstat(PC_STAT_SYN_RETRANS_SAMPLED);   /* its wait is in connect.tcp_handshake */
 	return 0;
 }
 

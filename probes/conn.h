@@ -52,7 +52,8 @@ enum pc_stat {              /* per-CPU counters: nothing unmatched or lost goes 
 	PC_STAT_SYN_RETRANS = 15,   /* a client's SYN retransmitted (SYN dropped: the listen queue overflowed) */
 	PC_STAT_SYNACK_RETRANS = 16, /* the server's SYN-ACK retransmitted (the client's ACK dropped: accept queue full) */
 	PC_STAT_UNPAIRED_SAMPLED = 17, /* backends ready inside a window with no client paired (hop or NAT in between) */
-	PC_STAT_STALE = 18,          /* client connection starts never paired, dropped at the client's hello */
+	PC_STAT_STALE = 18,          /* client connection starts never paired, dropped at the client's next start */
+	PC_STAT_SYN_RETRANS_SAMPLED = 19, /* ... of them, SYNs of connections sampled (started inside a window) */
 	PC_NSTATS = 20,
 };
 
@@ -76,9 +77,10 @@ struct pc_task {            /* `who` hash, key tid: a tracked client thread or a
 	__u8  matched;          /* backend: paired with a tracked client's start */
 	__u8  unix_pending;     /* client: unix connect() called, startup packet not sent yet */
 	__u32 ports;            /* backend on TCP: client port << 16 | server port, from its first receive */
-	__u8  sampled;          /* backend: its connection started and became ready inside a window */
+	__u8  sampled;          /* its connection started inside a window (client: the one in flight) */
 	__u8  hello;            /* client: the connection in flight has read its hello */
-	__u8  pad[2];
+	__u8  fork_win;         /* backend: forked inside a window (its steps count even unpaired) */
+	__u8  pad;
 	__u64 close_ts;         /* client thread: when closed_n last changed */
 	__u32 closed_n;         /* client thread: its clients between their Terminate and their next connect */
 	__u32 pad2;
@@ -89,6 +91,6 @@ struct pc_pending {         /* `pending` LRU hash, key: the client's struct sock
 	__u64 start_ts;
 	__u64 est_ts;           /* TCP: client ESTABLISHED, 0 for unix */
 	__u32 tid;              /* client thread */
-	__u32 pad;
+	__u32 sampled;          /* started inside a window: sampled however long it takes (a SYN retransmitted) */
 };
 #endif

@@ -263,12 +263,18 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 	struct pp_sock *s = learn_sock(sk, t);
 	if (!s)
 		return;
+	__u32 moved = 0;
 	if (tcp) {
 		__u32 c = tcp_copied(sk);
 		if (c == s->copied)
 			return;                   /* nothing was moved */
+		moved = c - s->copied;
 		s->copied = c;
 	}
+	/* --connect, a hop: a setup message, or the client's Terminate ('X' + length: 5 bytes), which the client does
+	 * not wait for (it closes and goes on): neither its wait here nor its forwarding is on the client's path */
+	int off_path = conn_split && is_hop_role(t->role) &&
+		       ((s->setup_msg & PP_SETUP_READY) || (moved == 5 && s->leg == PP_LEG_REQUEST));
 	if (conn_split && !is_hop_role(t->role)) {
 		/* a setup message read: left out at the next send; a client's read of more than the 1-byte SSL
 		 * refusal is the server's hello, which ends the setup */
@@ -287,7 +293,7 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 		if (!(w > r && w <= now))
 			w = on = 0;               /* already awake: the message was queued behind other work */
 		if (is_hop_role(t->role)) {
-			if (!(conn_split && (s->setup_msg & PP_SETUP_READY)))
+			if (!off_path)
 				piece_spans(s, r, w, on, now, t->wake_idle, s->seq, 0);
 		} else {                      /* kept until the receiver answers: only the last piece counts */
 			if (s->pend_done)
@@ -306,8 +312,7 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 		}
 	}
 	if (is_hop_role(t->role)) {
-		int setup = conn_split && (s->setup_msg & PP_SETUP_READY);
-		if (s->leg == PP_LEG_REQUEST && !setup) {
+		if (s->leg == PP_LEG_REQUEST && !off_path) {
 			/* a client's request: held until a forward upstream takes it (at once when a server connection
 			 * is free, later when the hop is a pooler out of them); see holdq.bpf.h */
 			hold_push(bpf_get_current_task_btf(), s, now, s->seq);
@@ -317,7 +322,7 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 		t->consume_ts = now;
 		t->consume_leg = s->leg;
 		t->consume_seq = s->seq;
-		t->consume_setup = setup;     /* forwarding it is setup too */
+		t->consume_setup = off_path;  /* and so is forwarding it */
 	} else {
 		s->consume_ts = now;
 	}
@@ -421,6 +426,10 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 				return 0;
 			}
 		}
+		/* --connect: every connection has new proxy goroutines, which move between threads: a consume followed
+		 * by a sleep of this thread was forwarded by another one, and must not pair with this later send */
+		if (conn_split && start && t->wake_ts > start)
+			start = 0;
 	} else if (s) {                   /* request/response on the same connection (backend, pgbench) */
 		/* --connect: a backend answering inside its setup (the SSL refusal, its hello), or a client answering a
 		 * setup message other than the hello: the connection probe's time, wait and processing alike */

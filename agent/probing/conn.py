@@ -50,7 +50,7 @@ NSTEPS = 24
 STATS = {0: "starts", 1: "accepts", 2: "forks", 3: "ready", 4: "matched", 5: "unmatched", 6: "tasks_full",
          7: "pending_full", 8: "out_of_order", 9: "gone_unready", 10: "reaped", 11: "accept_lost", 12: "no_peer",
          13: "negotiation", 14: "sampled", 15: "syn_retransmits", 16: "synack_retransmits", 17: "unpaired_sampled",
-         18: "stale_starts"}
+         18: "stale_starts", 19: "syn_retransmits_sampled"}
 # the server namespace's own counters (/proc/PID/net/netstat, TcpExt), read at reset() and stop(): connections
 # the kernel refused or dropped because the postmaster's listen/accept queue was full
 NETSTAT = {"ListenOverflows": "listen_overflows", "ListenDrops": "listen_drops"}
@@ -245,7 +245,8 @@ class _Task(C.Structure):
                 ("first_run_ts", C.c_uint64), ("qrecv_ts", C.c_uint64), ("gone_ts", C.c_uint64),
                 ("dr_ts", C.c_uint64), ("dr_sk", C.c_uint64), ("fin", C.c_uint32), ("role", C.c_uint8),
                 ("bucket", C.c_uint8), ("matched", C.c_uint8), ("unix_pending", C.c_uint8), ("ports", C.c_uint32),
-                ("sampled", C.c_uint8), ("hello", C.c_uint8), ("pad", C.c_uint8 * 2), ("close_ts", C.c_uint64),
+                ("sampled", C.c_uint8), ("hello", C.c_uint8), ("fork_win", C.c_uint8), ("pad", C.c_uint8),
+                ("close_ts", C.c_uint64),
                 ("closed_n", C.c_uint32), ("pad2", C.c_uint32), ("pend_key", C.c_uint64)]
 
 

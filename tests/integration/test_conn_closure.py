@@ -8,6 +8,7 @@ another stretch of the run than the per-message stages (it samples inside the sa
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 from conftest import run_pathprof
@@ -95,3 +96,44 @@ def test_a_reply_waits_while_its_thread_connects_another_client(runs, topology):
     shared = stages(runs[(topology, 12)], "response")
     assert shared.get("connwait.pgbench", {}).get("us_per_txn", 0) > 0, shared
     assert "connwait.pgbench" not in stages(runs[(topology, 1)]), stages(runs[(topology, 1)], "response")
+
+
+SMALL_QUEUE_SYSCTLS = """
+[[sysctls]]
+host = "server"
+name = "net.core.somaxconn"
+value = "1"
+
+[[sysctls]]
+host = "server"
+name = "net.ipv4.tcp_syncookies"
+value = "0"
+"""
+
+
+def test_listen_queue_overflow_is_named_and_timed(tmp_path):
+    """The nic path with the server namespace's listen queue cut to 1 (somaxconn) and no SYN cookies, 16 clients on
+    8 pgbench threads: SYNs are dropped while the postmaster is busy forking. The probe counts the clients' SYN
+    retransmits within what the kernel counts (TcpExt ListenOverflows, ListenDrops), and each costs the client its
+    initial retransmission timeout (1 s), inside connect.tcp_handshake."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    spec = Path(__file__).resolve().parents[2] / "topologies" / "nic.toml"
+    text = spec.read_text().replace('name = "nic"', 'name = "nic-smallq"').replace("pp-nic-", "pp-nsq-")
+    path = tmp_path / "nic-smallq.toml"
+    path.write_text(text + SMALL_QUEUE_SYSCTLS)
+    cp = run_pathprof("run", "--topology", str(path), "--clients", "16", "--threads", "8", "--connect",
+                      "--duration", "6", "--probe-duty", "100", "--json", "--no-live", runs_dir=tmp_path / "runs")
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    doc = json.loads(cp.stdout)
+    c = doc["connection_probe"]["counters"]
+    assert c["listen_overflows"] > 0 and c["syn_retransmits"] > 0, c
+    # the kernel's own counter bounds the probe's: every SYN the client sent again had been dropped by the listener
+    # (ListenDrops, overflows included). Not every overflow makes a SYN retransmit: a dropped final ACK is made
+    # good by the client's first data segment
+    assert c["syn_retransmits"] <= c["listen_drops"] + 2, c
+    handshake = {s["name"]: s for s in doc["connection_setup"]}["connect.tcp_handshake"]
+    # every retransmitted SYN of a sampled connection (one that started inside a window: not pgbench's first
+    # burst, before the window opened) waited at least the 1 s initial timeout
+    assert c["syn_retransmits_sampled"] > 0, c
+    assert handshake["us_per_conn"] * handshake["count"] >= 0.9 * c["syn_retransmits_sampled"] * 1e6, (handshake, c)

@@ -242,3 +242,10 @@ def test_cpu_bound_runs_still_name_the_io_waits_that_moved():
     assert e["io_stages"][0]["name"] == "backend.wal_flush"
     assert e["io_stages"][0]["delta_us_per_txn"] == pytest.approx(-2390.0)
     assert "backend.wal_flush -2,390.0" in explain_text(e)
+
+
+def test_a_reply_waiting_for_a_thread_blocked_in_a_connect_is_connection_setup():
+    from pathprof.analysis.causes import cause_of
+    assert cause_of("connwait.pgbench", set()) == "connection setup"
+    assert cause_of("connect.thread_wait", set()) == "connection setup"
+    assert cause_of("wakeup.pgbench", set()) == "scheduler"

@@ -190,3 +190,14 @@ def test_runs_without_exclusive_times_keep_the_inclusive_parts():
     assert s[("backend.wal_flush", "server")]["us_per_txn"] == pytest.approx(300.0)
     assert "part" not in s[("backend.wal_flush", "server")] and ("backend.execute.other", "server") not in s
     assert "execute_split" not in v
+
+
+def test_connwait_is_a_response_stage_of_pgbench_in_the_total():
+    """--connect: the part of a reply's wait while its pgbench thread opened another connection (carved out of
+    wakeup/recv/runqueue in the kernel, so it adds to them rather than overlapping)."""
+    df = pd.concat([stages_1client(), pd.DataFrame([row("connwait", "pgbench", "response", 30.0)])], ignore_index=True)
+    base = views.latency_view(stages_1client(), 1000, 100.0)
+    lv = views.latency_view(df, 1000, 100.0)
+    names = {(s["name"], s["leg"]): s["us_per_txn"] for s in lv["stages"]}
+    assert names[("connwait.pgbench", "response")] == pytest.approx(30.0)
+    assert lv["total_us"] == pytest.approx(base["total_us"] + 30.0)
