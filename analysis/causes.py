@@ -10,6 +10,7 @@ A line item (`softirq.net`, `wire.backend`, `hop.docker-proxy.sys`) answers "whe
   netfilter           netfilter.* stages and the `netfilter` CPU component (rules, conntrack, NAT)
   devices             dev.* (veth, bridge, tap, lo queues)
   link impairment     delay.* and qdisc.*: a delay or rate limit put on a link (--link, netem tables)
+  packet loss         retx_*: messages that waited for a TCP retransmission (timeout, fast recovery, probe)
   network stack       wire.* and softirq.net: protocol processing between the send and the receiver's socket
   scheduler           wakeup.*, idle_exit.*, runqueue.*, recv.*, queued.* of the run's own processes: waiting to
                       be woken, for a CPU to leave idle, for a CPU, behind other work
@@ -49,6 +50,8 @@ def cause_of(name: str, hops: set[str]) -> str:
         return "devices"
     if name.startswith(("delay.", "qdisc.")):
         return "link impairment"
+    if name.startswith("retx_"):
+        return "packet loss"
     if name == "softirq.net":
         return "network stack"
     if name in BACKEND_IO:

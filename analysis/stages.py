@@ -28,6 +28,10 @@ message the probes measure, back to back, so the stages tile the connection's ti
                        was opening another client's connection (libpq's connect blocks the thread until that
                        connection's ReadyForQuery); carved out of the wakeup, recv, runqueue or queued stage
   backend.execute      backend: consumed the request -> started sending the result (server leg)
+  retx_<kind>.<recv>   a message that reached <recv> only with a TCP retransmission: from its send to the last
+                       retransmission of it (kind: rto = after a retransmission timeout, fast = in fast
+                       recovery, probe = a tail loss probe); wire.<recv> is then the retransmission's own trip.
+                       Every retransmission of the run's sockets is also counted (tcp_retransmits: leg, kind)
   poolwait.<hop>       request leg: a client's request held inside the hop while the hop did other work,
                        from its consume to the hop's last other activity before forwarding it: a pooler
                        with no free server connection (pgbouncer's cl_waiting, pgpool's busy children).
@@ -82,7 +86,7 @@ import pandas as pd
 from pathprof.analysis.histogram import merge, quantile
 
 LAT_KINDS = ("wire", "wakeup", "idle_exit", "runqueue", "recv", "queued", "proc", "netfilter", "dev", "qdisc", "delay",
-             "connwait", "poolwait")
+             "connwait", "poolwait", "retx_rto", "retx_fast", "retx_probe")
 INSIDE_WIRE = ("netfilter", "dev", "qdisc", "delay")   # measured inside a wire span: carved out of it
 USDT_NAMES = {"pg_query": "backend.query", "pg_parse": "backend.parse", "pg_plan": "backend.plan",
               "pg_wal_flush": "backend.wal_flush",
@@ -144,6 +148,10 @@ def latency_view(stages: pd.DataFrame, txns: int, measured_mean_us: float, cycle
         if kind == "sched_runq":
             out["scheduler"].append({"role": _label(r.role, r.hop), "runq_us_mean": r.sum_ns / r.count / 1e3,
                                      "wakeups_per_txn": r.count / txns})
+            continue
+        if kind == "retx_count":      # retransmissions, not time: counted per outgoing leg and kind
+            out.setdefault("tcp_retransmits", []).append({"leg": r.leg, "kind": r.hook or "other",
+                                                          "sender": _label(r.role, r.hop), "count": int(r.count)})
             continue
         if kind == "pg_excl":
             if r.role == "backend":

@@ -89,6 +89,12 @@ def summarize(rd: RunDir) -> dict:
             out["closure"]["cycle_us"] = cycle_us
             out["closure"]["stages_sum_us"] = lv.get("total_us")
             out["scheduler"] = lv.get("scheduler")
+            if lv.get("tcp_retransmits"):
+                out["tcp_retransmits"] = tcp_retransmits(lv["tcp_retransmits"], out["stages"], txns)
+                kernel = m.get("tcp_counters") or {}
+                if kernel:       # the kernel's own count in the path's namespaces, over the same run
+                    out["tcp_retransmits"]["kernel_retrans_segs"] = sum(v.get("RetransSegs", 0)
+                                                                        for v in kernel.values())
             out["disk"] = views.disk_view(stages, txns)
             if lv.get("execute_split"):
                 out["closure"]["execute_split"] = lv["execute_split"]   # deep: backend.execute's parts vs it
@@ -129,6 +135,17 @@ def summarize(rd: RunDir) -> dict:
         from pathprof.analysis.pooler import pooler_check
         out["pooler_counters"] = pooler_check(m, out)
     return out
+
+
+def tcp_retransmits(counts: list[dict], stages: list[dict], txns: int) -> dict:
+    """Retransmissions of the run's sockets by leg and kind, and what the messages they delivered waited for them
+    (retx_* stages), as a share of the cycle: what loss on a link costs each transaction."""
+    rows = sorted(counts, key=lambda r: (r["leg"], r["kind"], r["sender"]))
+    wait = sum(s["us_per_txn"] for s in stages if s["name"].startswith("retx_") and not s.get("parent"))
+    total = sum(s["us_per_txn"] for s in stages if not s.get("parent"))
+    return {"by_leg": rows, "count": sum(r["count"] for r in rows),
+            "per_txn": round(sum(r["count"] for r in rows) / txns, 4) if txns else None,
+            "wait_us_per_txn": round(wait, 1), "wait_share_pct": round(100.0 * wait / total, 1) if total else None}
 
 
 def probe_cost_share(out: dict) -> dict:

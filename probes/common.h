@@ -42,6 +42,11 @@ enum pp_stage {
 	                            * they add up to no more than backend.execute, whose rest is CPU and the like */
 	PP_ST_POOLWAIT = 23,      /* a hop held a client's request while it did other work (a pooler with no free server
 	                            * connection): consumed -> the hop's last other activity before forwarding it */
+	PP_ST_RETX_RTO = 25,      /* a message's wait for the TCP retransmission that delivered it, after a timeout */
+	PP_ST_RETX_FAST = 26,     /* ... a fast retransmission (duplicate ACKs / SACK: the sender was in recovery) */
+	PP_ST_RETX_PROBE = 27,    /* ... a tail loss probe or another retransmission */
+	PP_ST_RETX_COUNT = 28,    /* retransmissions of the run's sockets, by outgoing leg (sub: 1 rto 2 fast 3 probe);
+	                            * counts only, not time */
 	PP_ST_CONNWAIT = 30,      /* --connect: a reply ready for pgbench while its thread was opening another client's
 	                            * connection (libpq's connect blocks the thread), carved out of the reply's wait */
 };
@@ -76,6 +81,9 @@ enum pp_stat {              /* per-CPU counters of everything not aggregated, so
 	PP_STAT_HOLDS = 24,         /* requests a hop forwarded through its queue of held requests */
 	PP_STAT_HOLD_STALE = 25,    /* held requests never forwarded (answered by the hop itself, superseded): dropped */
 	PP_STAT_HOLD_FULL = 26,     /* a hop held more requests than its queue has room for: the oldest was dropped */
+	PP_STAT_RETRANSMITS = 28,   /* retransmissions of the run's sockets (tcp_retransmit_skb) */
+	PP_STAT_RETX_DELIVERED = 29, /* messages whose wire was split at the retransmission that delivered them */
+	PP_STAT_RETX_SLOT_LOST = 30, /* a retransmission's stamp replaced by another connection's (slot collision) */
 	PP_STAT_SETUP_SPANS = 34,   /* --connect: spans of connection-setup messages, left to the connection probe */
 	PP_STAT_CONN_WAIT = 35,     /* --connect: pieces whose wait overlapped their thread opening another connection */
 	PP_NSTATS = 40,   /* 24-27 pooler waits, 28-33 TCP loss and stalls, 34-39 connection setup (reserved) */

@@ -212,7 +212,7 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 		t->send_ts = now;             /* unix: the send path up to here stays in the sender's stage */
 		t->in_send = 1;
 		stat_inc(PP_STAT_WIRE_UNTIMED);
-	} else {
+	} else if (!(sk->__sk_common.skc_family != AF_UNIX_NUM && retx_delivered(sk, s, ws, now, seq))) {
 		stat_inc(PP_STAT_WIRE_UNPAIRED);
 	}
 	return 0;
@@ -383,6 +383,8 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 	if (!was_sending)
 		return 0;
 	struct pp_sock *s = learn_sock(sk, t);
+	if (s)
+		s->last_send = t->send_ts;    /* a retransmission of this message goes back to here (tcp_loss.bpf.h) */
 	if (conn_split && !s && t->role == PP_ROLE_PGBENCH)
 		conn_busy_mark((__u32)bpf_get_current_pid_tgid(), bpf_ktime_get_ns(), 1);      /* a new connection */
 	__u64 start = 0;

@@ -54,6 +54,19 @@ struct pp_sock {            /* socket-local storage of a socket a tracked thread
 	__u64 pend_busy;
 	__u32 hold_id;          /* a hop's client socket: its slot in `holdts` (0 = none yet) */
 	__u32 hold_pad;
+	__u64 last_send;        /* start of the last message sent on this socket (a retransmission's message) */
+};
+
+/* A retransmitted message, from the sender's tcp_retransmit_skb to the receiver's sk_data_ready (`retx`, a
+ * direct-mapped array by connection: no insert/delete per packet). Keyed by the sender's view of the tuple. */
+#define PP_RETX_SLOTS 1024  /* power of two */
+struct pp_retx {
+	__u32 saddr, daddr;
+	__u16 sport, dport;
+	__u8  kind;             /* PP_ST_RETX_RTO / _FAST / _PROBE of the last retransmission */
+	__u8  pad[3];
+	__u64 send_ts;          /* the message's original send start (0 = slot free) */
+	__u64 retx_ts;          /* its last retransmission */
 };
 
 /* A hop thread's requests consumed and not yet forwarded, oldest first (task storage `holdq`, hop threads

@@ -55,6 +55,13 @@ struct {
 } hold_ids SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PP_RETX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct pp_retx);
+} retx SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);

@@ -120,6 +120,9 @@ def stage_frame(now: dict, base: dict, devs: dict, hops: dict, netns_names: dict
         if kind == "block":
             row(kind, d, 0, 0, hook=L.BLOCK_OPS.get(sub, f"op{sub}"), dev=block_name(hop))
             continue
+        if kind == "retx_count":     # retransmissions by outgoing leg; their kind in `hook`
+            row(kind, d, role, leg, hop_names.get(hop, ""), hook={1: "rto", 2: "fast", 3: "probe"}.get(sub, "other"))
+            continue
         if kind == "pg_excl":        # exclusive part of a backend wait/I-O: named by its owner, in `hook`
             row(kind, d, role, leg, hop_names.get(hop, ""), hook=L.EXCL_OWNERS.get(sub, f"u{sub}"))
             continue

@@ -278,6 +278,7 @@ def _measure(opts, topo, ctx, pg, services, loading: tuple, rd: RunDir, ui, phas
             conn_probe.track_client(pid)
             conn_probe.reset()
         clock["cpu0"], clock["t0"] = cpu_busy_ns(), time.monotonic_ns()
+        clock["tcp0"] = recorder.tcp_counters(topo)   # the kernel's retransmission counters, for the check
 
     ui.phase(f"pgbench: {w.clients} clients, {w.duration_s} s")
     seen_sockets: dict = {}
@@ -318,6 +319,7 @@ def _measure(opts, topo, ctx, pg, services, loading: tuple, rd: RunDir, ui, phas
         if conn_probe is not None:
             conn_probe.close()
     (busy1, total1), t1 = cpu_busy_ns(), time.monotonic_ns()
+    tcp_kernel = recorder.tcp_counters_during(clock.get("tcp0") or {}, recorder.tcp_counters(topo))
     t_results = time.monotonic()
     if probes is not None:
         probes.stop_windows()        # pgbench is done: no window may outlive it
@@ -347,6 +349,8 @@ def _measure(opts, topo, ctx, pg, services, loading: tuple, rd: RunDir, ui, phas
                         "checkpoints": recorder.checkpoints_during(clock["checkpoints0"], recorder.checkpoints(pg))})
     if counters:
         rd.update(pooler_counters=counters)
+    if tcp_kernel:
+        rd.update(tcp_counters=tcp_kernel)
     rd.write_json("topology.json", recorder.discovered_path(topo, ctx, pg, services, seen_sockets))
     phases.add("results", time.monotonic() - t_results)
     dead = _dead_parts(pg, services, history)

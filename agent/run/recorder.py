@@ -139,3 +139,30 @@ def discovered_path(topo, ctx, pg, services, seen_sockets: dict | None = None) -
     return {"topology": topo.name, "target": topo.client.target, "chain": chain, "sockets": seen_sockets or {},
             "hosts": {h.name: {"netns": h.netns, "addresses": ctx.hosts[h.name].addresses}
                       for h in topo.hosts.values()}}
+
+
+TCP_COUNTERS = {"Tcp": ("RetransSegs",), "TcpExt": ("TCPLossProbes", "TCPTimeouts", "TCPFastRetrans",
+                                                    "TCPSynRetrans")}
+
+
+def tcp_counters(topo) -> dict:
+    """The kernel's own TCP retransmission counters in each of the topology's namespaces (/proc/net/snmp and
+    netstat seen from inside), to check the probes' retransmission counts against: {netns: {name: value}}."""
+    out = {}
+    for ns in dict.fromkeys(h.netns for h in topo.hosts.values()):
+        cp = subprocess.run(netns_argv(ns, ["cat", "/proc/net/snmp", "/proc/net/netstat"]), capture_output=True,
+                            text=True)
+        lines = cp.stdout.splitlines()
+        values = {}
+        for head, vals in zip(lines[::2], lines[1::2]):
+            names, nums = head.split(), vals.split()
+            group = names[0].rstrip(":")
+            for key, value in zip(names[1:], nums[1:]):
+                if key in TCP_COUNTERS.get(group, ()):
+                    values[key] = int(value)
+        out[ns or "root"] = values
+    return out
+
+
+def tcp_counters_during(before: dict, after: dict) -> dict:
+    return {ns: {k: after[ns].get(k, 0) - v for k, v in vals.items()} for ns, vals in before.items() if ns in after}

@@ -271,6 +271,25 @@ def statements_table(summary: dict) -> Table | None:
     return t
 
 
+def retransmit_line(r: dict) -> str:
+    """One sentence on packet loss: how many retransmissions, on which legs, and what they cost the cycle."""
+    legs: dict[str, int] = {}
+    kinds: dict[str, int] = {}
+    for row in r.get("by_leg") or []:
+        legs[row["leg"]] = legs.get(row["leg"], 0) + row["count"]
+        kinds[row["kind"]] = kinds.get(row["kind"], 0) + row["count"]
+    names = {"rto": "after a timeout", "fast": "in fast recovery", "probe": "as tail loss probes"}
+    on_legs = ", ".join(f"{v:,} on the {k} leg" for k, v in legs.items())
+    text = (f"TCP retransmissions: {r.get('count', 0):,} ({on_legs}; "
+            f"{', '.join(f'{v:,} {names.get(k, k)}' for k, v in kinds.items())}); the messages they delivered "
+            f"waited {r.get('wait_us_per_txn', 0):,.1f} µs per transaction for them")
+    if r.get("wait_share_pct") is not None:
+        text += f", {r['wait_share_pct']:.1f} % of the stages"
+    if r.get("kernel_retrans_segs") is not None:
+        text += f"; the kernel counted {r['kernel_retrans_segs']:,} (RetransSegs in the path's namespaces)"
+    return text
+
+
 def report_view(summary: dict):
     parts = [header(summary), latency_table(summary), Text(""), cpu_table(summary)]
     conn = connection_table(summary)
@@ -279,6 +298,8 @@ def report_view(summary: dict):
     for extra in (statements_table(summary), disk_table(summary)):
         if extra is not None:
             parts += [Text(""), extra]
+    if summary.get("tcp_retransmits"):
+        parts += [Text(""), Text(retransmit_line(summary["tcp_retransmits"]))]
     if summary.get("pooler_counters"):
         from pathprof.analysis.pooler import describe
         parts += [Text(""), Text("\n".join(describe(r) for r in summary["pooler_counters"]))]

@@ -1,0 +1,53 @@
+"""Packet loss on a link (#22): the time a message waits for the TCP retransmission that delivers it is a stage
+of its own on the leg where it happened (retx_<kind>.<receiver>), the view closes again under loss, the loss
+stages carry the gap against the clean link, and the retransmissions the probes count match the kernel's own
+counters in the path's namespaces. Ground truth: the same nic path, 2 % loss on its wire (pathprof's delay line)
+against none."""
+import json
+
+import pytest
+from conftest import run_pathprof
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    cp = run_pathprof("compare", "nic", "nic:link=wire:loss_pct=2", "--clients", "2", "--duration", "6",
+                      "--probe-duty", "100", "--json", runs_dir=tmp_path_factory.mktemp("runs"), check=True,
+                      timeout=600)
+    doc = json.loads(cp.stdout)
+    return doc, doc["runs"][0], doc["runs"][1]
+
+
+def test_loss_closes_and_the_wait_is_on_the_legs(compared):
+    _, clean, lossy = compared
+    assert abs(clean["closure"]["latency_error_pct"]) <= 5, clean["closure"]
+    assert abs(lossy["closure"]["latency_error_pct"]) <= 10, lossy["closure"]
+    retx = {(s["name"], s["leg"]): s["us_per_txn"] for s in lossy["stages"] if s["name"].startswith("retx_")}
+    legs = {leg for _, leg in retx}
+    assert legs == {"request", "response"}, retx            # loss on both directions of the wire
+    assert sum(retx.values()) > 0.5 * lossy["closure"]["cycle_us"], retx
+    assert not [s for s in clean["stages"] if s["name"].startswith("retx_")]
+
+
+def test_retransmissions_counted_as_the_kernel_counts_them(compared):
+    _, clean, lossy = compared
+    r = lossy["tcp_retransmits"]
+    kernel = r["kernel_retrans_segs"]
+    assert kernel > 10, r
+    assert abs(r["count"] - kernel) <= max(3, 0.15 * kernel), r
+    assert {row["leg"] for row in r["by_leg"]} == {"request", "response"}
+    assert r["wait_share_pct"] > 50, r
+    assert "tcp_retransmits" not in clean or clean["tcp_retransmits"]["count"] <= 2
+
+
+def test_the_loss_carries_the_gap(compared):
+    doc, _, _ = compared
+    (expl,) = doc["explanations"]
+    items = {i["name"]: i["delta_us_per_txn"] for i in expl["items"]}
+    loss = sum(v for k, v in items.items() if k.startswith("retx_"))
+    gap = expl["gap_us_per_txn"]
+    assert gap > 0 and loss >= 0.7 * gap, (gap, loss, expl.get("verdict"))
+    top = max(expl["causes"], key=lambda c: abs(c["delta_us_per_txn"]))
+    assert top["name"] == "packet loss", expl["causes"]
