@@ -1,0 +1,402 @@
+"""What-if predictions from one recorded run: a small closed queueing network solved by MVA (analysis.mva).
+
+The model (printed with every prediction as its assumptions):
+
+  clients     N pgbench connections, each a customer that never stops: send, wait for the result, send again
+  CPUs        one queueing centre with as many servers as the host has CPUs, less the foreign load the run saw
+              (`other`); its demand is the run's CPU per transaction without the probes. On a run that saturated
+              the CPUs that is the CPU view; on a latency-bound run the CPU view also holds the cost of sleeping
+              and waking on idle CPUs, which fades under load, so the demand is the CPU work *on the transaction's
+              path* (the latency view's wire, netfilter, device, wakeup, recv, execute, hop and client stages,
+              without the probes' time) and every CPU component is scaled to it
+  hop <name>  a single-threaded process (pgbouncer, docker-proxy): one server whose demand is its CPU per
+              transaction; its service is counted at the CPUs, its waiting for its one thread is added
+  client      pgbench's worker threads (min(clients, CPUs)): a multi-server centre of pgbench's CPU
+  WAL flush   (deep runs) backend.wal_flush as a single server: commits wait for the one WAL flush
+  delays      delay.* and qdisc.* (a link's delay line or rate limit), backend lock waits, and what is left of
+              the cycle: pure delays, the same at every client count
+  idle wakeups idle_exit.* (and, on a latency-bound run, the run-queue waits of wakeups onto idle CPUs): a delay
+              that happens only while CPUs are idle, scaled by the CPUs' idle share
+
+It is anchored on the run: the TPS measured outside the probe windows (nothing attached) at the run's own client
+count is reproduced exactly (the CPU demand is scaled on a CPU-bound run, the delays on a latency-bound one) and
+the other client counts are extrapolated. The band: see `band_pct`.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+
+from pathprof.analysis.mva import Centre, solve
+from pathprof.errors import UserError
+
+PATH_WORK = ("wire.", "netfilter.", "dev.", "wakeup.", "recv.")   # + backend.execute, hop.*, client.pgbench
+IDLE = ("idle_exit.",)
+FIXED_DELAY = ("delay.", "qdisc.")
+WAL_SETTINGS = {"synchronous_commit": ("off", "local"), "fsync": ("off",)}
+SATURATED = 0.9       # a centre this busy per server limits throughput
+
+
+@dataclass
+class Base:
+    """What the model takes from one run (µs per transaction, unprobed)."""
+    clients: int
+    ncpu: float                         # CPUs left to the run (host CPUs minus foreign load)
+    cpu: dict[str, float]               # CPU component -> µs/txn (scaled to the load-independent work)
+    hops: list[str]
+    think_us: float                     # pure delays
+    idle_us: float                      # idle-wakeup delay on fully idle CPUs
+    wal_us: float = 0.0
+    round_trips: float = 1.0
+    measured_tps: float = 0.0
+    regime: str = ""
+    band_pct: float = 0.0
+    band_parts: dict = field(default_factory=dict)
+    delays: dict[str, float] = field(default_factory=dict)    # named fixed delays (for the assumptions)
+    notes: list[str] = field(default_factory=list)
+    links: dict[str, int] = field(default_factory=dict)        # link or interface name -> directions it delays
+    cpu_scale: float = 1.0
+    receivers: int = 2                  # processes woken per transaction (wakeups onto idle CPUs)
+
+
+def _stage_sum(summary: dict, prefixes: tuple, exclude_roles: tuple = ()) -> float:
+    return sum(float(s["us_per_txn"]) for s in summary.get("stages") or []
+               if "parent" not in s and s["name"].startswith(prefixes)
+               and s["name"].split(".", 1)[1] not in exclude_roles)
+
+
+def _path_work(summary: dict) -> float:
+    names = summary.get("stages") or []
+    own = sum(float(s["us_per_txn"]) for s in names if "parent" not in s
+              and (s["name"].startswith(PATH_WORK) or s["name"].startswith("hop.")
+                   or s["name"] in ("backend.execute", "client.pgbench")))
+    io = sum(float(s["us_per_txn"]) for s in names if s.get("part") and s["name"] in
+             ("backend.wal_flush", "backend.data_read", "backend.lock_wait"))
+    return max(own - io, 0.0)
+
+
+def measured_tps(summary: dict) -> float:
+    """The run's TPS without probes attached (outside the windows) when it has one, else pgbench's."""
+    out = (summary.get("windows") or {}).get("tps_out")
+    return float(out or summary.get("tps") or 0.0)
+
+
+def base_from_run(summary: dict, progress_tps: list[float] | None = None, spec: dict | None = None) -> Base:
+    """The model's inputs from a summary (analysis.summary.summarize); UserError when the run cannot support it."""
+    if not summary.get("cpu"):
+        raise UserError(f"{summary.get('run_dir')}: no CPU view (the run was made with --probes off or recorded no "
+                        "CPU table): the model needs CPU per transaction; record the run with --probes basic")
+    if not summary.get("stages"):
+        raise UserError(f"{summary.get('run_dir')}: no latency view: the model needs the run's stages")
+    if (summary.get("workload") or {}).get("connect"):
+        raise UserError("runs with a new connection per transaction (-C) are not modelled: connection setup "
+                        "serialises on the postmaster, which the model does not represent")
+    clients = int(summary.get("clients") or 1)
+    ncpu_host = float((summary.get("host") or {}).get("cpus") or 1)
+    tps_in = float((summary.get("windows") or {}).get("tps_in") or summary.get("tps") or 0.0)
+    comps = {c["component"]: float(c["us_per_txn"]) for c in summary["cpu"]}
+    foreign = comps.pop("other", 0.0) * tps_in / 1e6
+    comps.pop("probes", None)
+    probe_us = (summary.get("probe_cost_ns_per_txn") or 0.0) / 1e3
+    hops = sorted({c.split(".")[1] for c in comps if c.startswith("hop.")})
+    wal = sum(float(s["us_per_txn"]) for s in summary["stages"] if s["name"] == "backend.wal_flush" and s.get("part"))
+    view_us = sum(comps.values())
+    ncpu = max(ncpu_host - foreign, 1.0)
+    # the run's own regime: its own CPU (probes included) against the CPUs foreign load left it
+    own_cpus = (view_us + (probe_us if "probes" in {c["component"] for c in summary["cpu"]} else 0.0)) * tps_in / 1e6
+    regime = "cpu-bound" if own_cpus >= SATURATED * ncpu else "latency-bound"
+    b = Base(clients=clients, ncpu=ncpu, cpu=comps, hops=hops, think_us=0.0, idle_us=0.0,
+             wal_us=wal, regime=regime, measured_tps=measured_tps(summary))
+    b.round_trips = max([float(s.get("count_per_txn") or 0) for s in summary["stages"]
+                         if s["name"] == "wire.backend" and s["leg"] == "request"] or [1.0]) or 1.0
+    if foreign > 0.05:
+        b.notes.append(f"foreign load: other processes used {foreign:.2f} CPUs during the run; the model leaves "
+                       f"{b.ncpu:.2f} CPUs to this path")
+    if b.regime != "cpu-bound":
+        path = max(_path_work(summary) - probe_us, 0.0)
+        if 0 < path < view_us:
+            b.cpu_scale = path / view_us
+            b.cpu = {k: v * b.cpu_scale for k, v in comps.items()}
+            b.notes.append(f"CPU view {view_us:.1f} µs per transaction at {clients} client(s) includes sleeping and "
+                           f"waking on idle CPUs; the work on the transaction's path is {path:.1f} µs, used as "
+                           "the CPU demand under load")
+    b.delays = {"link delay lines and rate limits": _stage_sum(summary, FIXED_DELAY)}
+    b.links = _links(spec or {})
+    lock = sum(float(s["us_per_txn"]) for s in summary["stages"] if s["name"] in
+               ("backend.lock_wait", "backend.data_read") and s.get("part"))
+    if lock:
+        b.delays["backend lock waits and reads (as measured)"] = lock
+    _anchor(b, summary)
+    _band(b, summary, progress_tps)
+    return b
+
+
+def _anchor(b: Base, summary: dict) -> None:
+    """Make the model reproduce the measured (unprobed) TPS at the run's own client count."""
+    idle_stages = _stage_sum(summary, IDLE)
+    events = sum(float(s.get("count_per_txn") or 0) for s in summary.get("stages") or [] if
+                 s["name"].startswith(IDLE))
+    b.receivers = len({(s["name"].split(".", 1)[1], s["leg"]) for s in summary.get("stages") or []
+                       if s["name"].startswith(("wakeup.", "idle_exit.", "queued.", "runqueue."))}) or 2
+    b.think_us = sum(b.delays.values())
+    if b.regime == "cpu-bound" and b.measured_tps:
+        # the CPUs limit: scale their demand until the model gives the measured rate (bisection on the factor)
+        per_event = idle_stages / events if events * float(summary.get("transactions") or 0) >= 50 else 0.0
+        b.idle_us = per_event * b.receivers
+        orig, lo, hi = dict(b.cpu), 0.05, 20.0
+        for _ in range(60):
+            f = math.sqrt(lo * hi)
+            b.cpu = {k: v * f for k, v in orig.items()}
+            if solve(_centres(b, b.clients), b.clients, b.think_us, cpu_centre="cpu").tps > b.measured_tps:
+                lo = f
+            else:
+                hi = f
+        b.cpu_scale *= f
+        per_event = idle_stages / events if events * float(summary.get("transactions") or 0) >= 50 else 0.0
+        b.idle_us = per_event * b.receivers
+        if not per_event:
+            b.notes.append("the run saw too few wakeups onto idle CPUs to price one: predictions at fewer clients "
+                           "than saturate the CPUs leave that delay out and come out too high")
+        return
+    cycle = b.clients * 1e6 / b.measured_tps if b.measured_tps else 0.0
+    # what the centres and named delays leave of the cycle: wakeups onto idle CPUs (idle exits, run-queue waits
+    # while a CPU leaves idle), so it fades as the CPUs fill; found by bisection, the cycle grows with it
+    lo, hi = 0.0, max(cycle, 1.0) * 4
+    b.idle_us = 0.0
+    if solve(_centres(b, b.clients), b.clients, b.think_us, cpu_centre="cpu").cycle_us >= cycle:
+        return
+    for _ in range(60):
+        b.idle_us = (lo + hi) / 2
+        if solve(_centres(b, b.clients), b.clients, b.think_us, cpu_centre="cpu").cycle_us < cycle:
+            lo = b.idle_us
+        else:
+            hi = b.idle_us
+    b.delays[f"idle wakeups at full idle (the run's idle_exit.* were {idle_stages:.1f} µs)"] = b.idle_us
+
+
+def _centres(b: Base, clients: int) -> list[Centre]:
+    cs = [Centre("cpu", sum(b.cpu.values()), servers=b.ncpu)]
+    for h in b.hops:
+        d = b.cpu.get(f"hop.{h}.user", 0.0) + b.cpu.get(f"hop.{h}.sys", 0.0)
+        if d > 0:
+            cs.append(Centre(f"hop.{h}", d, overlaps=True))
+    client = b.cpu.get("pgbench.user", 0.0) + b.cpu.get("pgbench.sys", 0.0)
+    if client > 0:
+        cs.append(Centre("client", client, servers=min(clients, max(int(b.ncpu + 0.5), 1)), overlaps=True))
+    if b.wal_us > 0:
+        cs.append(Centre("backend.wal_flush", b.wal_us))
+    cs.append(Centre("idle", b.idle_us, servers=0, idle_scaled=True))
+    return cs
+
+
+def _band(b: Base, summary: dict, progress_tps: list[float] | None) -> None:
+    """Half-width of the band, % of the prediction: the root sum of squares of the run's own spread (the
+    coefficient of variation of pgbench's per-second TPS), its worse closure error, and the gap between the TPS
+    with probes attached and without (how far the probes moved the system the demands were measured on)."""
+    cv = 0.0
+    pts = [t for t in (progress_tps or [])[1:] if t > 0]   # the first second holds the start-up
+    if len(pts) >= 2:
+        mean = sum(pts) / len(pts)
+        cv = math.sqrt(sum((t - mean) ** 2 for t in pts) / (len(pts) - 1)) / mean * 100.0
+    clo = summary.get("closure") or {}
+    closure = max(abs(clo.get("latency_error_pct") or 0.0), abs(clo.get("cpu_error_pct") or 0.0))
+    w = summary.get("windows") or {}
+    inout = abs((w.get("tps_in") or 0) / w["tps_out"] * 100.0 - 100.0) if w.get("tps_out") and w.get("tps_in") else 0.0
+    b.band_parts = {"tps_spread_pct": round(cv, 1), "closure_pct": round(closure, 1), "probes_in_out_pct": round(inout, 1)}
+    b.band_pct = round(math.sqrt(cv ** 2 + closure ** 2 + inout ** 2), 1)
+
+
+def _links(spec: dict) -> dict[str, int]:
+    """Names --link accepts on this run's topology: a link's name delays both directions, an end's interface
+    its own egress only."""
+    out: dict[str, int] = {}
+    for ln in spec.get("links") or []:
+        if ln.get("name"):
+            out[ln["name"]] = 2
+        for end in ("a", "b"):
+            if (ln.get(end) or {}).get("ifname"):
+                out[ln[end]["ifname"]] = 1
+    return out
+
+
+@dataclass(frozen=True)
+class Scenario:
+    without: tuple[str, ...] = ()
+    link_us: dict = field(default_factory=dict)       # name -> extra µs per transaction
+    pg_set: dict = field(default_factory=dict)
+
+    def label(self) -> str:
+        parts = [f"without {h}" for h in self.without]
+        parts += [f"{n} +{us:g} µs/txn" for n, us in self.link_us.items()]
+        parts += [f"{k}={v}" for k, v in self.pg_set.items()]
+        return ", ".join(parts) or "as recorded"
+
+
+LINK_RE = re.compile(r"^(?P<name>[^:]+):(?P<key>delay_us|rtt_us)=(?P<val>[0-9.]+)$")
+
+
+def parse_link(text: str, base: Base) -> tuple[str, float]:
+    """NAME:delay_us=N|rtt_us=N -> (name, extra µs per transaction)."""
+    m = LINK_RE.match(text.strip())
+    if not m:
+        raise UserError(f"--link '{text}' is not NAME:delay_us=N or NAME:rtt_us=N (e.g. wire:rtt_us=1000)")
+    name, key, val = m["name"], m["key"], float(m["val"])
+    if name not in base.links:
+        known = ", ".join(sorted(base.links)) or "none: the path has no veth link"
+        raise UserError(f"--link: this run's topology has no link or interface '{name}' (links: {known})")
+    directions = base.links[name]
+    if key == "rtt_us":
+        if directions != 2:
+            raise UserError(f"--link {name}: rtt_us needs a link's name (both directions), not one interface")
+        per_txn = val * base.round_trips
+    else:
+        per_txn = val * directions * base.round_trips
+    return name, per_txn
+
+
+def parse_pg_set(items: list[str], base: Base, summary: dict) -> dict[str, str]:
+    """--pg-set KEY=VALUE: only settings whose effect the model represents (removing the commit's WAL flush)."""
+    out = {}
+    for item in items or []:
+        k, sep, v = item.partition("=")
+        k, v = k.strip(), v.strip()
+        if not sep or not k:
+            raise UserError(f"--pg-set '{item}' is not KEY=VALUE")
+        if v.lower() not in WAL_SETTINGS.get(k, ()):
+            raise UserError(f"--pg-set {k}={v}: the model cannot predict this setting; it represents only "
+                            "settings that take the WAL flush out of a commit (synchronous_commit=off, fsync=off)")
+        if not any(s["name"] == "backend.wal_flush" and s.get("part") for s in summary.get("stages") or []):
+            raise UserError(f"--pg-set {k}={v} needs the run's backend.wal_flush: record the run with --probes deep")
+        out[k] = v
+    return out
+
+
+def apply(b: Base, sc: Scenario) -> Base:
+    """The base system changed by a scenario: hops removed, link delays added, the WAL flush taken out."""
+    cpu, delays, notes = dict(b.cpu), dict(b.delays), list(b.notes)
+    hops, receivers, idle = list(b.hops), b.receivers, b.idle_us
+    for h in sc.without:
+        if h not in hops:
+            raise UserError(f"--without {h}: this run has no probed hop '{h}' (hops: {', '.join(b.hops) or 'none'})")
+        conns = len(hops) + 1
+        for k in [k for k in cpu if k.startswith(f"hop.{h}.")]:
+            del cpu[k]
+        # its second connection's kernel work: every message crossed `conns` connections, now one fewer
+        for k in ("softirq.net", "netfilter"):
+            if k in cpu:
+                cpu[k] *= (conns - 1) / conns
+        hops.remove(h)
+        idle *= max(receivers - 2, 1) / receivers       # its two wakeups per transaction (request and response)
+        receivers = max(receivers - 2, 1)
+    think = b.think_us + sum(sc.link_us.values())
+    for n, us in sc.link_us.items():
+        delays[f"added delay on {n}"] = us
+    wal = 0.0 if sc.pg_set else b.wal_us
+    return replace(b, cpu=cpu, hops=hops, receivers=receivers, idle_us=idle, think_us=think, delays=delays,
+                   notes=notes, wal_us=wal)
+
+
+LIMIT_TEXT = {"cpu": "the CPUs", "client": "the client (pgbench's threads)", "backend.wal_flush": "the backend's WAL flush"}
+
+
+def _limited_by(b: Base, sol) -> tuple[str, str]:
+    util = sol.utilisation
+    busiest = max((k for k in util if k != "idle"), key=lambda k: util[k], default=None)
+    if busiest and util[busiest] >= SATURATED:
+        if busiest.startswith("hop."):
+            return busiest, f"hop {busiest[4:]}'s process (one thread, {util[busiest] * 100:.0f} % busy)"
+        what = LIMIT_TEXT.get(busiest, busiest)
+        if busiest == "cpu":
+            what = f"the CPUs ({b.ncpu:.2f}, {util[busiest] * 100:.0f} % busy)"
+        return busiest, what
+    parts = {**{k: v for k, v in sol.residence_us.items()}, "delays": b.think_us}
+    top = max(parts, key=parts.get)
+    return "latency", f"latency: no resource saturated (largest part of the cycle: {top}, {parts[top]:.1f} µs)"
+
+
+def assumptions(b: Base) -> list[str]:
+    cs = _centres(b, b.clients)
+    out = []
+    for c in cs:
+        if c.name == "cpu":
+            out.append(f"queue: the CPUs, {b.ncpu:.2f} servers (Seidmann's multi-server MVA), {c.demand_us:.1f} µs "
+                       "CPU per transaction without the probes")
+        elif c.name.startswith("hop."):
+            out.append(f"queue: {c.name} (one thread), {c.demand_us:.1f} µs CPU per transaction; its service is "
+                       "counted at the CPUs, its waiting for the thread added")
+        elif c.name == "client":
+            out.append(f"queue: the client, pgbench's threads (min(clients, CPUs)), {c.demand_us:.1f} µs CPU per "
+                       "transaction")
+        elif c.name == "backend.wal_flush":
+            out.append(f"queue: the backend's WAL flush (one at a time), {c.demand_us:.1f} µs per transaction")
+        elif c.name == "idle" and c.demand_us:
+            out.append(f"delay, fading as the CPUs fill: wakeups onto idle CPUs, {c.demand_us:.1f} µs per "
+                       "transaction when the CPUs are idle")
+    for n, us in b.delays.items():
+        if us and not n.startswith("idle"):
+            out.append(f"delay: {n}, {us:.1f} µs per transaction")
+    out.append(f"anchored on the run: {b.measured_tps:,.0f} TPS measured without probes at {b.clients} clients "
+               "is reproduced exactly")
+    return out + b.notes
+
+
+def predict(b: Base, clients: list[int], scenario: Scenario | None = None) -> list[dict]:
+    """One row per client count: [{name, clients, tps, tps_low, tps_high, latency_ms, limited_by,
+    limited_by_text, assumptions}]."""
+    sc = scenario or Scenario()
+    m = apply(b, sc)
+    rows = []
+    for n in clients:
+        sol = solve(_centres(m, n), n, m.think_us, cpu_centre="cpu")
+        key, text = _limited_by(m, sol)
+        half = m.band_pct / 100.0
+        rows.append({"name": f"{sc.label()}, {n} clients", "scenario": sc.label(), "clients": n,
+                     "tps": round(sol.tps, 1), "tps_low": round(sol.tps * (1 - half), 1),
+                     "tps_high": round(sol.tps * (1 + half), 1), "latency_ms": round(sol.cycle_us / 1e3, 4),
+                     "limited_by": key, "limited_by_text": text,
+                     "utilisation_pct": {k: round(v * 100, 1) for k, v in sol.utilisation.items() if k != "idle"},
+                     "assumptions": assumptions(m)})
+    return rows
+
+
+def progress_tps(run_dir) -> list[float]:
+    """pgbench's per-second TPS (-P 1 lines in pgbench/stderr.txt) of a run directory."""
+    from pathlib import Path
+    path = Path(run_dir) / "pgbench" / "stderr.txt"
+    if not path.exists():
+        return []
+    return [float(m.group(1)) for m in re.finditer(r"progress: [\d.]+ s, ([\d.]+) tps", path.read_text())]
+
+
+def base_of(rd, summary: dict | None = None) -> Base:
+    """The model's base from a run directory (analysis.rundir.RunDir)."""
+    from pathprof.analysis.summary import summarize
+    s = summary or summarize(rd)
+    return base_from_run(s, progress_tps(rd.path), ((rd.meta.get("topology") or {}).get("spec") or {}))
+
+
+def predict_for(base_summary: dict, target: dict) -> dict | None:
+    """The prediction, from the first run of a compare/sweep, of another run's TPS (None when the model cannot
+    say): same path with another client count, or the same path without a hop the base had."""
+    from pathlib import Path
+
+    from pathprof.analysis.rundir import RunDir
+    try:
+        b = base_of(RunDir.open(Path(base_summary["run_dir"])), base_summary)
+    except (UserError, KeyError, OSError):
+        return None
+    sc = Scenario()
+    missing = sorted(set(b.hops) - {c["component"].split(".")[1] for c in target.get("cpu") or []
+                                    if c["component"].startswith("hop.")})
+    if missing and target.get("cpu"):
+        sc = Scenario(without=tuple(missing))
+    elif (target.get("topology") != base_summary.get("topology")
+          or target.get("topology_options") != base_summary.get("topology_options")):
+        return None
+    row = predict(b, [int(target.get("clients") or 1)], sc)[0]
+    meas = measured_tps(target)
+    row["measured_tps"] = meas
+    row["error_pct"] = round((row["tps"] - meas) / meas * 100.0, 1) if meas else None
+    row["within_band"] = bool(meas and row["tps_low"] <= meas <= row["tps_high"])
+    return row
