@@ -70,6 +70,9 @@ def solve(centres: list[Centre], clients: int, think_us: float = 0.0, cpu_centre
                 res[c.name] = queued[c.name] + c.demand_us * (c.servers - 1) / c.servers
             cycle += res[c.name] - c.demand_us if c.overlaps else res[c.name]
         x = n / cycle if cycle > 0 else float("inf")
+        # never past a queue's capacity (servers / demand): the overlap and idle-delay corrections could
+        # otherwise overshoot it near saturation
+        x = min([x] + [c.servers / c.demand_us for c in centres if c.servers and c.demand_us > 0])
         for c in centres:
             waiting[c.name] = x * queued[c.name]
             util[c.name] = x * c.demand_us / c.servers if c.servers else 0.0

@@ -203,7 +203,8 @@ def _band(b: Base, summary: dict, progress_tps: list[float] | None) -> None:
     closure = max(abs(clo.get("latency_error_pct") or 0.0), abs(clo.get("cpu_error_pct") or 0.0))
     w = summary.get("windows") or {}
     inout = abs((w.get("tps_in") or 0) / w["tps_out"] * 100.0 - 100.0) if w.get("tps_out") and w.get("tps_in") else 0.0
-    b.band_parts = {"tps_spread_pct": round(cv, 1), "closure_pct": round(closure, 1), "probes_in_out_pct": round(inout, 1)}
+    b.band_parts = {"tps_spread_pct": round(cv, 1), "closure_pct": round(closure, 1),
+                    "probes_in_out_pct": round(inout, 1)}
     b.band_pct = round(math.sqrt(cv ** 2 + closure ** 2 + inout ** 2), 1)
 
 
@@ -297,7 +298,8 @@ def apply(b: Base, sc: Scenario) -> Base:
                    notes=notes, wal_us=wal)
 
 
-LIMIT_TEXT = {"cpu": "the CPUs", "client": "the client (pgbench's threads)", "backend.wal_flush": "the backend's WAL flush"}
+LIMIT_TEXT = {"cpu": "the CPUs", "client": "the client (pgbench's threads)",
+              "backend.wal_flush": "the backend's WAL flush"}
 
 
 def _limited_by(b: Base, sol) -> tuple[str, str]:
@@ -387,12 +389,13 @@ def predict_for(base_summary: dict, target: dict) -> dict | None:
     except (UserError, KeyError, OSError):
         return None
     sc = Scenario()
+    if target.get("topology") != base_summary.get("topology"):
+        return None
     missing = sorted(set(b.hops) - {c["component"].split(".")[1] for c in target.get("cpu") or []
                                     if c["component"].startswith("hop.")})
     if missing and target.get("cpu"):
         sc = Scenario(without=tuple(missing))
-    elif (target.get("topology") != base_summary.get("topology")
-          or target.get("topology_options") != base_summary.get("topology_options")):
+    elif target.get("topology_options") != base_summary.get("topology_options"):
         return None
     row = predict(b, [int(target.get("clients") or 1)], sc)[0]
     meas = measured_tps(target)

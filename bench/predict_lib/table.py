@@ -1,0 +1,25 @@
+"""bench/predict's table: predict from BASE (with SCENARIO options) the client counts of the measured runs."""
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+target, base, scenario, *measured = sys.argv[1:]
+pp = str(Path(__file__).resolve().parents[2] / ".venv/bin/pathprof")
+points = dict(m.split("=", 1) for m in measured)
+clients = ",".join(sorted(points, key=int))
+doc = json.loads(subprocess.run([pp, "predict", base, "--clients", clients, "--json", *shlex.split(scenario)],
+                                check=True, capture_output=True, text=True).stdout)
+want = "as recorded" if not scenario else None
+for c, run_dir in sorted(points.items(), key=lambda kv: int(kv[0])):
+    rows = [r for r in doc["scenarios"] if r["clients"] == int(c) and (r["scenario"] == want if want
+                                                                        else r["scenario"] != "as recorded")]
+    row = rows[0]
+    s = json.loads(subprocess.run([pp, "report", run_dir, "--json"], check=True, capture_output=True, text=True).stdout)
+    meas = (s.get("windows") or {}).get("tps_out") or s["tps"]
+    err = (row["tps"] - meas) / meas * 100.0
+    inside = row["tps_low"] <= meas <= row["tps_high"]
+    print(f"| {target} | {row['scenario']} | {c} | {row['tps']:,.0f} | {row['tps_low']:,.0f}–{row['tps_high']:,.0f} | "
+          f"{meas:,.0f} | {err:+.1f} % | {'yes' if inside else 'no'} | {row['limited_by']} | "
+          f"{Path(base).name} → {Path(run_dir).name} |", flush=True)
