@@ -102,7 +102,7 @@ def base_from_run(summary: dict, progress_tps: list[float] | None = None, spec: 
     hops = sorted({c.split(".")[1] for c in comps if c.startswith("hop.")})
     wal = sum(float(s["us_per_txn"]) for s in summary["stages"] if s["name"] == "backend.wal_flush" and s.get("part"))
     view_us = sum(comps.values())
-    ncpu = max(ncpu_host - foreign, 1.0)
+    ncpu = max(ncpu_host - foreign, 1.0)      # what the run had: the model is anchored on it
     # the run's own regime: its own CPU (probes included) against the CPUs foreign load left it
     own_cpus = (view_us + (probe_us if "probes" in {c["component"] for c in summary["cpu"]} else 0.0)) * tps_in / 1e6
     regime = "cpu-bound" if own_cpus >= SATURATED * ncpu else "latency-bound"
@@ -110,9 +110,6 @@ def base_from_run(summary: dict, progress_tps: list[float] | None = None, spec: 
              wal_us=wal, regime=regime, measured_tps=measured_tps(summary))
     b.round_trips = max([float(s.get("count_per_txn") or 0) for s in summary["stages"]
                          if s["name"] == "wire.backend" and s["leg"] == "request"] or [1.0]) or 1.0
-    if foreign > 0.05:
-        b.notes.append(f"foreign load: other processes used {foreign:.2f} CPUs during the run; the model leaves "
-                       f"{b.ncpu:.2f} CPUs to this path")
     if b.regime != "cpu-bound":
         path = max(_path_work(summary) - probe_us, 0.0)
         if 0 < path < view_us:
@@ -128,6 +125,12 @@ def base_from_run(summary: dict, progress_tps: list[float] | None = None, spec: 
     if lock:
         b.delays["backend lock waits and reads (as measured)"] = lock
     _anchor(b, summary)
+    if foreign > 0.05:
+        # foreign load is the machine's, not the path's, and under contention it yields its fair share: the
+        # model, anchored on the CPUs the run had, predicts the path with the host's CPUs to itself
+        b.notes.append(f"foreign load: other processes used {foreign:.2f} CPUs during the run; the model was "
+                       f"anchored on the {ncpu:.2f} CPUs left to the path and predicts it with all {ncpu_host:g}")
+        b.ncpu = ncpu_host
     _band(b, summary, progress_tps)
     return b
 
