@@ -58,6 +58,7 @@ class Base:
     links: dict[str, int] = field(default_factory=dict)        # link or interface name -> directions it delays
     cpu_scale: float = 1.0
     receivers: int = 2                  # processes woken per transaction (wakeups onto idle CPUs)
+    idle_priced: bool = True            # the run showed what a wakeup onto an idle CPU costs
 
 
 def _stage_sum(summary: dict, prefixes: tuple, exclude_roles: tuple = ()) -> float:
@@ -159,6 +160,7 @@ def _anchor(b: Base, summary: dict) -> None:
         per_event = idle_stages / events if events * float(summary.get("transactions") or 0) >= 50 else 0.0
         b.idle_us = per_event * b.receivers
         if not per_event:
+            b.idle_priced = False
             b.notes.append("the run saw too few wakeups onto idle CPUs to price one: predictions at fewer clients "
                            "than saturate the CPUs leave that delay out and come out too high")
         return
@@ -362,6 +364,10 @@ def predict(b: Base, clients: list[int], scenario: Scenario | None = None) -> li
                      "limited_by": key, "limited_by_text": text,
                      "utilisation_pct": {k: round(v * 100, 1) for k, v in sol.utilisation.items() if k != "idle"},
                      "assumptions": assumptions(m)})
+        if not m.idle_priced and sol.utilisation.get("cpu", 0.0) < SATURATED:
+            rows[-1]["upper_bound"] = True
+            rows[-1]["note"] = ("the CPUs are not saturated here and the run never showed a wakeup onto an idle CPU: "
+                                "this TPS leaves that delay out and is an upper bound")
     return rows
 
 

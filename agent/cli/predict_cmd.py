@@ -88,8 +88,11 @@ def render(doc: dict) -> str:
     lines.append(f"{'scenario':<{w}}  {'clients':>7}  {'TPS':>9}  {'band':>19}  {'cycle ms':>8}  limited by")
     for r in doc["scenarios"]:
         band = f"{r['tps_low']:,.0f}..{r['tps_high']:,.0f}"
-        lines.append(f"{r['scenario']:<{w}}  {r['clients']:>7}  {r['tps']:>9,.0f}  {band:>19}  "
+        tps = ("≤" if r.get("upper_bound") else "") + f"{r['tps']:,.0f}"
+        lines.append(f"{r['scenario']:<{w}}  {r['clients']:>7}  {tps:>9}  {band:>19}  "
                      f"{r['latency_ms']:>8.3f}  {r['limited_by_text']}")
+    if any(r.get("upper_bound") for r in doc["scenarios"]):
+        lines.append("≤: " + next(r["note"] for r in doc["scenarios"] if r.get("upper_bound")))
     seen = []
     for r in doc["scenarios"]:
         if r["scenario"] not in seen:
