@@ -45,9 +45,11 @@ class Solution:
     bottleneck: str | None = None    # the centre with the highest utilisation
 
 
-def solve(centres: list[Centre], clients: int, think_us: float = 0.0, cpu_centre: str | None = None) -> Solution:
+def solve(centres: list[Centre], clients: int, think_us: float = 0.0, cpu_centre: str | None = None,
+          background_util: float = 0.0) -> Solution:
     """Exact MVA (Seidmann for multi-server centres) up to `clients`; returns the solution at `clients`.
-    `cpu_centre` names the centre whose idle share scales idle-scaled delays."""
+    `cpu_centre` names the centre whose idle share scales idle-scaled delays; `background_util` (0..1) is the
+    share of it other work keeps busy, which keeps CPUs from idling too."""
     if clients < 1:
         raise ValueError("clients must be >= 1")
     if think_us < 0 or any(c.demand_us < 0 for c in centres):
@@ -59,7 +61,7 @@ def solve(centres: list[Centre], clients: int, think_us: float = 0.0, cpu_centre
     for n in range(1, clients + 1):
         res, queued = {}, {}
         cycle = think_us
-        cpu_idle = 1.0 - min(util.get(cpu_centre, 0.0), 1.0) if cpu_centre else 1.0
+        cpu_idle = 1.0 - min(util.get(cpu_centre, 0.0) + background_util, 1.0) if cpu_centre else 1.0
         for c in centres:
             if not c.servers:
                 queued[c.name] = 0.0

@@ -59,6 +59,8 @@ class Base:
     cpu_scale: float = 1.0
     receivers: int = 2                  # processes woken per transaction (wakeups onto idle CPUs)
     idle_priced: bool = True            # the run showed what a wakeup onto an idle CPU costs
+    hop_us: dict[str, float] = field(default_factory=dict)    # a hop's thread time per txn, when not its CPU
+    background_util: float = 0.0        # foreign load's share of the CPUs while anchoring (keeps them awake)
 
 
 def _stage_sum(summary: dict, prefixes: tuple, exclude_roles: tuple = ()) -> float:
@@ -106,7 +108,8 @@ def base_from_run(summary: dict, progress_tps: list[float] | None = None, spec: 
     ncpu = max(ncpu_host - foreign, 1.0)      # what the run had: the model is anchored on it
     # the run's own regime: its own CPU (probes included) against the CPUs foreign load left it
     own_cpus = (view_us + (probe_us if "probes" in {c["component"] for c in summary["cpu"]} else 0.0)) * tps_in / 1e6
-    regime = "cpu-bound" if own_cpus >= SATURATED * ncpu else "latency-bound"
+    # fewer clients than CPUs cannot fill the pool: such a run is anchored on its latency
+    regime = "cpu-bound" if own_cpus >= SATURATED * ncpu and clients >= ncpu_host else "latency-bound"
     b = Base(clients=clients, ncpu=ncpu, cpu=comps, hops=hops, think_us=0.0, idle_us=0.0,
              wal_us=wal, regime=regime, measured_tps=measured_tps(summary))
     b.round_trips = max([float(s.get("count_per_txn") or 0) for s in summary["stages"]
@@ -125,7 +128,9 @@ def base_from_run(summary: dict, progress_tps: list[float] | None = None, spec: 
                ("backend.lock_wait", "backend.data_read") and s.get("part"))
     if lock:
         b.delays["backend lock waits and reads (as measured)"] = lock
+    b.background_util = min(foreign / ncpu_host, 0.95)
     _anchor(b, summary)
+    b.background_util = 0.0
     if foreign > 0.05:
         # foreign load is the machine's, not the path's, and under contention it yields its fair share: the
         # model, anchored on the CPUs the run had, predicts the path with the host's CPUs to itself
@@ -145,20 +150,21 @@ def _anchor(b: Base, summary: dict) -> None:
                        if s["name"].startswith(("wakeup.", "idle_exit.", "queued.", "runqueue."))}) or 2
     b.think_us = sum(b.delays.values())
     if b.regime == "cpu-bound" and b.measured_tps:
-        # the CPUs limit: scale their demand until the model gives the measured rate (bisection on the factor)
         per_event = idle_stages / events if events * float(summary.get("transactions") or 0) >= 50 else 0.0
         b.idle_us = per_event * b.receivers
-        orig, lo, hi = dict(b.cpu), 0.05, 20.0
-        for _ in range(60):
-            f = math.sqrt(lo * hi)
-            b.cpu = {k: v * f for k, v in orig.items()}
-            if solve(_centres(b, b.clients), b.clients, b.think_us, cpu_centre="cpu").tps > b.measured_tps:
-                lo = f
-            else:
-                hi = f
-        b.cpu_scale *= f
-        per_event = idle_stages / events if events * float(summary.get("transactions") or 0) >= 50 else 0.0
-        b.idle_us = per_event * b.receivers
+        hop, awake = _saturated_hop(b, summary)
+        if hop:
+            # a hop's one thread was busy nearly all the time: its demand under load is the time it holds its
+            # thread per transaction (busy share / TPS): its CPU, plus waiting for a CPU shared with the others
+            cpu_us = b.cpu.get(f"hop.{hop}.user", 0.0) + b.cpu.get(f"hop.{hop}.sys", 0.0)
+            b.hop_us[hop] = max(cpu_us, awake * 1e6 / b.measured_tps)
+            b.notes.append(f"hop {hop}'s thread found its next message waiting {awake * 100:.0f} % of the time: "
+                           f"busy, it limited the run and holds its thread {b.hop_us[hop]:.1f} µs per transaction "
+                           f"({cpu_us:.1f} µs of it on a CPU, the rest waiting for a CPU shared with the others)")
+        if not hop or _solve(b, b.clients).tps > b.measured_tps:
+            # the CPUs limit: scale their demand until the model gives the measured rate
+            orig = dict(b.cpu)
+            b.cpu_scale *= _bisect(b, lambda f: b.cpu.update({k: v * f for k, v in orig.items()}))
         if not per_event:
             b.idle_priced = False
             b.notes.append("the run saw too few wakeups onto idle CPUs to price one: predictions at fewer clients "
@@ -169,21 +175,52 @@ def _anchor(b: Base, summary: dict) -> None:
     # while a CPU leaves idle), so it fades as the CPUs fill; found by bisection, the cycle grows with it
     lo, hi = 0.0, max(cycle, 1.0) * 4
     b.idle_us = 0.0
-    if solve(_centres(b, b.clients), b.clients, b.think_us, cpu_centre="cpu").cycle_us >= cycle:
+    if _solve(b, b.clients).cycle_us >= cycle:
         return
     for _ in range(60):
         b.idle_us = (lo + hi) / 2
-        if solve(_centres(b, b.clients), b.clients, b.think_us, cpu_centre="cpu").cycle_us < cycle:
+        if _solve(b, b.clients).cycle_us < cycle:
             lo = b.idle_us
         else:
             hi = b.idle_us
     b.delays[f"idle wakeups at full idle (the run's idle_exit.* were {idle_stages:.1f} µs)"] = b.idle_us
 
 
+def _solve(b: Base, clients: int):
+    return solve(_centres(b, clients), clients, b.think_us, cpu_centre="cpu", background_util=b.background_util)
+
+
+def _bisect(b: Base, set_factor) -> float:
+    """Find the factor (applied by set_factor) at which the model gives the measured TPS at the run's clients."""
+    lo, hi, f = 0.05, 50.0, 1.0
+    for _ in range(60):
+        f = math.sqrt(lo * hi)
+        set_factor(f)
+        if _solve(b, b.clients).tps > b.measured_tps:
+            lo = f
+        else:
+            hi = f
+    return f
+
+
+def _saturated_hop(b: Base, summary: dict) -> tuple[str | None, float]:
+    """The hop whose messages found it already awake (queued.<hop>) at least SATURATED of the time."""
+    best, share = None, 0.0
+    for h in b.hops:
+        counts = {k: 0.0 for k in ("queued", "other")}
+        for s in summary.get("stages") or []:
+            if s["name"] in (f"queued.{h}", f"wakeup.{h}", f"idle_exit.{h}"):
+                counts["queued" if s["name"].startswith("queued.") else "other"] += float(s.get("count_per_txn") or 0)
+        total = counts["queued"] + counts["other"]
+        if total and counts["queued"] / total >= SATURATED and counts["queued"] / total > share:
+            best, share = h, counts["queued"] / total
+    return best, share
+
+
 def _centres(b: Base, clients: int) -> list[Centre]:
     cs = [Centre("cpu", sum(b.cpu.values()), servers=b.ncpu)]
     for h in b.hops:
-        d = b.cpu.get(f"hop.{h}.user", 0.0) + b.cpu.get(f"hop.{h}.sys", 0.0)
+        d = b.hop_us.get(h, b.cpu.get(f"hop.{h}.user", 0.0) + b.cpu.get(f"hop.{h}.sys", 0.0))
         if d > 0:
             cs.append(Centre(f"hop.{h}", d, overlaps=True))
     client = b.cpu.get("pgbench.user", 0.0) + b.cpu.get("pgbench.sys", 0.0)
@@ -281,7 +318,7 @@ def parse_pg_set(items: list[str], base: Base, summary: dict) -> dict[str, str]:
 def apply(b: Base, sc: Scenario) -> Base:
     """The base system changed by a scenario: hops removed, link delays added, the WAL flush taken out."""
     cpu, delays, notes = dict(b.cpu), dict(b.delays), list(b.notes)
-    hops, receivers, idle = list(b.hops), b.receivers, b.idle_us
+    hops, receivers, idle, hop_us = list(b.hops), b.receivers, b.idle_us, dict(b.hop_us)
     for h in sc.without:
         if h not in hops:
             raise UserError(f"--without {h}: this run has no probed hop '{h}' (hops: {', '.join(b.hops) or 'none'})")
@@ -293,14 +330,15 @@ def apply(b: Base, sc: Scenario) -> Base:
             if k in cpu:
                 cpu[k] *= (conns - 1) / conns
         hops.remove(h)
+        hop_us.pop(h, None)
         idle *= max(receivers - 2, 1) / receivers       # its two wakeups per transaction (request and response)
         receivers = max(receivers - 2, 1)
     think = b.think_us + sum(sc.link_us.values())
     for n, us in sc.link_us.items():
         delays[f"added delay on {n}"] = us
     wal = 0.0 if sc.pg_set else b.wal_us
-    return replace(b, cpu=cpu, hops=hops, receivers=receivers, idle_us=idle, think_us=think, delays=delays,
-                   notes=notes, wal_us=wal)
+    return replace(b, cpu=cpu, hops=hops, hop_us=hop_us, receivers=receivers, idle_us=idle, think_us=think,
+                   delays=delays, notes=notes, wal_us=wal)
 
 
 LIMIT_TEXT = {"cpu": "the CPUs", "client": "the client (pgbench's threads)",
@@ -355,7 +393,7 @@ def predict(b: Base, clients: list[int], scenario: Scenario | None = None) -> li
     m = apply(b, sc)
     rows = []
     for n in clients:
-        sol = solve(_centres(m, n), n, m.think_us, cpu_centre="cpu")
+        sol = _solve(m, n)
         key, text = _limited_by(m, sol)
         half = m.band_pct / 100.0
         rows.append({"name": f"{sc.label()}, {n} clients", "scenario": sc.label(), "clients": n,
