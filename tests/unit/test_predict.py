@@ -116,3 +116,52 @@ def test_compare_rows_predict_a_hop_removed_and_skip_other_paths():
     assert row["scenario"] == "without docker-proxy" and row["measured_tps"] == 40000.0
     assert row["error_pct"] == pytest.approx((row["tps"] - 40000.0) / 400.0, abs=0.1)
     assert P.predict_for(dnat, summarize(RunDir.open(RUNS / "unix"))) is None
+
+
+def _sweep_with_prediction():
+    from fixtures_summaries import sweep_runs
+    from pathprof.analysis.sweep import sweep_analysis
+    sw = sweep_analysis(sweep_runs())
+    for p in sw["points"][1:]:
+        p["predicted_from_first"] = {"clients": p["clients"], "tps": p["tps"] * 1.1, "tps_low": p["tps"] * 0.95,
+                                     "tps_high": p["tps"] * 1.25, "measured_tps": p["tps"], "error_pct": 10.0,
+                                     "within_band": True, "limited_by_text": "the CPUs (2.00, 100 % busy)"}
+    return sw
+
+
+def test_sweep_view_prints_prediction_next_to_measurement():
+    from pathprof.analysis.report.render import render_to_string, sweep_view
+    sw = _sweep_with_prediction()
+    text = render_to_string(sweep_view(sw))
+    assert "Predicted from the first run" in text and "+10.0 %" in text
+    last = sw["points"][-1]
+    assert f"{last['tps'] * 1.1:,.0f}" in text
+
+
+def test_sweep_chart_draws_predicted_curve_and_band():
+    from pathprof.analysis.report.charts import sweep_figure
+    sw = _sweep_with_prediction()
+    ax = sweep_figure(sw).axes[0]
+    labels = [ln.get_label() for ln in ax.get_lines()]
+    assert "predicted from the first run" in labels and "measured without probes" in labels
+    pred = next(ln for ln in ax.get_lines() if ln.get_label() == "predicted from the first run")
+    assert list(pred.get_ydata()) == [p["predicted_from_first"]["tps"] for p in sw["points"][1:]]
+    assert ax.collections            # the band
+    plain = sweep_figure({**sw, "points": [{k: v for k, v in p.items() if k != "predicted_from_first"}
+                                           for p in sw["points"]]}).axes[0]
+    assert "predicted from the first run" not in [ln.get_label() for ln in plain.get_lines()]
+
+
+def test_compare_prints_a_prediction_for_each_run_after_the_first():
+    from pathprof.agent.cli.multi import predictions_from_first
+    from pathprof.analysis.report.render import predictions_view, render_to_string
+    dnat = summarize(RunDir.open(RUNS / "docker-dnat"))
+    no_proxy = {**dnat, "label": "docker-dnat:userland-proxy=off", "windows": {"tps_out": 40000.0},
+                "cpu": [c for c in dnat["cpu"] if not c["component"].startswith("hop.")]}
+    unix = summarize(RunDir.open(RUNS / "unix"))
+    rows = predictions_from_first([dnat, no_proxy, unix])
+    assert [r["run"] for r in rows] == ["docker-dnat:userland-proxy=off", "unix"]
+    assert rows[0]["scenario"] == "without docker-proxy" and rows[0]["tps"] > 0
+    assert rows[1]["tps"] is None and "not a scenario" in rows[1]["reason"]
+    text = render_to_string(predictions_view(rows))
+    assert f"{rows[0]['tps']:,.0f}" in text and "40,000" in text and "not a scenario" in text
