@@ -17,8 +17,11 @@ The model is a closed queueing network solved by exact mean-value analysis (MVA)
   delays   link delay lines and rate limits, lock waits as measured, and wakeups onto idle CPUs (a delay that
            fades as the CPUs fill)
 Its demands are the run's own CPU view and latency view, without the probes' cost; it is anchored so that it
-reproduces the TPS the run measured outside its probe windows at its own client count. Each prediction names
-what limits it (the CPUs, a hop's process, the client, the WAL flush, or latency) and prints its assumptions.
+reproduces the TPS the run measured outside its probe windows at its own client count (a hop whose thread was
+busy all the time is priced at the time it holds its thread, not only its CPU). Other processes' load is left
+out: the path is predicted with the host's CPUs to itself. Each prediction names what limits it (the CPUs, a
+hop's process, the client, the WAL flush, or latency) and prints its assumptions; a TPS marked <= is an upper
+bound (the run never showed a wakeup onto an idle CPU, so that delay is missing at low client counts).
 
 The band (tps_low..tps_high) is +/- the root sum of squares of three figures of the run itself: the coefficient
 of variation of pgbench's per-second TPS, the worse of its two closure errors, and the gap between its TPS with
