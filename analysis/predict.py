@@ -149,18 +149,20 @@ def _anchor(b: Base, summary: dict) -> None:
     b.receivers = len({(s["name"].split(".", 1)[1], s["leg"]) for s in summary.get("stages") or []
                        if s["name"].startswith(("wakeup.", "idle_exit.", "queued.", "runqueue."))}) or 2
     b.think_us = sum(b.delays.values())
-    if b.regime == "cpu-bound" and b.measured_tps:
+    if not b.measured_tps:
+        return
+    hop, awake = _saturated_hop(b, summary)
+    if hop:
+        # a hop's one thread was busy nearly all the time: its demand under load is the time it holds its
+        # thread per transaction (busy share / TPS): its CPU, plus waiting for a CPU shared with the others
+        cpu_us = b.cpu.get(f"hop.{hop}.user", 0.0) + b.cpu.get(f"hop.{hop}.sys", 0.0)
+        b.hop_us[hop] = max(cpu_us, awake * 1e6 / b.measured_tps)
+        b.notes.append(f"hop {hop}'s thread found its next message waiting {awake * 100:.0f} % of the time: "
+                       f"busy, it limited the run and holds its thread {b.hop_us[hop]:.1f} µs per transaction "
+                       f"({cpu_us:.1f} µs of it on a CPU, the rest waiting for a CPU shared with the others)")
+    if b.regime == "cpu-bound":
         per_event = idle_stages / events if events * float(summary.get("transactions") or 0) >= 50 else 0.0
         b.idle_us = per_event * b.receivers
-        hop, awake = _saturated_hop(b, summary)
-        if hop:
-            # a hop's one thread was busy nearly all the time: its demand under load is the time it holds its
-            # thread per transaction (busy share / TPS): its CPU, plus waiting for a CPU shared with the others
-            cpu_us = b.cpu.get(f"hop.{hop}.user", 0.0) + b.cpu.get(f"hop.{hop}.sys", 0.0)
-            b.hop_us[hop] = max(cpu_us, awake * 1e6 / b.measured_tps)
-            b.notes.append(f"hop {hop}'s thread found its next message waiting {awake * 100:.0f} % of the time: "
-                           f"busy, it limited the run and holds its thread {b.hop_us[hop]:.1f} µs per transaction "
-                           f"({cpu_us:.1f} µs of it on a CPU, the rest waiting for a CPU shared with the others)")
         if not hop or _solve(b, b.clients).tps > b.measured_tps:
             # the CPUs limit: scale their demand until the model gives the measured rate
             orig = dict(b.cpu)
@@ -170,19 +172,29 @@ def _anchor(b: Base, summary: dict) -> None:
             b.notes.append("the run saw too few wakeups onto idle CPUs to price one: predictions at fewer clients "
                            "than saturate the CPUs leave that delay out and come out too high")
         return
-    cycle = b.clients * 1e6 / b.measured_tps if b.measured_tps else 0.0
-    # what the centres and named delays leave of the cycle: wakeups onto idle CPUs (idle exits, run-queue waits
-    # while a CPU leaves idle), so it fades as the CPUs fill; found by bisection, the cycle grows with it
-    lo, hi = 0.0, max(cycle, 1.0) * 4
-    b.idle_us = 0.0
-    if _solve(b, b.clients).cycle_us >= cycle:
+    _anchor_latency(b, summary, idle_stages)
+
+
+def _anchor_latency(b: Base, summary: dict, idle_stages: float) -> None:
+    """A latency-bound run: what the queues and named delays leave of the measured cycle is the time spent
+    waking onto idle CPUs (idle_exit.*, and the run-queue waits while a CPU leaves idle), a delay that fades as
+    the CPUs fill, up to what those stages measured; anything beyond is held as a fixed delay."""
+    cycle = b.clients * 1e6 / b.measured_tps
+    rest = cycle - _solve(b, b.clients).cycle_us
+    if rest <= 0:
         return
+    idle_seen = idle_stages + _stage_sum(summary, ("runqueue.",))
+    target = cycle - max(rest - idle_seen, 0.0)
+    lo, hi = 0.0, max(cycle, 1.0) * 20
     for _ in range(60):
         b.idle_us = (lo + hi) / 2
-        if _solve(b, b.clients).cycle_us < cycle:
+        if _solve(b, b.clients).cycle_us < target:
             lo = b.idle_us
         else:
             hi = b.idle_us
+    if rest > idle_seen:
+        b.think_us += rest - idle_seen
+        b.delays["what the queues leave of the measured cycle (held fixed)"] = rest - idle_seen
     b.delays[f"idle wakeups at full idle (the run's idle_exit.* were {idle_stages:.1f} µs)"] = b.idle_us
 
 
@@ -386,11 +398,16 @@ def assumptions(b: Base) -> list[str]:
     return out + b.notes
 
 
-def predict(b: Base, clients: list[int], scenario: Scenario | None = None) -> list[dict]:
+def predict(b: Base, clients: list[int], scenario: Scenario | None = None, foreign_cpus: float = 0.0) -> list[dict]:
     """One row per client count: [{name, clients, tps, tps_low, tps_high, latency_ms, limited_by,
-    limited_by_text, assumptions}]."""
+    limited_by_text, assumptions}]. foreign_cpus: CPUs other processes take (a shared machine): fewer CPUs for
+    the path, and CPUs kept from idling."""
     sc = scenario or Scenario()
     m = apply(b, sc)
+    if foreign_cpus > 0:
+        host = m.ncpu
+        m = replace(m, ncpu=max(host - foreign_cpus, 0.1), background_util=min(foreign_cpus / host, 0.95),
+                    notes=m.notes + [f"asked: other processes take {foreign_cpus:g} of the {host:g} CPUs"])
     rows = []
     for n in clients:
         sol = _solve(m, n)

@@ -55,6 +55,9 @@ def add_parser(sub, fmt) -> None:
     p.add_argument("--pg-set", action="append", default=[], metavar="KEY=VALUE",
                    help="a server setting whose effect the model represents: synchronous_commit=off or fsync=off "
                         "(takes backend.wal_flush out of the commit; needs a --probes deep run)")
+    p.add_argument("--foreign-cpus", type=float, default=0.0, metavar="N",
+                   help="predict on a shared machine: other processes take N CPUs (default: 0, the host's CPUs "
+                        "to the path; the run's own foreign load is used to anchor the model, then left out)")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 
 
@@ -69,9 +72,11 @@ def cmd_predict(a) -> int:
     clients = parse_clients(a.clients) if a.clients else sorted({1, 4, 16, 64, base.clients})
     links = dict(model.parse_link(t, base) for t in a.link)
     sc = model.Scenario(without=tuple(a.without), link_us=links, pg_set=model.parse_pg_set(a.pg_set, base, summary))
-    rows = model.predict(base, clients)
+    if not 0 <= a.foreign_cpus < base.ncpu:
+        raise UserError(f"--foreign-cpus must be at least 0 and less than the host's {base.ncpu:g} CPUs")
+    rows = model.predict(base, clients, foreign_cpus=a.foreign_cpus)
     if sc != model.Scenario():
-        rows += model.predict(base, clients, sc)
+        rows += model.predict(base, clients, sc, foreign_cpus=a.foreign_cpus)
     doc = {"run_dir": str(rd.path), "topology": summary.get("topology"), "run_clients": base.clients,
            "measured_tps": base.measured_tps, "band_pct": base.band_pct, "band_parts": base.band_parts,
            "scenarios": rows}
