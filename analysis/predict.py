@@ -348,6 +348,10 @@ def apply(b: Base, sc: Scenario) -> Base:
     think = b.think_us + sum(sc.link_us.values())
     for n, us in sc.link_us.items():
         delays[f"added delay on {n}"] = us
+    if sc.link_us:
+        notes.append("an added delay is a pure delay, as a longer real wire is; pathprof's own delay line (`run "
+                     "--link`: an NFQUEUE daemon) also costs CPU per packet (`other`), so a real run with it on a "
+                     "CPU-bound path measures less than this")
     wal = 0.0 if sc.pg_set else b.wal_us
     return replace(b, cpu=cpu, hops=hops, hop_us=hop_us, receivers=receivers, idle_us=idle, think_us=think,
                    delays=delays, notes=notes, wal_us=wal)
