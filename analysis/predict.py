@@ -36,6 +36,8 @@ IDLE = ("idle_exit.",)
 FIXED_DELAY = ("delay.", "qdisc.")
 WAL_SETTINGS = {"synchronous_commit": ("off", "local"), "fsync": ("off",)}
 SATURATED = 0.9       # a centre this busy per server limits throughput
+MIN_IDLE_EVENTS_PER_TXN = 0.05   # wakeups onto idle CPUs per transaction needed to price one
+ANCHOR_RANGE = (0.25, 4.0)       # how far anchoring may scale a demand; beyond it the model and run disagree
 
 
 @dataclass
@@ -161,12 +163,17 @@ def _anchor(b: Base, summary: dict) -> None:
                        f"busy, it limited the run and holds its thread {b.hop_us[hop]:.1f} µs per transaction "
                        f"({cpu_us:.1f} µs of it on a CPU, the rest waiting for a CPU shared with the others)")
     if b.regime == "cpu-bound":
-        per_event = idle_stages / events if events * float(summary.get("transactions") or 0) >= 50 else 0.0
+        # priced only when enough transactions saw one (counts per transaction are rounded to 0.001)
+        per_event = idle_stages / events if events >= MIN_IDLE_EVENTS_PER_TXN else 0.0
         b.idle_us = per_event * b.receivers
         if not hop or _solve(b, b.clients).tps > b.measured_tps:
             # the CPUs limit: scale their demand until the model gives the measured rate
             orig = dict(b.cpu)
-            b.cpu_scale *= _bisect(b, lambda f: b.cpu.update({k: v * f for k, v in orig.items()}))
+            f = _bisect(b, lambda f: b.cpu.update({k: v * f for k, v in orig.items()}))
+            b.cpu_scale *= f
+            if not ANCHOR_RANGE[0] * 1.01 < f < ANCHOR_RANGE[1] * 0.99:
+                b.notes.append(f"the model cannot reproduce this run's TPS by scaling its CPU demand within "
+                               f"{ANCHOR_RANGE[0]:g}..{ANCHOR_RANGE[1]:g}x: its predictions are not anchored")
         if not per_event:
             b.idle_priced = False
             b.notes.append("the run saw too few wakeups onto idle CPUs to price one: predictions at fewer clients "
@@ -204,7 +211,8 @@ def _solve(b: Base, clients: int):
 
 def _bisect(b: Base, set_factor) -> float:
     """Find the factor (applied by set_factor) at which the model gives the measured TPS at the run's clients."""
-    lo, hi, f = 0.05, 50.0, 1.0
+    lo, hi = ANCHOR_RANGE
+    f = 1.0
     for _ in range(60):
         f = math.sqrt(lo * hi)
         set_factor(f)
