@@ -406,7 +406,7 @@ def assumptions(b: Base) -> list[str]:
         if us and not n.startswith("idle"):
             out.append(f"delay: {n}, {us:.1f} µs per transaction")
     out.append(f"anchored on the run: {b.measured_tps:,.0f} TPS measured without probes at {b.clients} clients "
-               "is reproduced exactly")
+               "is reproduced (with the foreign load it had, when it had any)")
     return out + b.notes
 
 

@@ -32,6 +32,12 @@ def test_sweep_predicts_16_clients_from_1_within_its_band(runs_dir):
     rows = json.loads(cp.stdout)["scenarios"]
     assert [r["clients"] for r in rows] == [1, 16]
     assert rows[1]["tps"] == pytest.approx(pred["tps"], rel=1e-6)
-    assert rows[0]["tps"] == pytest.approx(doc["runs"][0]["windows"]["tps_out"], rel=0.01)   # anchored
+    measured_one = doc["runs"][0]["windows"]["tps_out"]
+    if any(a.startswith("foreign load:") for a in rows[0]["assumptions"]):
+        # other processes kept the CPUs from idling during the run; predicted for the path alone, wakeups onto
+        # idle CPUs come back, so never faster than measured
+        assert rows[0]["tps"] <= measured_one * 1.02
+    else:
+        assert rows[0]["tps"] == pytest.approx(measured_one, rel=0.02)                # anchored on the run
     bad = run_pathprof("predict", one, "--link", "wire:rtt_us=100")
     assert bad.returncode == 2 and "no link or interface 'wire'" in bad.stderr and "Traceback" not in bad.stderr
