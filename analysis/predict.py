@@ -40,6 +40,7 @@ IDLE = ("idle_exit.",)
 FIXED_DELAY = ("delay.", "qdisc.")
 SATURATED = 0.9       # a centre this busy per server limits throughput
 MIN_IDLE_EVENTS_PER_TXN = 0.05   # wakeups onto idle CPUs per transaction needed to price one
+LOCK_SHARE = 0.25                # lock waits this share of the cycle: a row lock serialises the transactions
 ANCHOR_RANGE = (0.25, 4.0)       # how far anchoring may scale a demand; beyond it the model and run disagree
 
 
@@ -53,6 +54,8 @@ class Base:
     think_us: float                     # pure delays
     idle_us: float                      # idle-wakeup delay on fully idle CPUs
     wal_us: float = 0.0
+    lock_us: float = 0.0                # hold time per txn of a row lock every transaction takes (deep runs)
+    lock_holds_wal: float = 0.0         # the part of it that is the commit's WAL flush
     round_trips: float = 1.0
     measured_tps: float = 0.0
     regime: str = ""
@@ -129,10 +132,24 @@ def base_from_run(summary: dict, progress_tps: list[float] | None = None, spec: 
                            "the CPU demand under load")
     b.delays = {"link delay lines and rate limits": _stage_sum(summary, FIXED_DELAY)}
     b.links = _links(spec or {})
-    lock = sum(float(s["us_per_txn"]) for s in summary["stages"] if s["name"] in
-               ("backend.lock_wait", "backend.data_read") and s.get("part"))
-    if lock:
-        b.delays["backend lock waits and reads (as measured)"] = lock
+    lock = sum(float(s["us_per_txn"]) for s in summary["stages"] if s["name"] == "backend.lock_wait" and s.get("part"))
+    reads = sum(float(s["us_per_txn"]) for s in summary["stages"] if s["name"] == "backend.data_read" and s.get("part"))
+    cycle_in = (summary.get("closure") or {}).get("cycle_us") or 0.0
+    if lock and cycle_in and lock >= LOCK_SHARE * cycle_in and tps_in:
+        # transactions queue for one row lock (tpcb-like at scale 1: the branch row): a serialising resource whose
+        # hold time per transaction is the time between grants, 1 / TPS, while it is the bottleneck; the commit's
+        # WAL flush happens while it is held
+        # at the rate measured without probes (deep probes slow the backend), the WAL flush keeping the share of
+        # the hold time it had inside the probe windows
+        b.lock_us = 1e6 / (b.measured_tps or tps_in)
+        b.lock_holds_wal = b.lock_us * min(wal * tps_in / 1e6, 1.0)
+        b.notes.append(f"row lock waits are {lock / cycle_in * 100:.0f} % of the cycle: one lock serialises the "
+                       f"transactions, held {b.lock_us:.0f} µs per transaction (1 / TPS), {b.lock_holds_wal:.0f} µs "
+                       "of it the commit's WAL flush")
+    elif lock:
+        b.delays["backend lock waits (as measured)"] = lock
+    if reads:
+        b.delays["backend reads on shared_buffers misses (as measured)"] = reads
     b.background_util = min(foreign / ncpu_host, 0.95)
     _anchor(b, summary)
     b.background_util = 0.0
@@ -169,7 +186,7 @@ def _anchor(b: Base, summary: dict) -> None:
         # priced only when enough transactions saw one (counts per transaction are rounded to 0.001)
         per_event = idle_stages / events if events >= MIN_IDLE_EVENTS_PER_TXN else 0.0
         b.idle_us = per_event * b.receivers
-        if not hop or _solve(b, b.clients).tps > b.measured_tps:
+        if not (hop or b.lock_us) or _solve(b, b.clients).tps > b.measured_tps:
             # the CPUs limit: scale their demand until the model gives the measured rate
             orig = dict(b.cpu)
             f = _bisect(b, lambda f: b.cpu.update({k: v * f for k, v in orig.items()}))
@@ -191,7 +208,7 @@ def _anchor_latency(b: Base, summary: dict, idle_stages: float) -> None:
     the CPUs fill, up to what those stages measured; anything beyond is held as a fixed delay."""
     cycle = b.clients * 1e6 / b.measured_tps
     rest = cycle - _solve(b, b.clients).cycle_us
-    if rest <= 0:
+    if rest <= 0.005 * cycle:      # the queues already account for the cycle (a saturated one pins it)
         return
     idle_seen = idle_stages + _stage_sum(summary, ("runqueue.",))
     target = cycle - max(rest - idle_seen, 0.0)
@@ -249,7 +266,9 @@ def _centres(b: Base, clients: int) -> list[Centre]:
     client = b.cpu.get("pgbench.user", 0.0) + b.cpu.get("pgbench.sys", 0.0)
     if client > 0:
         cs.append(Centre("client", client, servers=min(clients, max(int(b.ncpu + 0.5), 1)), overlaps=True))
-    if b.wal_us > 0:
+    if b.lock_us > 0:   # its service (execution, WAL flush) is counted elsewhere; the waiting for it is added
+        cs.append(Centre("backend.lock", b.lock_us, overlaps=True))
+    if b.wal_us > 0 and not b.lock_us:     # under a row lock the flush is part of its hold time
         cs.append(Centre("backend.wal_flush", b.wal_us))
     cs.append(Centre("idle", b.idle_us, servers=0, idle_scaled=True))
     return cs
@@ -273,7 +292,7 @@ def _band(b: Base, summary: dict, progress_tps: list[float] | None) -> None:
     b.band_pct = round(math.sqrt(cv ** 2 + closure ** 2 + inout ** 2), 1)
 
 
-LIMIT_TEXT = {"cpu": "the CPUs", "client": "the client (pgbench's threads)",
+LIMIT_TEXT = {"cpu": "the CPUs", "client": "the client (pgbench's threads)", "backend.lock": "a row lock",
               "backend.wal_flush": "the backend's WAL flush"}
 
 
@@ -305,6 +324,8 @@ def assumptions(b: Base) -> list[str]:
         elif c.name == "client":
             out.append(f"queue: the client, pgbench's threads (min(clients, CPUs)), {c.demand_us:.1f} µs CPU per "
                        "transaction")
+        elif c.name == "backend.lock":
+            out.append(f"queue: a row lock every transaction takes, held {c.demand_us:.0f} µs per transaction")
         elif c.name == "backend.wal_flush":
             out.append(f"queue: the backend's WAL flush (one at a time), {c.demand_us:.1f} µs per transaction")
         elif c.name == "idle" and c.demand_us:

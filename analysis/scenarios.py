@@ -108,5 +108,7 @@ def apply(b: Base, sc: Scenario) -> Base:
                      "--link`: an NFQUEUE daemon) also costs CPU per packet (`other`), so a real run with it on a "
                      "CPU-bound path measures less than this")
     wal = 0.0 if sc.pg_set else b.wal_us
+    # without the flush at commit, the row lock is released that much sooner
+    lock = max(b.lock_us - b.lock_holds_wal, 0.0) if sc.pg_set else b.lock_us
     return replace(b, cpu=cpu, hops=hops, hop_us=hop_us, receivers=receivers, idle_us=idle, think_us=think,
-                   delays=delays, notes=notes, wal_us=wal)
+                   delays=delays, notes=notes, wal_us=wal, lock_us=lock)

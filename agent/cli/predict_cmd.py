@@ -13,7 +13,7 @@ over a longer wire or with the commit's WAL flush removed, from ONE recorded run
 The model is a closed queueing network solved by exact mean-value analysis (MVA): N clients circulate through
   queues   the CPUs as a whole (one multi-server centre, Seidmann's approximation), each single-threaded hop
            process (pgbouncer, docker-proxy: one server whose demand is its CPU per transaction), pgbench's
-           threads (the client), the WAL flush (deep runs)
+           threads (the client), the WAL flush and a row lock every transaction takes (deep runs)
   delays   link delay lines and rate limits, lock waits as measured, and wakeups onto idle CPUs (a delay that
            fades as the CPUs fill)
 Its demands are the run's own CPU view and latency view, without the probes' cost; it is anchored so that it

@@ -165,3 +165,17 @@ def test_compare_prints_a_prediction_for_each_run_after_the_first():
     assert rows[1]["tps"] is None and "not a scenario" in rows[1]["reason"]
     text = render_to_string(predictions_view(rows))
     assert f"{rows[0]['tps']:,.0f}" in text and "40,000" in text and "not a scenario" in text
+
+
+def test_a_row_lock_serialises_and_synchronous_commit_off_shortens_its_hold():
+    # a real deep tpcb-like run at scale 1, 8 clients: every transaction waits for the one branch row
+    rd = RunDir.open(RUNS / "tpcb-deep-lock")
+    s = summarize(rd)
+    b = P.base_of(rd, s)
+    assert b.lock_us == pytest.approx(1e6 / b.measured_tps) and 0 < b.lock_holds_wal < b.lock_us
+    as_run = P.predict(b, [8, 16])
+    assert all(r["limited_by"] == "backend.lock" for r in as_run)        # more clients only queue for the lock
+    assert as_run[0]["tps"] == pytest.approx(as_run[1]["tps"], rel=0.01)
+    off = P.predict(b, [8], P.Scenario(pg_set=P.parse_pg_set(["synchronous_commit=off"], b, s)))[0]
+    assert off["tps"] > 2 * as_run[0]["tps"]                              # the flush no longer holds the lock
+    assert not any(a.startswith("queue: the backend's WAL flush") for a in off["assumptions"])
