@@ -3,24 +3,29 @@
 The model (printed with every prediction as its assumptions):
 
   clients     N pgbench connections, each a customer that never stops: send, wait for the result, send again
-  CPUs        one queueing centre with as many servers as the host has CPUs, less the foreign load the run saw
-              (`other`); its demand is the run's CPU per transaction without the probes. On a run that saturated
-              the CPUs that is the CPU view; on a latency-bound run the CPU view also holds the cost of sleeping
-              and waking on idle CPUs, which fades under load, so the demand is the CPU work *on the transaction's
-              path* (the latency view's wire, netfilter, device, wakeup, recv, execute, hop and client stages,
-              without the probes' time) and every CPU component is scaled to it
+  CPUs        one queueing centre with as many servers as the host has CPUs; its demand is the run's CPU per
+              transaction without the probes. On a run that saturated the CPUs that is the CPU view; on a
+              latency-bound run the CPU view also holds the cost of sleeping and waking on idle CPUs, which fades
+              under load, so the demand is the CPU work *on the transaction's path* (the latency view's wire,
+              netfilter, device, wakeup, recv, execute, hop and client stages, without the probes' time) and every
+              CPU component is scaled to it
   hop <name>  a single-threaded process (pgbouncer, docker-proxy): one server whose demand is its CPU per
-              transaction; its service is counted at the CPUs, its waiting for its one thread is added
+              transaction (its service is counted at the CPUs, its waiting for its one thread is added); when its
+              messages found it busy >= 90 % of the time it limited the run, and its demand is its thread time
+              (busy share / TPS)
   client      pgbench's worker threads (min(clients, CPUs)): a multi-server centre of pgbench's CPU
   WAL flush   (deep runs) backend.wal_flush as a single server: commits wait for the one WAL flush
-  delays      delay.* and qdisc.* (a link's delay line or rate limit), backend lock waits, and what is left of
-              the cycle: pure delays, the same at every client count
+  row lock    (deep runs, lock waits >= 25 % of the cycle) one lock every transaction takes, held 1 / TPS, the
+              commit's WAL flush inside it
+  delays      delay.* and qdisc.* (a link's delay line or rate limit), other lock waits and reads as measured,
+              and what the queues leave of the cycle: pure delays, the same at every client count
   idle wakeups idle_exit.* (and, on a latency-bound run, the run-queue waits of wakeups onto idle CPUs): a delay
               that happens only while CPUs are idle, scaled by the CPUs' idle share
 
 It is anchored on the run: the TPS measured outside the probe windows (nothing attached) at the run's own client
-count is reproduced exactly (the CPU demand is scaled on a CPU-bound run, the delays on a latency-bound one) and
-the other client counts are extrapolated. The band: see `band_pct`.
+count is reproduced (the CPU demand is scaled on a CPU-bound run, the delays on a latency-bound one), with the
+foreign load the run had (`other`: fewer CPUs, and CPUs kept from idling); predictions are then made for the path
+with the host's CPUs to itself (or `foreign_cpus`). The band: see `band_pct`.
 """
 from __future__ import annotations
 
@@ -71,10 +76,14 @@ class Base:
     background_util: float = 0.0        # foreign load's share of the CPUs while anchoring (keeps them awake)
 
 
-def _stage_sum(summary: dict, prefixes: tuple, exclude_roles: tuple = ()) -> float:
+def _stage_sum(summary: dict, prefixes: tuple) -> float:
     return sum(float(s["us_per_txn"]) for s in summary.get("stages") or []
-               if "parent" not in s and s["name"].startswith(prefixes)
-               and s["name"].split(".", 1)[1] not in exclude_roles)
+               if "parent" not in s and s["name"].startswith(prefixes))
+
+
+def _part(summary: dict, name: str) -> float:
+    """An exclusive part of backend.execute (deep runs), µs per transaction; 0 without it."""
+    return sum(float(s["us_per_txn"]) for s in summary.get("stages") or [] if s["name"] == name and s.get("part"))
 
 
 def _path_work(summary: dict) -> float:
@@ -111,7 +120,7 @@ def base_from_run(summary: dict, progress_tps: list[float] | None = None, spec: 
     comps.pop("probes", None)
     probe_us = (summary.get("probe_cost_ns_per_txn") or 0.0) / 1e3
     hops = sorted({c.split(".")[1] for c in comps if c.startswith("hop.")})
-    wal = sum(float(s["us_per_txn"]) for s in summary["stages"] if s["name"] == "backend.wal_flush" and s.get("part"))
+    wal = _part(summary, "backend.wal_flush")
     view_us = sum(comps.values())
     ncpu = max(ncpu_host - foreign, 1.0)      # what the run had: the model is anchored on it
     # the run's own regime: its own CPU (probes included) against the CPUs foreign load left it
@@ -132,24 +141,7 @@ def base_from_run(summary: dict, progress_tps: list[float] | None = None, spec: 
                            "the CPU demand under load")
     b.delays = {"link delay lines and rate limits": _stage_sum(summary, FIXED_DELAY)}
     b.links = _links(spec or {})
-    lock = sum(float(s["us_per_txn"]) for s in summary["stages"] if s["name"] == "backend.lock_wait" and s.get("part"))
-    reads = sum(float(s["us_per_txn"]) for s in summary["stages"] if s["name"] == "backend.data_read" and s.get("part"))
-    cycle_in = (summary.get("closure") or {}).get("cycle_us") or 0.0
-    if lock and cycle_in and lock >= LOCK_SHARE * cycle_in and tps_in:
-        # transactions queue for one row lock (tpcb-like at scale 1: the branch row): a serialising resource whose
-        # hold time per transaction is the time between grants, 1 / TPS, while it is the bottleneck; the commit's
-        # WAL flush happens while it is held
-        # at the rate measured without probes (deep probes slow the backend), the WAL flush keeping the share of
-        # the hold time it had inside the probe windows
-        b.lock_us = 1e6 / (b.measured_tps or tps_in)
-        b.lock_holds_wal = b.lock_us * min(wal * tps_in / 1e6, 1.0)
-        b.notes.append(f"row lock waits are {lock / cycle_in * 100:.0f} % of the cycle: one lock serialises the "
-                       f"transactions, held {b.lock_us:.0f} µs per transaction (1 / TPS), {b.lock_holds_wal:.0f} µs "
-                       "of it the commit's WAL flush")
-    elif lock:
-        b.delays["backend lock waits (as measured)"] = lock
-    if reads:
-        b.delays["backend reads on shared_buffers misses (as measured)"] = reads
+    _backend_waits(b, summary, tps_in)
     b.background_util = min(foreign / ncpu_host, 0.95)
     _anchor(b, summary)
     b.background_util = 0.0
@@ -161,6 +153,26 @@ def base_from_run(summary: dict, progress_tps: list[float] | None = None, spec: 
         b.ncpu = ncpu_host
     _band(b, summary, progress_tps)
     return b
+
+
+def _backend_waits(b: Base, summary: dict, tps_in: float) -> None:
+    """Deep runs: a row lock that serialises the transactions becomes a queue; other lock waits and reads on
+    shared_buffers misses stay delays, as measured."""
+    lock, reads = _part(summary, "backend.lock_wait"), _part(summary, "backend.data_read")
+    cycle_in = (summary.get("closure") or {}).get("cycle_us") or 0.0
+    if lock and cycle_in and lock >= LOCK_SHARE * cycle_in and tps_in:
+        # transactions queue for one row lock (tpcb-like at scale 1: the branch row): its hold time per
+        # transaction is the time between grants, 1 / TPS, at the rate measured without probes (deep probes slow
+        # the backend); the commit's WAL flush keeps the share of the hold time it had inside the windows
+        b.lock_us = 1e6 / (b.measured_tps or tps_in)
+        b.lock_holds_wal = b.lock_us * min(b.wal_us * tps_in / 1e6, 1.0)
+        b.notes.append(f"row lock waits are {lock / cycle_in * 100:.0f} % of the cycle: one lock serialises the "
+                       f"transactions, held {b.lock_us:.0f} µs per transaction (1 / TPS), {b.lock_holds_wal:.0f} µs "
+                       "of it the commit's WAL flush")
+    elif lock:
+        b.delays["backend lock waits (as measured)"] = lock
+    if reads:
+        b.delays["backend reads on shared_buffers misses (as measured)"] = reads
 
 
 def _anchor(b: Base, summary: dict) -> None:
