@@ -372,10 +372,10 @@ def predict(b: Base, clients: list[int], scenario: Scenario | None = None, forei
                      "limited_by": key, "limited_by_text": text,
                      "utilisation_pct": {k: round(v * 100, 1) for k, v in sol.utilisation.items() if k != "idle"},
                      "assumptions": assumptions(m)})
-        if not m.idle_priced and sol.utilisation.get("cpu", 0.0) < SATURATED:
-            rows[-1]["upper_bound"] = True
+        if not m.idle_priced and key == "latency":
+            rows[-1]["idle_wakeups_unpriced"] = True
             rows[-1]["note"] = ("the CPUs are not saturated here and the run never showed a wakeup onto an idle CPU: "
-                                "this TPS leaves that delay out and is an upper bound")
+                                "this TPS leaves that delay out, too high when the CPUs idle between messages")
     return rows
 
 

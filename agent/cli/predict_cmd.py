@@ -20,8 +20,8 @@ Its demands are the run's own CPU view and latency view, without the probes' cos
 reproduces the TPS the run measured outside its probe windows at its own client count (a hop whose thread was
 busy all the time is priced at the time it holds its thread, not only its CPU). Other processes' load is left
 out: the path is predicted with the host's CPUs to itself. Each prediction names what limits it (the CPUs, a
-hop's process, the client, the WAL flush, or latency) and prints its assumptions; a TPS marked <= is an upper
-bound (the run never showed a wakeup onto an idle CPU, so that delay is missing at low client counts).
+hop's process, the client, the WAL flush, or latency) and prints its assumptions; a TPS marked * leaves out the
+delay of waking onto idle CPUs (the run never showed one), so it is too high where the CPUs idle between messages.
 
 The band (tps_low..tps_high) is +/- the root sum of squares of three figures of the run itself: the coefficient
 of variation of pgbench's per-second TPS, the worse of its two closure errors, and the gap between its TPS with
@@ -96,11 +96,11 @@ def render(doc: dict) -> str:
     lines.append(f"{'scenario':<{w}}  {'clients':>7}  {'TPS':>9}  {'band':>19}  {'cycle ms':>8}  limited by")
     for r in doc["scenarios"]:
         band = f"{r['tps_low']:,.0f}..{r['tps_high']:,.0f}"
-        tps = ("≤" if r.get("upper_bound") else "") + f"{r['tps']:,.0f}"
+        tps = ("*" if r.get("idle_wakeups_unpriced") else "") + f"{r['tps']:,.0f}"
         lines.append(f"{r['scenario']:<{w}}  {r['clients']:>7}  {tps:>9}  {band:>19}  "
                      f"{r['latency_ms']:>8.3f}  {r['limited_by_text']}")
-    if any(r.get("upper_bound") for r in doc["scenarios"]):
-        lines.append("≤: " + next(r["note"] for r in doc["scenarios"] if r.get("upper_bound")))
+    if any(r.get("idle_wakeups_unpriced") for r in doc["scenarios"]):
+        lines.append("*: " + next(r["note"] for r in doc["scenarios"] if r.get("idle_wakeups_unpriced")))
     seen = []
     for r in doc["scenarios"]:
         if r["scenario"] not in seen:

@@ -32,9 +32,9 @@ for c, run_dir in sorted(points.items(), key=lambda kv: int(kv[0])):
     err_shared = (shared["tps"] - meas) / meas * 100.0
     err = (row["tps"] - meas) / meas * 100.0
     inside = row["tps_low"] <= meas <= row["tps_high"]
-    ub = "≤" if row.get("upper_bound") else ""
+    ub = "*" if row.get("idle_wakeups_unpriced") else ""
     print(f"| {target} | {row['scenario']} | {c} | {ub}{row['tps']:,.0f} | "
           f"{row['tps_low']:,.0f}–{row['tps_high']:,.0f} | "
           f"{meas:,.0f} | {err:+.1f} % | {'yes' if inside else 'no'} | {row['limited_by']} | {foreign:.2f} | "
-          f"{'≤' if shared.get('upper_bound') else ''}{shared['tps']:,.0f} | {err_shared:+.1f} % | "
+          f"{'*' if shared.get('idle_wakeups_unpriced') else ''}{shared['tps']:,.0f} | {err_shared:+.1f} % | "
           f"{Path(base).name} → {Path(run_dir).name} |", flush=True)
