@@ -22,6 +22,7 @@ examples:
   pathprof report runs/20261121-120000-loopback     the same report again, offline
   pathprof compare unix loopback docker-dnat --clients 16
   pathprof diff runs/A runs/B                       explain the gap between two recorded runs
+  pathprof predict runs/A --clients 1,16,64         what TPS would be with other clients, from one run
   pathprof topology list                            the built-in paths
   pathprof cleanup                                  remove what a killed run left behind
 
@@ -259,6 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="openmetrics: TPS, latency, stages and CPU per transaction and stage histograms in the "
                         "Prometheus/OpenMetrics text format (default: %(default)s)")
     e.add_argument("-o", "--output", metavar="PATH", help="output file or directory (default: inside the run dir)")
+
+    from pathprof.agent.cli.predict_cmd import add_parser as add_predict
+    add_predict(sub, fmt)
 
     doc = sub.add_parser("doctor", help="check what this machine lets pathprof measure", formatter_class=fmt,
                          description="Probe each kernel capability pathprof uses (BTF, tracepoints, uprobes/USDT, "

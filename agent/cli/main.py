@@ -155,6 +155,11 @@ def cmd_diff(a) -> int:
     return multi.diff(a)
 
 
+def cmd_predict(a) -> int:
+    from pathprof.agent.cli.predict_cmd import cmd_predict as run
+    return run(a)
+
+
 def cmd_export(a) -> int:
     from pathprof.agent.cli import multi
     return multi.export(a)
@@ -162,7 +167,7 @@ def cmd_export(a) -> int:
 
 COMMANDS = {"run": cmd_run, "attach": cmd_attach, "report": cmd_report, "doctor": cmd_doctor, "topology": cmd_topology,
             "cleanup": cmd_cleanup, "compare": cmd_compare, "sweep": cmd_sweep, "diff": cmd_diff,
-            "export": cmd_export}
+            "export": cmd_export, "predict": cmd_predict}
 
 
 def _quiet_loop_finalizers(unraisable) -> None:

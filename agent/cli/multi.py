@@ -78,6 +78,7 @@ def compare(a) -> int:
                              for b, o in zip(runs[labels[0]], runs[lb])])
         explanations.append(e)
     spreads = {lb: spread(runs[lb]) for lb in labels} if a.repeat > 1 else None
+    predictions = predictions_from_first(chosen)
     if a.html:
         from pathprof.analysis.report.html import write_html
         write_html(chosen, Path(a.html), explanations=explanations,
@@ -85,11 +86,30 @@ def compare(a) -> int:
         print(f"pathprof: wrote {a.html}", file=sys.stderr)
     if a.json:
         _out_json({"runs": chosen, "baseline": labels[0], "explanations": explanations,
-                   "spread": spreads, "all_runs": {lb: [r["run_dir"] for r in rs] for lb, rs in runs.items()}})
+                   "spread": spreads, "all_runs": {lb: [r["run_dir"] for r in rs] for lb, rs in runs.items()},
+                   "predictions": predictions})
     else:
-        from pathprof.analysis.report.render import compare_view
+        from pathprof.analysis.report.render import compare_view, predictions_view
         _print(compare_view(chosen, explanations, spreads))
+        _print(predictions_view(predictions))
     return 0
+
+
+def predictions_from_first(summaries: list[dict]) -> list[dict]:
+    """For every run after the first, what analysis.predict says from the first run, next to the measurement:
+    every real comparison is also a test of the model. A run the model cannot reach from the first (another
+    topology) gets `tps: None` and the reason."""
+    from pathprof.analysis.explain import run_label
+    from pathprof.analysis.predict import predict_for
+    out = []
+    for s in summaries[1:]:
+        row = predict_for(summaries[0], s)
+        if row is None:
+            row = {"tps": None, "reason": "not a scenario of the first run (another path, or a change the model "
+                                          "does not represent)"}
+        row["run"] = s.get("label") or run_label(s)
+        out.append(row)
+    return out
 
 
 def parse_clients(text: str) -> list[int]:
@@ -116,6 +136,8 @@ def sweep(a) -> int:
             runs[c].append(_one_run(a, a.topology, c, f"{a.topology}: {c} clients ({n}/{len(counts) * repeat})"))
     summaries = [_median_run(runs[c]) for c in counts]
     analysis = sweep_analysis(summaries)
+    for p, pred in zip(analysis["points"][1:], predictions_from_first(summaries)):
+        p["predicted_from_first"] = pred
     if repeat > 1:
         for p in analysis["points"]:
             tps = [r.get("tps") or 0.0 for r in runs.get(p["clients"], [])]

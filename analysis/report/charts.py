@@ -191,6 +191,20 @@ def tps_figure(summaries: list[dict], color: RunColors, repeats: list[list[dict]
     return fig
 
 
+def _predicted_curve(ax, pts: list[dict]) -> None:
+    """The first run's predictions (pathprof predict) with their band, next to the measured curve."""
+    pred = [(p["clients"], p["predicted_from_first"]) for p in pts
+            if (p.get("predicted_from_first") or {}).get("tps") is not None]
+    if not pred:
+        return
+    ax.plot([c for c, _ in pred], [r["tps"] for _, r in pred], linestyle="--", marker="x", color="#59a14f",
+            label="predicted from the first run")
+    ax.fill_between([c for c, _ in pred], [r["tps_low"] for _, r in pred], [r["tps_high"] for _, r in pred],
+                    color="#59a14f", alpha=0.15, linewidth=0)
+    ax.plot([c for c, _ in pred], [_num(r.get("measured_tps")) for _, r in pred], linestyle="none", marker="o",
+            markerfacecolor="none", color="#59a14f", label="measured without probes")
+
+
 def sweep_figure(sweep: dict) -> Figure | None:
     pts = (sweep or {}).get("points") or []
     if len(pts) < 2:
@@ -208,6 +222,7 @@ def sweep_figure(sweep: dict) -> Figure | None:
             runs = p.get("tps_runs") or []
             ax.plot([p["clients"]] * len(runs), runs, linestyle="none", marker=".", color="#333",
                     label="repeats: each run (bar: min–max)" if p is spread[0] else "_nolegend_")
+    _predicted_curve(ax, pts)
     ax.set_xscale("log", base=2)
     ax.set_xticks(xs, [str(x) for x in xs])
     ax.set_xlabel("clients")

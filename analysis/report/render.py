@@ -391,6 +391,27 @@ def compare_view(summaries: list[dict], explanations: list[dict], spreads: dict[
     return Group(*parts)
 
 
+def predictions_view(predictions: list[dict]):
+    """The first run's prediction of every other run, next to what was measured (analysis.predict)."""
+    if not predictions:
+        return Text("")
+    t = Table(title="Predicted from the first run (pathprof predict) vs measured without probes", title_justify="left",
+              show_edge=False)
+    for col, kw in (("run", {}), ("predicted", {"justify": "right"}), ("band", {"justify": "right"}),
+                    ("measured", {"justify": "right"}), ("error", {"justify": "right"}), ("limited by", {})):
+        t.add_column(col, **kw)
+    for p in predictions:
+        if p.get("tps") is None:
+            t.add_row(str(p.get("run")), "–", "", "", "", str(p.get("reason") or ""))
+            continue
+        err = p.get("error_pct")
+        t.add_row(str(p.get("run")), f"{p['tps']:,.0f}", f"{p['tps_low']:,.0f}–{p['tps_high']:,.0f}",
+                  _fmt(p.get("measured_tps"), ",.0f"),
+                  Text("–" if err is None else f"{err:+.1f} %", style="green" if p.get("within_band") else "yellow"),
+                  str(p.get("limited_by_text") or ""))
+    return t
+
+
 def sweep_view(analysis: dict):
     pts = analysis.get("points") or []
     best = max((p["tps"] for p in pts), default=0.0)
@@ -409,6 +430,10 @@ def sweep_view(analysis: dict):
                   _fmt(lat.get("p99"), ".3f"), str(p.get("regime") or "?"),
                   "◀ knee" if p["clients"] == analysis.get("knee_clients") else "")
     parts = [t, Text(""), Text(sweep_text(analysis))]
+    preds = [{**p["predicted_from_first"], "run": f"{p['clients']} clients"}
+             for p in pts if p.get("predicted_from_first")]
+    if preds:
+        parts += [Text(""), predictions_view(preds)]
     for key, title, unit in (("stage_growth", "Stages, first → last client count", "µs/txn"),
                              ("cpu_growth", "CPU components, first → last client count", "CPU µs/txn")):
         rows = [r for r in analysis.get(key) or [] if r["delta_us_per_txn"]][:5]

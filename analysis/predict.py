@@ -1,0 +1,422 @@
+"""What-if predictions from one recorded run: a small closed queueing network solved by MVA (analysis.mva).
+
+The model (printed with every prediction as its assumptions):
+
+  clients     N pgbench connections, each a customer that never stops: send, wait for the result, send again
+  CPUs        one queueing centre with as many servers as the host has CPUs; its demand is the run's CPU per
+              transaction without the probes. On a run that saturated the CPUs that is the CPU view; on a
+              latency-bound run the CPU view also holds the cost of sleeping and waking on idle CPUs, which fades
+              under load, so the demand is the CPU work *on the transaction's path* (the latency view's wire,
+              netfilter, device, wakeup, recv, execute, hop and client stages, without the probes' time) and every
+              CPU component is scaled to it
+  hop <name>  a single-threaded process (pgbouncer, docker-proxy): one server whose demand is its CPU per
+              transaction (its service is counted at the CPUs, its waiting for its one thread is added); when its
+              messages found it busy >= 90 % of the time it limited the run, and its demand is its thread time
+              (busy share / TPS)
+  client      pgbench's worker threads (min(clients, CPUs)): a multi-server centre of pgbench's CPU
+  WAL flush   (deep runs) backend.wal_flush as a single server: commits wait for the one WAL flush
+  row lock    (deep runs, lock waits >= 25 % of the cycle) one lock every transaction takes, held 1 / TPS, the
+              commit's WAL flush inside it
+  delays      delay.* and qdisc.* (a link's delay line or rate limit), other lock waits and reads as measured,
+              and what the queues leave of the cycle: pure delays, the same at every client count
+  idle wakeups idle_exit.* (and, on a latency-bound run, the run-queue waits of wakeups onto idle CPUs): a delay
+              that happens only while CPUs are idle, scaled by the CPUs' idle share
+
+It is anchored on the run: the TPS measured outside the probe windows (nothing attached) at the run's own client
+count is reproduced (the CPU demand is scaled on a CPU-bound run, the delays on a latency-bound one), with the
+foreign load the run had (`other`: fewer CPUs, and CPUs kept from idling); predictions are then made for the path
+with the host's CPUs to itself (or `foreign_cpus`). The band: see `band_pct`.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+
+from pathprof.analysis.mva import Centre, solve
+from pathprof.analysis.scenarios import Scenario, _links, apply, parse_link, parse_pg_set
+from pathprof.errors import UserError
+
+__all__ = ["Base", "Scenario", "apply", "base_from_run", "base_of", "measured_tps", "parse_link", "parse_pg_set",
+           "predict", "predict_for", "progress_tps"]
+
+PATH_WORK = ("wire.", "netfilter.", "dev.", "wakeup.", "recv.")   # + backend.execute, hop.*, client.pgbench
+IDLE = ("idle_exit.",)
+FIXED_DELAY = ("delay.", "qdisc.")
+SATURATED = 0.9       # a centre this busy per server limits throughput
+MIN_IDLE_EVENTS_PER_TXN = 0.05   # wakeups onto idle CPUs per transaction needed to price one
+LOCK_SHARE = 0.25                # lock waits this share of the cycle: a row lock serialises the transactions
+ANCHOR_RANGE = (0.25, 4.0)       # how far anchoring may scale a demand; beyond it the model and run disagree
+
+
+@dataclass
+class Base:
+    """What the model takes from one run (µs per transaction, unprobed)."""
+    clients: int
+    ncpu: float                         # CPUs left to the run (host CPUs minus foreign load)
+    cpu: dict[str, float]               # CPU component -> µs/txn (scaled to the load-independent work)
+    hops: list[str]
+    think_us: float                     # pure delays
+    idle_us: float                      # idle-wakeup delay on fully idle CPUs
+    wal_us: float = 0.0
+    lock_us: float = 0.0                # hold time per txn of a row lock every transaction takes (deep runs)
+    lock_holds_wal: float = 0.0         # the part of it that is the commit's WAL flush
+    round_trips: float = 1.0
+    measured_tps: float = 0.0
+    regime: str = ""
+    band_pct: float = 0.0
+    band_parts: dict = field(default_factory=dict)
+    delays: dict[str, float] = field(default_factory=dict)    # named fixed delays (for the assumptions)
+    notes: list[str] = field(default_factory=list)
+    links: dict[str, int] = field(default_factory=dict)        # link or interface name -> directions it delays
+    cpu_scale: float = 1.0
+    receivers: int = 2                  # processes woken per transaction (wakeups onto idle CPUs)
+    idle_priced: bool = True            # the run showed what a wakeup onto an idle CPU costs
+    hop_us: dict[str, float] = field(default_factory=dict)    # a hop's thread time per txn, when not its CPU
+    background_util: float = 0.0        # foreign load's share of the CPUs while anchoring (keeps them awake)
+
+
+def _stage_sum(summary: dict, prefixes: tuple) -> float:
+    return sum(float(s["us_per_txn"]) for s in summary.get("stages") or []
+               if "parent" not in s and s["name"].startswith(prefixes))
+
+
+def _part(summary: dict, name: str) -> float:
+    """An exclusive part of backend.execute (deep runs), µs per transaction; 0 without it."""
+    return sum(float(s["us_per_txn"]) for s in summary.get("stages") or [] if s["name"] == name and s.get("part"))
+
+
+def _path_work(summary: dict) -> float:
+    names = summary.get("stages") or []
+    own = sum(float(s["us_per_txn"]) for s in names if "parent" not in s
+              and (s["name"].startswith(PATH_WORK) or s["name"].startswith("hop.")
+                   or s["name"] in ("backend.execute", "client.pgbench")))
+    io = sum(float(s["us_per_txn"]) for s in names if s.get("part") and s["name"] in
+             ("backend.wal_flush", "backend.data_read", "backend.lock_wait"))
+    return max(own - io, 0.0)
+
+
+def measured_tps(summary: dict) -> float:
+    """The run's TPS without probes attached (outside the windows) when it has one, else pgbench's."""
+    out = (summary.get("windows") or {}).get("tps_out")
+    return float(out or summary.get("tps") or 0.0)
+
+
+def base_from_run(summary: dict, progress_tps: list[float] | None = None, spec: dict | None = None) -> Base:
+    """The model's inputs from a summary (analysis.summary.summarize); UserError when the run cannot support it."""
+    if not summary.get("cpu"):
+        raise UserError(f"{summary.get('run_dir')}: no CPU view (the run was made with --probes off or recorded no "
+                        "CPU table): the model needs CPU per transaction; record the run with --probes basic")
+    if not summary.get("stages"):
+        raise UserError(f"{summary.get('run_dir')}: no latency view: the model needs the run's stages")
+    if (summary.get("workload") or {}).get("connect"):
+        raise UserError("runs with a new connection per transaction (-C) are not modelled: connection setup "
+                        "serialises on the postmaster, which the model does not represent")
+    clients = int(summary.get("clients") or 1)
+    ncpu_host = float((summary.get("host") or {}).get("cpus") or 1)
+    tps_in = float((summary.get("windows") or {}).get("tps_in") or summary.get("tps") or 0.0)
+    comps = {c["component"]: float(c["us_per_txn"]) for c in summary["cpu"]}
+    foreign = comps.pop("other", 0.0) * tps_in / 1e6
+    comps.pop("probes", None)
+    probe_us = (summary.get("probe_cost_ns_per_txn") or 0.0) / 1e3
+    hops = sorted({c.split(".")[1] for c in comps if c.startswith("hop.")})
+    wal = _part(summary, "backend.wal_flush")
+    view_us = sum(comps.values())
+    ncpu = max(ncpu_host - foreign, 1.0)      # what the run had: the model is anchored on it
+    # the run's own regime: its own CPU (probes included) against the CPUs foreign load left it
+    own_cpus = (view_us + (probe_us if "probes" in {c["component"] for c in summary["cpu"]} else 0.0)) * tps_in / 1e6
+    # fewer clients than CPUs cannot fill the pool: such a run is anchored on its latency
+    regime = "cpu-bound" if own_cpus >= SATURATED * ncpu and clients >= ncpu_host else "latency-bound"
+    b = Base(clients=clients, ncpu=ncpu, cpu=comps, hops=hops, think_us=0.0, idle_us=0.0,
+             wal_us=wal, regime=regime, measured_tps=measured_tps(summary))
+    b.round_trips = max([float(s.get("count_per_txn") or 0) for s in summary["stages"]
+                         if s["name"] == "wire.backend" and s["leg"] == "request"] or [1.0]) or 1.0
+    if b.regime != "cpu-bound":
+        path = max(_path_work(summary) - probe_us, 0.0)
+        if 0 < path < view_us:
+            b.cpu_scale = path / view_us
+            b.cpu = {k: v * b.cpu_scale for k, v in comps.items()}
+            b.notes.append(f"CPU view {view_us:.1f} µs per transaction at {clients} client(s) includes sleeping and "
+                           f"waking on idle CPUs; the work on the transaction's path is {path:.1f} µs, used as "
+                           "the CPU demand under load")
+    b.delays = {"link delay lines and rate limits": _stage_sum(summary, FIXED_DELAY)}
+    b.links = _links(spec or {})
+    _backend_waits(b, summary, tps_in)
+    b.background_util = min(foreign / ncpu_host, 0.95)
+    _anchor(b, summary)
+    b.background_util = 0.0
+    if foreign > 0.05:
+        # foreign load is the machine's, not the path's, and under contention it yields its fair share: the
+        # model, anchored on the CPUs the run had, predicts the path with the host's CPUs to itself
+        b.notes.append(f"foreign load: other processes used {foreign:.2f} CPUs during the run; the model was "
+                       f"anchored on the {ncpu:.2f} CPUs left to the path and predicts it with all {ncpu_host:g}")
+        b.ncpu = ncpu_host
+    _band(b, summary, progress_tps)
+    return b
+
+
+def _backend_waits(b: Base, summary: dict, tps_in: float) -> None:
+    """Deep runs: a row lock that serialises the transactions becomes a queue; other lock waits and reads on
+    shared_buffers misses stay delays, as measured."""
+    lock, reads = _part(summary, "backend.lock_wait"), _part(summary, "backend.data_read")
+    cycle_in = (summary.get("closure") or {}).get("cycle_us") or 0.0
+    if lock and cycle_in and lock >= LOCK_SHARE * cycle_in and tps_in:
+        # transactions queue for one row lock (tpcb-like at scale 1: the branch row): its hold time per
+        # transaction is the time between grants, 1 / TPS, at the rate measured without probes (deep probes slow
+        # the backend); the commit's WAL flush keeps the share of the hold time it had inside the windows
+        b.lock_us = 1e6 / (b.measured_tps or tps_in)
+        b.lock_holds_wal = b.lock_us * min(b.wal_us * tps_in / 1e6, 1.0)
+        b.notes.append(f"row lock waits are {lock / cycle_in * 100:.0f} % of the cycle: one lock serialises the "
+                       f"transactions, held {b.lock_us:.0f} µs per transaction (1 / TPS), {b.lock_holds_wal:.0f} µs "
+                       "of it the commit's WAL flush")
+    elif lock:
+        b.delays["backend lock waits (as measured)"] = lock
+    if reads:
+        b.delays["backend reads on shared_buffers misses (as measured)"] = reads
+
+
+def _anchor(b: Base, summary: dict) -> None:
+    """Make the model reproduce the measured (unprobed) TPS at the run's own client count."""
+    idle_stages = _stage_sum(summary, IDLE)
+    events = sum(float(s.get("count_per_txn") or 0) for s in summary.get("stages") or [] if
+                 s["name"].startswith(IDLE))
+    b.receivers = len({(s["name"].split(".", 1)[1], s["leg"]) for s in summary.get("stages") or []
+                       if s["name"].startswith(("wakeup.", "idle_exit.", "queued.", "runqueue."))}) or 2
+    b.think_us = sum(b.delays.values())
+    if not b.measured_tps:
+        return
+    hop, awake = _saturated_hop(b, summary)
+    if hop:
+        # a hop's one thread was busy nearly all the time: its demand under load is the time it holds its
+        # thread per transaction (busy share / TPS): its CPU, plus waiting for a CPU shared with the others
+        cpu_us = b.cpu.get(f"hop.{hop}.user", 0.0) + b.cpu.get(f"hop.{hop}.sys", 0.0)
+        b.hop_us[hop] = max(cpu_us, awake * 1e6 / b.measured_tps)
+        b.notes.append(f"hop {hop}'s thread found its next message waiting {awake * 100:.0f} % of the time: "
+                       f"busy, it limited the run and holds its thread {b.hop_us[hop]:.1f} µs per transaction "
+                       f"({cpu_us:.1f} µs of it on a CPU, the rest waiting for a CPU shared with the others)")
+    if b.regime == "cpu-bound":
+        # priced only when enough transactions saw one (counts per transaction are rounded to 0.001)
+        per_event = idle_stages / events if events >= MIN_IDLE_EVENTS_PER_TXN else 0.0
+        b.idle_us = per_event * b.receivers
+        if not (hop or b.lock_us) or _solve(b, b.clients).tps > b.measured_tps:
+            # the CPUs limit: scale their demand until the model gives the measured rate
+            orig = dict(b.cpu)
+            f = _bisect(b, lambda f: b.cpu.update({k: v * f for k, v in orig.items()}))
+            b.cpu_scale *= f
+            if not ANCHOR_RANGE[0] * 1.01 < f < ANCHOR_RANGE[1] * 0.99:
+                b.notes.append(f"the model cannot reproduce this run's TPS by scaling its CPU demand within "
+                               f"{ANCHOR_RANGE[0]:g}..{ANCHOR_RANGE[1]:g}x: its predictions are not anchored")
+        if not per_event:
+            b.idle_priced = False
+            b.notes.append("the run saw too few wakeups onto idle CPUs to price one: predictions at fewer clients "
+                           "than saturate the CPUs leave that delay out and come out too high")
+        return
+    _anchor_latency(b, summary, idle_stages)
+
+
+def _anchor_latency(b: Base, summary: dict, idle_stages: float) -> None:
+    """A latency-bound run: what the queues and named delays leave of the measured cycle is the time spent
+    waking onto idle CPUs (idle_exit.*, and the run-queue waits while a CPU leaves idle), a delay that fades as
+    the CPUs fill, up to what those stages measured; anything beyond is held as a fixed delay."""
+    cycle = b.clients * 1e6 / b.measured_tps
+    rest = cycle - _solve(b, b.clients).cycle_us
+    if rest <= 0.005 * cycle:      # the queues already account for the cycle (a saturated one pins it)
+        return
+    idle_seen = idle_stages + _stage_sum(summary, ("runqueue.",))
+    target = cycle - max(rest - idle_seen, 0.0)
+    lo, hi = 0.0, max(cycle, 1.0) * 20
+    for _ in range(60):
+        b.idle_us = (lo + hi) / 2
+        if _solve(b, b.clients).cycle_us < target:
+            lo = b.idle_us
+        else:
+            hi = b.idle_us
+    if rest > idle_seen:
+        b.think_us += rest - idle_seen
+        b.delays["what the queues leave of the measured cycle (held fixed)"] = rest - idle_seen
+    b.delays[f"idle wakeups at full idle (the run's idle_exit.* were {idle_stages:.1f} µs)"] = b.idle_us
+
+
+def _solve(b: Base, clients: int):
+    return solve(_centres(b, clients), clients, b.think_us, cpu_centre="cpu", background_util=b.background_util)
+
+
+def _bisect(b: Base, set_factor) -> float:
+    """Find the factor (applied by set_factor) at which the model gives the measured TPS at the run's clients."""
+    lo, hi = ANCHOR_RANGE
+    f = 1.0
+    for _ in range(60):
+        f = math.sqrt(lo * hi)
+        set_factor(f)
+        if _solve(b, b.clients).tps > b.measured_tps:
+            lo = f
+        else:
+            hi = f
+    return f
+
+
+def _saturated_hop(b: Base, summary: dict) -> tuple[str | None, float]:
+    """The hop whose messages found it already awake (queued.<hop>) at least SATURATED of the time."""
+    best, share = None, 0.0
+    for h in b.hops:
+        counts = {k: 0.0 for k in ("queued", "other")}
+        for s in summary.get("stages") or []:
+            if s["name"] in (f"queued.{h}", f"wakeup.{h}", f"idle_exit.{h}"):
+                counts["queued" if s["name"].startswith("queued.") else "other"] += float(s.get("count_per_txn") or 0)
+        total = counts["queued"] + counts["other"]
+        if total and counts["queued"] / total >= SATURATED and counts["queued"] / total > share:
+            best, share = h, counts["queued"] / total
+    return best, share
+
+
+def _centres(b: Base, clients: int) -> list[Centre]:
+    cs = [Centre("cpu", sum(b.cpu.values()), servers=b.ncpu)]
+    for h in b.hops:
+        d = b.hop_us.get(h, b.cpu.get(f"hop.{h}.user", 0.0) + b.cpu.get(f"hop.{h}.sys", 0.0))
+        if d > 0:
+            cs.append(Centre(f"hop.{h}", d, overlaps=True))
+    client = b.cpu.get("pgbench.user", 0.0) + b.cpu.get("pgbench.sys", 0.0)
+    if client > 0:
+        cs.append(Centre("client", client, servers=min(clients, max(int(b.ncpu + 0.5), 1)), overlaps=True))
+    if b.lock_us > 0:   # its service (execution, WAL flush) is counted elsewhere; the waiting for it is added
+        cs.append(Centre("backend.lock", b.lock_us, overlaps=True))
+    if b.wal_us > 0 and not b.lock_us:     # under a row lock the flush is part of its hold time
+        cs.append(Centre("backend.wal_flush", b.wal_us))
+    cs.append(Centre("idle", b.idle_us, servers=0, idle_scaled=True))
+    return cs
+
+
+def _band(b: Base, summary: dict, progress_tps: list[float] | None) -> None:
+    """Half-width of the band, % of the prediction: the root sum of squares of the run's own spread (the
+    coefficient of variation of pgbench's per-second TPS), its worse closure error, and the gap between the TPS
+    with probes attached and without (how far the probes moved the system the demands were measured on)."""
+    cv = 0.0
+    pts = [t for t in (progress_tps or [])[1:] if t > 0]   # the first second holds the start-up
+    if len(pts) >= 2:
+        mean = sum(pts) / len(pts)
+        cv = math.sqrt(sum((t - mean) ** 2 for t in pts) / (len(pts) - 1)) / mean * 100.0
+    clo = summary.get("closure") or {}
+    closure = max(abs(clo.get("latency_error_pct") or 0.0), abs(clo.get("cpu_error_pct") or 0.0))
+    w = summary.get("windows") or {}
+    inout = abs((w.get("tps_in") or 0) / w["tps_out"] * 100.0 - 100.0) if w.get("tps_out") and w.get("tps_in") else 0.0
+    b.band_parts = {"tps_spread_pct": round(cv, 1), "closure_pct": round(closure, 1),
+                    "probes_in_out_pct": round(inout, 1)}
+    b.band_pct = round(math.sqrt(cv ** 2 + closure ** 2 + inout ** 2), 1)
+
+
+LIMIT_TEXT = {"cpu": "the CPUs", "client": "the client (pgbench's threads)", "backend.lock": "a row lock",
+              "backend.wal_flush": "the backend's WAL flush"}
+
+
+def _limited_by(b: Base, sol) -> tuple[str, str]:
+    util = sol.utilisation
+    busiest = max((k for k in util if k != "idle"), key=lambda k: util[k], default=None)
+    if busiest and util[busiest] >= SATURATED:
+        if busiest.startswith("hop."):
+            return busiest, f"hop {busiest[4:]}'s process (one thread, {util[busiest] * 100:.0f} % busy)"
+        what = LIMIT_TEXT.get(busiest, busiest)
+        if busiest == "cpu":
+            what = f"the CPUs ({b.ncpu:.2f}, {util[busiest] * 100:.0f} % busy)"
+        return busiest, what
+    parts = {**{k: v for k, v in sol.residence_us.items()}, "delays": b.think_us}
+    top = max(parts, key=parts.get)
+    return "latency", f"latency: no resource saturated (largest part of the cycle: {top}, {parts[top]:.1f} µs)"
+
+
+def assumptions(b: Base) -> list[str]:
+    cs = _centres(b, b.clients)
+    out = []
+    for c in cs:
+        if c.name == "cpu":
+            out.append(f"queue: the CPUs, {b.ncpu:.2f} servers (Seidmann's multi-server MVA), {c.demand_us:.1f} µs "
+                       "CPU per transaction without the probes")
+        elif c.name.startswith("hop."):
+            out.append(f"queue: {c.name} (one thread), {c.demand_us:.1f} µs CPU per transaction; its service is "
+                       "counted at the CPUs, its waiting for the thread added")
+        elif c.name == "client":
+            out.append(f"queue: the client, pgbench's threads (min(clients, CPUs)), {c.demand_us:.1f} µs CPU per "
+                       "transaction")
+        elif c.name == "backend.lock":
+            out.append(f"queue: a row lock every transaction takes, held {c.demand_us:.0f} µs per transaction")
+        elif c.name == "backend.wal_flush":
+            out.append(f"queue: the backend's WAL flush (one at a time), {c.demand_us:.1f} µs per transaction")
+        elif c.name == "idle" and c.demand_us:
+            out.append(f"delay, fading as the CPUs fill: wakeups onto idle CPUs, {c.demand_us:.1f} µs per "
+                       "transaction when the CPUs are idle")
+    for n, us in b.delays.items():
+        if us and not n.startswith("idle"):
+            out.append(f"delay: {n}, {us:.1f} µs per transaction")
+    out.append(f"anchored on the run: {b.measured_tps:,.0f} TPS measured without probes at {b.clients} clients "
+               "is reproduced (with the foreign load it had, when it had any)")
+    return out + b.notes
+
+
+def predict(b: Base, clients: list[int], scenario: Scenario | None = None, foreign_cpus: float = 0.0) -> list[dict]:
+    """One row per client count: [{name, clients, tps, tps_low, tps_high, latency_ms, limited_by,
+    limited_by_text, assumptions}]. foreign_cpus: CPUs other processes take (a shared machine): fewer CPUs for
+    the path, and CPUs kept from idling."""
+    sc = scenario or Scenario()
+    m = apply(b, sc)
+    if foreign_cpus > 0:
+        host = m.ncpu
+        m = replace(m, ncpu=max(host - foreign_cpus, 0.1), background_util=min(foreign_cpus / host, 0.95),
+                    notes=m.notes + [f"asked: other processes take {foreign_cpus:g} of the {host:g} CPUs"])
+    rows = []
+    for n in clients:
+        sol = _solve(m, n)
+        key, text = _limited_by(m, sol)
+        half = m.band_pct / 100.0
+        rows.append({"name": f"{sc.label()}, {n} clients", "scenario": sc.label(), "clients": n,
+                     "tps": round(sol.tps, 1), "tps_low": round(sol.tps * (1 - half), 1),
+                     "tps_high": round(sol.tps * (1 + half), 1), "latency_ms": round(sol.cycle_us / 1e3, 4),
+                     "limited_by": key, "limited_by_text": text,
+                     "utilisation_pct": {k: round(v * 100, 1) for k, v in sol.utilisation.items() if k != "idle"},
+                     "assumptions": assumptions(m)})
+        if not m.idle_priced and key == "latency":
+            rows[-1]["idle_wakeups_unpriced"] = True
+            rows[-1]["note"] = ("the CPUs are not saturated here and the run never showed a wakeup onto an idle CPU: "
+                                "this TPS leaves that delay out, too high when the CPUs idle between messages")
+    return rows
+
+
+def progress_tps(run_dir) -> list[float]:
+    """pgbench's per-second TPS (-P 1 lines in pgbench/stderr.txt) of a run directory."""
+    from pathlib import Path
+    path = Path(run_dir) / "pgbench" / "stderr.txt"
+    if not path.exists():
+        return []
+    return [float(m.group(1)) for m in re.finditer(r"progress: [\d.]+ s, ([\d.]+) tps", path.read_text())]
+
+
+def base_of(rd, summary: dict | None = None) -> Base:
+    """The model's base from a run directory (analysis.rundir.RunDir)."""
+    from pathprof.analysis.summary import summarize
+    s = summary or summarize(rd)
+    return base_from_run(s, progress_tps(rd.path), ((rd.meta.get("topology") or {}).get("spec") or {}))
+
+
+def predict_for(base_summary: dict, target: dict) -> dict | None:
+    """The prediction, from the first run of a compare/sweep, of another run's TPS (None when the model cannot
+    say): same path with another client count, or the same path without a hop the base had."""
+    from pathlib import Path
+
+    from pathprof.analysis.rundir import RunDir
+    try:
+        b = base_of(RunDir.open(Path(base_summary["run_dir"])), base_summary)
+    except (UserError, KeyError, OSError):
+        return None
+    sc = Scenario()
+    if target.get("topology") != base_summary.get("topology"):
+        return None
+    missing = sorted(set(b.hops) - {c["component"].split(".")[1] for c in target.get("cpu") or []
+                                    if c["component"].startswith("hop.")})
+    if missing and target.get("cpu"):
+        sc = Scenario(without=tuple(missing))
+    elif target.get("topology_options") != base_summary.get("topology_options"):
+        return None
+    row = predict(b, [int(target.get("clients") or 1)], sc)[0]
+    meas = measured_tps(target)
+    row["measured_tps"] = meas
+    row["error_pct"] = round((row["tps"] - meas) / meas * 100.0, 1) if meas else None
+    row["within_band"] = bool(meas and row["tps_low"] <= meas <= row["tps_high"])
+    return row

@@ -1,0 +1,40 @@
+"""bench/predict's table: predict from BASE (with SCENARIO options) the client counts of the measured runs."""
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+target, base, scenario, *measured = sys.argv[1:]
+# columns: target | scenario | clients | predicted | band | measured (no probes) | error | in band | limited by |
+#          foreign CPUs during the measured run (other processes on this shared machine) | predicted with that
+#          foreign load (--foreign-cpus) | its error | base -> measured run
+pp = str(Path(__file__).resolve().parents[2] / ".venv/bin/pathprof")
+points = dict(m.split("=", 1) for m in measured)
+clients = ",".join(sorted(points, key=int))
+want = "as recorded" if not scenario else None
+
+
+def predicted(c: str, foreign: float) -> dict:
+    doc = json.loads(subprocess.run([pp, "predict", base, "--clients", c, "--json", "--foreign-cpus", f"{foreign:.3f}",
+                                     *shlex.split(scenario)], check=True, capture_output=True, text=True).stdout)
+    return [r for r in doc["scenarios"] if r["clients"] == int(c) and (r["scenario"] == want if want
+                                                                       else r["scenario"] != "as recorded")][0]
+
+
+for c, run_dir in sorted(points.items(), key=lambda kv: int(kv[0])):
+    s = json.loads(subprocess.run([pp, "report", run_dir, "--json"], check=True, capture_output=True, text=True).stdout)
+    meas = (s.get("windows") or {}).get("tps_out") or s["tps"]
+    other = {c["component"]: c["us_per_txn"] for c in s.get("cpu") or []}.get("other", 0.0)
+    foreign = other * ((s.get("windows") or {}).get("tps_in") or s["tps"]) / 1e6
+    row = predicted(c, 0.0)
+    shared = predicted(c, foreign)
+    err_shared = (shared["tps"] - meas) / meas * 100.0
+    err = (row["tps"] - meas) / meas * 100.0
+    inside = row["tps_low"] <= meas <= row["tps_high"]
+    ub = "*" if row.get("idle_wakeups_unpriced") else ""
+    print(f"| {target} | {row['scenario']} | {c} | {ub}{row['tps']:,.0f} | "
+          f"{row['tps_low']:,.0f}–{row['tps_high']:,.0f} | "
+          f"{meas:,.0f} | {err:+.1f} % | {'yes' if inside else 'no'} | {row['limited_by']} | {foreign:.2f} | "
+          f"{'*' if shared.get('idle_wakeups_unpriced') else ''}{shared['tps']:,.0f} | {err_shared:+.1f} % | "
+          f"{Path(base).name} → {Path(run_dir).name} |", flush=True)
