@@ -83,13 +83,19 @@ def run(netns: str | None, argv: list[str], *, check: bool = True, timeout: floa
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether pid is a running process. A zombie (state Z: exited, not yet reaped by its parent) is dead: in a
+    container whose PID 1 never reaps, a killed pathprof stays a zombie forever, and its run must be cleanable."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def pid_start_time(pid: int) -> int | None:

@@ -3,6 +3,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -81,6 +82,31 @@ def test_sigkill_mid_run_then_cleanup_restores(runs_dir):
     assert _wait_for(lambda: not _postgres_pids("/var/lib/pathprof/state/"), 10)
     assert machine_state() == before
     assert run_pathprof("cleanup").stdout.strip() == "nothing to clean up"
+
+
+def test_sigkill_of_a_run_nobody_reaps_then_cleanup_restores(runs_dir, tmp_path):
+    """In a container whose PID 1 never reaps, a killed pathprof stays a zombie: cleanup must take it as dead."""
+    before = machine_state()
+    env = dict(os.environ, PATHPROF_RUNS=str(runs_dir))
+    pidfile = tmp_path / "pid"
+    # the parent starts pathprof, writes its pid and sleeps without ever waiting for it
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time; p = subprocess.Popen(sys.argv[2:], stdout=subprocess.DEVNULL, "
+        "stderr=subprocess.DEVNULL); open(sys.argv[1], 'w').write(str(p.pid)); time.sleep(600)"),
+        str(pidfile), *PATHPROF, "run", "--topology", "nic", "--clients", "2", "--duration", "30", "--probes", "off"],
+        env=env)
+    try:
+        assert _wait_for(lambda: any(runs_dir.glob("*/pgbench/argv.txt")), 60), "run never reached pgbench"
+        pid = int(pidfile.read_text())
+        os.kill(pid, signal.SIGKILL)
+        assert _wait_for(lambda: Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z", 10)
+        cp = run_pathprof("cleanup", check=True)
+        assert "pp-nic-srv" in cp.stdout and "is live" not in cp.stdout, cp.stdout
+        assert _wait_for(lambda: not _postgres_pids("/var/lib/pathprof/state/"), 10)
+        assert machine_state() == before
+    finally:
+        parent.kill()
+        parent.wait()
 
 
 def test_ctrl_c_during_setup_tears_down(runs_dir):

@@ -87,3 +87,25 @@ def test_journal_of_an_older_pathprof_without_owner(jdir):
     assert any("being set up" in k for k in cleanup.cleanup_all(dry_run=True)["kept"])
     os.utime(path, (time.time() - 3600, time.time() - 3600))
     assert "journal legacy: remove netns pp-legacy" in cleanup.cleanup_all(dry_run=True)["actions"]
+
+
+def test_a_zombie_owner_is_a_dead_owner():
+    """A process that exited and was not reaped (state Z) is not alive: its journal is cleanable (issue #19)."""
+    import os
+    import time
+
+    from pathprof.agent.host.proc import pid_alive
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    try:
+        for _ in range(200):                     # until the child has exited (it is not reaped: a zombie)
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.01)
+        assert os.path.exists(f"/proc/{pid}") and not pid_alive(pid)
+        assert pid_alive(os.getpid())
+    finally:
+        os.waitpid(pid, 0)
+    assert not pid_alive(pid)
