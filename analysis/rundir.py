@@ -27,6 +27,9 @@ class RunDir:
             n += 1
             path = root / f"{run_id}-{n}"
         (path / "pgbench").mkdir(parents=True)
+        # private: a run holds query texts, the path's addresses and whatever a DSN carried (its secrets are not
+        # recorded, but its host and user are); `chmod` it to share
+        os.chmod(path, 0o700)
         rd = cls(path, {"schema": SCHEMA, "run_id": path.name, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         rd.save()
         return rd
@@ -60,6 +63,7 @@ class RunDir:
         tmp = self.path / "run.json.tmp"
         try:
             tmp.write_text(json.dumps(self.meta, indent=2, default=str) + "\n")
+            os.chmod(tmp, 0o600)
             os.replace(tmp, self.path / "run.json")
         except OSError:
             tmp.unlink(missing_ok=True)
@@ -75,6 +79,7 @@ class RunDir:
     def write_json(self, name: str, obj) -> Path:
         p = self.path / name
         p.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+        os.chmod(p, 0o600)
         return p
 
     def read_json(self, name: str):

@@ -179,6 +179,21 @@ def _quiet_loop_finalizers(unraisable) -> None:
     sys.__unraisablehook__(unraisable)
 
 
+def _hide_dsn_secret(a) -> None:
+    """A password given in --dsn was on our own command line, where every user of the machine reads it in `ps`:
+    show the command with the secret as *** from here on (as psql and mysql do), and hand it to children through
+    their environment only (agent.postgres.conninfo)."""
+    dsn = getattr(a, "dsn", None)
+    if not dsn:
+        return
+    from pathprof.agent.postgres.conninfo import redact, split_secret
+    if not split_secret(dsn)[1]:
+        return
+    import setproctitle
+    shown = [redact(x) if x == dsn else x for x in sys.argv]
+    setproctitle.setproctitle(" ".join(shown))
+
+
 def main(argv: list[str] | None = None) -> int:
     sys.unraisablehook = _quiet_loop_finalizers
     parser = cli_args.build_parser()
@@ -187,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        _hide_dsn_secret(a)
         return COMMANDS[a.command](a)
     except UserError as e:
         print(f"pathprof: error: {e}", file=sys.stderr)

@@ -241,12 +241,14 @@ def compress_logs(log_dir: Path) -> None:
 
 def run(netns: str | None, argv: list[str], out_dir: Path, on_progress: Callable[[Progress], None] | None = None,
         on_start: Callable[[int], None] | None = None, timeout_s: float = 60,
-        should_stop: Callable[[], bool] = lambda: False) -> PgbenchResult:
-    """Run pgbench to completion (bounded by -T plus timeout_s), streaming -P progress to on_progress."""
+        should_stop: Callable[[], bool] = lambda: False, env: dict | None = None) -> PgbenchResult:
+    """Run pgbench to completion (bounded by -T plus timeout_s), streaming -P progress to on_progress. `env`:
+    variables added to pgbench's environment (a DSN's password: never on its command line)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "argv.txt").write_text(" ".join(argv) + "\n")
     stdout_f = open(out_dir / "stdout.txt", "w")
-    p = proc.spawn(netns, argv, stdout=stdout_f, stderr=subprocess.PIPE, text=True, bufsize=1, cwd=out_dir)
+    extra = {"env": {**os.environ, **env}} if env else {}
+    p = proc.spawn(netns, argv, stdout=stdout_f, stderr=subprocess.PIPE, text=True, bufsize=1, cwd=out_dir, **extra)
     if on_start:
         on_start(p.pid)
     progress: list[Progress] = []

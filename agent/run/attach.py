@@ -20,6 +20,7 @@ from pathlib import Path
 import pathprof
 from pathprof.agent.discovery import profiled_path
 from pathprof.agent.host.machine import host_info
+from pathprof.agent.postgres.conninfo import redact
 from pathprof.agent.postgres.pgbench import Progress
 from pathprof.agent.run.options import Reporter
 from pathprof.agent.run.signals import sigterm_as_interrupt
@@ -114,7 +115,7 @@ def execute_attach(opts: AttachOptions, ui: Reporter) -> RunDir:
     probes = ProbeSession(profiled_path.probe_config(table, path, opts.probes, opts.trace_sample, 0.0, 0.0))
     rd = RunDir.create(opts.runs_dir, "attach")
     source = (f"--port {opts.port}" if opts.port else f"--server-pid {opts.server_pid}" if opts.server_pid
-              else f"--dsn {opts.dsn}")
+              else f"--dsn {redact(opts.dsn)}")
     rd.update(pathprof_version=pathprof.__version__, host=host_info(),
               topology={"name": "attach", "source": source, "options": {}, "spec": None},
               workload={"clients": path.client_connections, "threads": None, "duration_s": opts.duration_s,

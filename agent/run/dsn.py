@@ -8,6 +8,7 @@ import pathprof
 from pathprof.agent.discovery import profiled_path
 from pathprof.agent.host.machine import cpu_busy_ns, host_info
 from pathprof.agent.postgres import pgbench
+from pathprof.agent.postgres.conninfo import redact, split_secret
 from pathprof.agent.run.options import Reporter, RunOptions
 from pathprof.agent.run.signals import sigterm_as_interrupt
 from pathprof.analysis.rundir import RunDir
@@ -52,19 +53,20 @@ def execute_dsn(opts: RunOptions, ui: Reporter) -> RunDir:
     log_dir = rd.file("pgbench") / "log"
     log_dir.mkdir(parents=True)
     conninfo = psycopg.conninfo.conninfo_to_dict(opts.dsn)
+    public, secret_env = split_secret(opts.dsn)    # the password reaches pgbench through its environment only
     target = pgbench.Target(str(conninfo.get("host", "")), int(conninfo.get("port", 5432) or 5432),
-                            str(conninfo.get("user", "postgres")), opts.dsn)
+                            str(conninfo.get("user", "postgres")), public)
     argv = pgbench.build_argv(opts.workload, target, log_dir, rd.file("pgbench"))
     # The DSN carries host/port/user itself: pass it as the dbname (pgbench expands conninfo strings).
-    argv = [a for a in argv[:argv.index("-h")]] + [opts.dsn]
+    argv = [a for a in argv[:argv.index("-h")]] + [public]
     rd.update(pgbench={"argv": argv, "version": pgbench.pgbench_version()},
               postgres={"owned": False, "version": version, "settings": {"max_connections": str(max_conn)},
                         "pid": path.postmaster if path else None})
     if path is not None:
-        rd.write_json("topology.json", profiled_path.topology_doc(table, path, f"--dsn {opts.dsn}"))
+        rd.write_json("topology.json", profiled_path.topology_doc(table, path, f"--dsn {redact(opts.dsn)}"))
     try:
         with sigterm_as_interrupt():
-            _measure(opts, rd, argv, probes, (table, path), ui)
+            _measure(opts, rd, argv, probes, (table, path), ui, secret_env)
     except KeyboardInterrupt:
         rd.update(status="interrupted")
         raise Interrupted("interrupted") from None
@@ -90,7 +92,8 @@ def _probe_session(opts: RunOptions, table, path):
                                                    opts.probe_window_s, opts.probe_period_s))
 
 
-def _measure(opts: RunOptions, rd: RunDir, argv: list[str], probes, found: tuple, ui: Reporter) -> None:
+def _measure(opts: RunOptions, rd: RunDir, argv: list[str], probes, found: tuple, ui: Reporter,
+             secret_env: dict | None = None) -> None:
     from pathprof.agent.probing.windows import window_meta
     from pathprof.agent.run import recorder
     w = opts.workload
@@ -121,7 +124,8 @@ def _measure(opts: RunOptions, rd: RunDir, argv: list[str], probes, found: tuple
 
     ui.phase(f"pgbench: {w.clients} clients, {w.duration_s} s")
     log_dir = rd.file("pgbench") / "log"
-    result = pgbench.run(None, argv, rd.file("pgbench"), on_progress=on_progress, on_start=started)
+    result = pgbench.run(None, argv, rd.file("pgbench"), on_progress=on_progress, on_start=started,
+                         env=secret_env)
     (busy1, total1), t1 = cpu_busy_ns(), time.monotonic_ns()
     if probes is not None:
         probes.stop_windows()
