@@ -83,6 +83,8 @@ def stage_totals(summary: dict, split_execute: bool = False) -> dict[str, float]
         elif st.get("parent") or (split and st.get("name") == "backend.execute"):
             continue
         name = str(st.get("name", "?"))
+        if split_execute and not split and name == "backend.execute" and summary.get("probes") == "deep":
+            name = "backend.execute.other"    # measured, and no wait or I/O happened: every part but this is 0
         out[name] = out.get(name, 0.0) + _num(st.get("us_per_txn"))
     return out
 
@@ -194,7 +196,11 @@ def explain(baseline: dict, other: dict, basis: str | None = None, noise_pct: fl
 
 
 def _explain_on(baseline: dict, other: dict, basis: str, noise_pct: float) -> dict:
-    split = has_execute_parts(baseline) and has_execute_parts(other)    # name the server's waits and I/O
+    # name the server's waits and I/O at the finest split both runs allow: when both were measured deep, a part
+    # one run lacks (its backend never waited) is zero there, not a reason to fall back to backend.execute
+    both_deep = baseline.get("probes") == "deep" and other.get("probes") == "deep"
+    split = (has_execute_parts(baseline) and has_execute_parts(other)) or (
+        both_deep and (has_execute_parts(baseline) or has_execute_parts(other)))
     if basis == "cpu":
         # pathprof's own probes are not a cause of the system's gap: out of the items and of the measured gap
         a, b = cpu_totals(baseline), cpu_totals(other)

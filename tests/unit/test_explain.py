@@ -249,3 +249,28 @@ def test_a_reply_waiting_for_a_thread_blocked_in_a_connect_is_connection_setup()
     assert cause_of("connwait.pgbench", set()) == "connection setup"
     assert cause_of("connect.thread_wait", set()) == "connection setup"
     assert cause_of("wakeup.pgbench", set()) == "scheduler"
+
+
+def test_a_part_one_run_lacks_is_zero_there_not_a_fallback_to_the_parent():
+    """A deep baseline whose backend never waited has no backend.execute split; the other run's lock wait must
+    still be named (#22.5), not folded into backend.execute for both."""
+    a = plus_stage(summary("loopback"), "backend.execute", 0.0)
+    a["probes"] = "deep"
+    b = copy.deepcopy(a)
+    b["tps"] = 20000.0
+    for st in b["stages"]:
+        if st["name"] == "backend.execute":
+            st["us_per_txn"] += 9000.0
+    b["stages"] += [{"name": "backend.lock_wait", "leg": "server", "us_per_txn": 8946.0, "parent": "backend.execute",
+                     "part": True},
+                    {"name": "backend.execute.other", "leg": "server", "parent": "backend.execute", "part": True,
+                     "us_per_txn": [s for s in b["stages"] if s["name"] == "backend.execute"][0]["us_per_txn"]
+                     - 8946.0}]
+    b["latency_ms"]["mean"] += 9.0
+    e = explain(a, b)
+    assert e["items"][0]["name"] == "backend.lock_wait", e["items"][:3]
+    assert e["items"][0]["delta_us_per_txn"] == pytest.approx(8946.0)
+    assert "backend.execute" not in {i["name"] for i in e["items"]}
+    # a basic baseline measured no parts: nothing is assumed, the parent is compared
+    a["probes"] = "basic"
+    assert explain(a, b)["items"][0]["name"] == "backend.execute"
