@@ -131,6 +131,10 @@ def summarize(rd: RunDir) -> dict:
         from pathprof.analysis.conn_view import add_connection_setup
         add_connection_setup(out, rd)     # no latency view to fold it into (probes off, no transactions)
     out.update(probe_cost_share(out))
+    from pathprof.analysis.gap import locate_gap
+    gap = locate_gap(out)
+    if gap:
+        out["closure"]["gap"] = gap
     if m.get("pooler_counters"):
         from pathprof.analysis.pooler import pooler_check
         out["pooler_counters"] = pooler_check(m, out)

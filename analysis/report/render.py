@@ -103,6 +103,13 @@ def header(summary: dict) -> Panel:
         grid.add_row("probe cost", Text("not measured", style="yellow"))
     grid.add_row("closure", Text.assemble(_closure_text(closure.get("latency_error_pct"), "latency view"), "; ",
                                           _closure_text(closure.get("cpu_error_pct"), "CPU view")))
+    gap = closure.get("gap")
+    if gap:
+        text = (f"{gap['short_us_per_txn']:,.1f} µs per transaction in no stage: {gap['statement']}"
+                if gap["short_us_per_txn"] > 0 else gap["statement"])
+        if gap.get("evidence"):
+            text += f" (probe counters: {gap['evidence']})"
+        grid.add_row("where", Text(text, style="yellow"))
     wl = summary.get("workload") or {}
     bits = [f"{summary.get('clients', '?')} clients"]
     bits += [f"{wl['threads']} threads"] if wl.get("threads") else []
