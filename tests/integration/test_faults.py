@@ -149,7 +149,7 @@ def test_sigkill_during_teardown_then_cleanup_restores_the_machine(runs_dir, rem
     journal, marks the run directory `killed`, and the machine is as before: namespaces, links, iptables,
     processes, BPF programs/links/pins."""
     from pathprof.agent.host.journal import JOURNAL_DIR, Journal
-    from pathprof.agent.host.proc import pid_start_time
+    from pathprof.agent.host.proc import pid_alive, pid_start_time
     before = machine_state()
     env = dict(os.environ, PATHPROF_RUNS=str(runs_dir))
     p = subprocess.Popen([*PATHPROF, "run", "--topology", "pgbouncer-3host", "--clients", "2", "--duration", "2",
@@ -180,7 +180,8 @@ def test_sigkill_during_teardown_then_cleanup_restores_the_machine(runs_dir, rem
         assert not journal.exists()
         assert machine_state() == before
         assert not _pp_objects("pp-pb3-")            # hidden from machine_state by PATHPROF_TEST_IGNORE
-        alive = [pid for pid, st in procs.items() if st is not None and pid_start_time(pid) == st]
+        # a zombie (exited, waiting for PID 1 to reap it) is not alive: it holds nothing (#19)
+        alive = [pid for pid, st in procs.items() if st is not None and pid_start_time(pid) == st and pid_alive(pid)]
         assert not alive, f"processes of the killed run still alive: {alive}"
         (rd,) = list(runs_dir.iterdir())
         meta = json.loads((rd / "run.json").read_text())
