@@ -66,6 +66,7 @@ def summarize(rd: RunDir) -> dict:
         out["busy_cpus"] = busy / elapsed
     tps, mean_ms = res.get("tps") or 0, lat.get("mean")
     win = _windows(probes, out)
+    out.update(headline_tps(res.get("tps"), probes))
     if win:
         # The probe tables cover only the measurement windows (analysis.windows): divide by the
         # transactions that ended inside them, close against their rate and latency and the CPUs' busy
@@ -193,6 +194,23 @@ def _add_connection_setup(out: dict, rd: RunDir) -> None:
                             "measurement windows: waits cut by a window's edge are lost, so the stages may add up "
                             "to a few % less than the cycle; longer windows (--probe-window) or --probe-duty 100 "
                             "close it")
+
+
+def headline_tps(whole_run: float | None, probes: dict) -> dict:
+    """The run's TPS is the unprobed system's: with measurement windows, the rate outside them, where nothing was
+    attached (the probes cost the in-window transactions time, and two paths with different probe costs must not
+    be compared on it). The in-window rate is what the stage figures are divided by; the whole run's is pgbench's
+    own. Always-on runs can only say their TPS is the probed one."""
+    schedule = probes.get("schedule") or {}
+    inside, outside = probes.get("in_windows") or {}, probes.get("outside_windows") or {}
+    out = {"tps_whole_run": whole_run, "tps_in_windows": inside.get("tps")}
+    if probes.get("level") in (None, "off") or not probes.get("windows") and not schedule:
+        return {**out, "tps": whole_run, "tps_basis": "whole run, no probes attached"}
+    if schedule.get("always_on"):
+        return {**out, "tps": whole_run, "tps_basis": "whole run, probes always attached (the probed system's)"}
+    if outside.get("tps") and outside.get("txns"):
+        return {**out, "tps": outside["tps"], "tps_basis": "outside the probe windows, nothing attached"}
+    return {**out, "tps": whole_run, "tps_basis": "whole run, half probed (no transaction outside the windows)"}
 
 
 def _prediction(unprobed_tps: float | None, probes: dict) -> dict:

@@ -83,3 +83,101 @@ def split(ends_us: np.ndarray, lat_us: np.ndarray, windows: list[dict]) -> dict:
         if hi > lo:
             out["probe_overhead_run_pct"] = round(100.0 * (1.0 - len(ends) / ((hi - lo) / 1e6) / tout), 2)
     return out
+
+
+EXACT_US = 100_000          # latencies below this are counted per µs (exact); above, per ms
+
+
+class LogStats:
+    """One streaming pass over pgbench's per-transaction log, in chunks: the run's latency percentiles and the
+    windows split, with memory that does not grow with the run's length (counts per µs of latency up to 100 ms,
+    per ms above, and a few sums), where a whole-log DataFrame took ~16 bytes per transaction."""
+
+    def __init__(self, windows: list[dict]):
+        self.windows = windows
+        self.exact = np.zeros(EXACT_US, dtype=np.int64)
+        self.coarse = np.zeros(1, dtype=np.int64)
+        self.n = 0
+        self.lat_sum = 0.0
+        self.parts = {k: [0, 0.0, 0] for k in ("in", "out", "edge")}   # txns, latency sum, latencies counted
+        self.lo, self.hi = float("inf"), float("-inf")
+        self.clock = None
+        self._ivs = None
+
+    def add(self, ends_us: np.ndarray, lat_us: np.ndarray) -> None:
+        ends, lat = np.asarray(ends_us, dtype="float64"), np.asarray(lat_us, dtype="float64")
+        if not len(ends):
+            return
+        ok = lat[lat >= 0].astype(np.int64)
+        self.n += len(ok)
+        self.lat_sum += float(ok.sum())
+        self.exact += np.bincount(ok[ok < EXACT_US], minlength=EXACT_US)
+        big = ok[ok >= EXACT_US] // 1000
+        if len(big):
+            counts = np.bincount(big)
+            if len(counts) > len(self.coarse):
+                self.coarse = np.concatenate([self.coarse, np.zeros(len(counts) - len(self.coarse), np.int64)])
+            self.coarse[:len(counts)] += counts
+        self.lo = min(self.lo, float(np.min(ends - np.clip(lat, 0, None))))
+        self.hi = max(self.hi, float(np.max(ends)))
+        if not self.windows:
+            return
+        if self.clock is None:
+            self.clock = "realtime" if np.median(ends) > 1e15 else "mono"
+            self._ivs = _intervals(self.windows, self.clock)
+        inside, edges = self._ivs
+        m_in = _mask(ends, inside)
+        m_edge = _mask(ends, edges) & ~m_in
+        for key, m in (("in", m_in), ("edge", m_edge), ("out", ~(m_in | m_edge))):
+            part = lat[m]
+            part = part[part >= 0]
+            p = self.parts[key]
+            p[0] += int(m.sum())
+            p[1] += float(part.sum())
+            p[2] += len(part)
+
+    def _value_at(self, rank: int) -> float:
+        c = np.cumsum(self.exact)
+        if rank < c[-1]:
+            return float(np.searchsorted(c, rank, side="right"))
+        cc = np.cumsum(self.coarse)
+        return float(np.searchsorted(cc, rank - c[-1], side="right") * 1000)
+
+    def percentiles(self) -> dict:
+        """{mean, p50, p95, p99} in ms (exact to the µs below 100 ms, linear between ranks as pandas does)."""
+        if not self.n:
+            return {}
+        out = {"mean": self.lat_sum / self.n / 1000}
+        for q, key in ((0.5, "p50"), (0.95, "p95"), (0.99, "p99")):
+            k = q * (self.n - 1)
+            a, b = self._value_at(int(np.floor(k))), self._value_at(int(np.ceil(k)))
+            out[key] = (a + (b - a) * (k - np.floor(k))) / 1000
+        return out
+
+    def split(self) -> dict:
+        """The same document as split() on the whole log."""
+        empty = {"txns": 0, "duration_s": 0.0, "tps": None, "latency_ms_mean": None}
+        out = {"in_windows": dict(empty), "outside_windows": dict(empty), "edges": {"txns": 0, "duration_s": 0.0},
+               "probe_overhead_pct": None, "probe_overhead_run_pct": None, "log_clock": None}
+        if not self.n and not sum(p[0] for p in self.parts.values()) or not self.windows or self.clock is None:
+            return out
+        out["log_clock"] = self.clock
+        inside, edges = self._ivs
+        lo, hi = self.lo, self.hi
+        d_in, d_edge = _overlap(inside, lo, hi), _overlap(edges, lo, hi)
+        d_out = max(hi - lo - d_in - d_edge, 0.0)
+
+        def part(key, dur):
+            n, s, k = self.parts[key]
+            return {"txns": n, "duration_s": round(dur / 1e6, 4), "tps": round(n / (dur / 1e6), 2) if dur > 0 else None,
+                    "latency_ms_mean": round(s / k / 1e3, 6) if k else None}
+        out["in_windows"], out["outside_windows"] = part("in", d_in), part("out", d_out)
+        out["edges"] = {"txns": self.parts["edge"][0], "duration_s": round(d_edge / 1e6, 4)}
+        tin, tout, n_out = out["in_windows"]["tps"], out["outside_windows"]["tps"], self.parts["out"][0]
+        total = sum(p[0] for p in self.parts.values())
+        if tout and d_out / 1e6 >= MIN_OUTSIDE_S and n_out >= MIN_OUTSIDE_TXNS:
+            if tin:
+                out["probe_overhead_pct"] = round(100.0 * (1.0 - tin / tout), 2)
+            if hi > lo:
+                out["probe_overhead_run_pct"] = round(100.0 * (1.0 - total / ((hi - lo) / 1e6) / tout), 2)
+        return out

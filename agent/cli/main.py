@@ -71,13 +71,17 @@ def cmd_report(a) -> int:
 
 def latency_samples(rundirs, summaries, limit: int = 20000) -> dict[str, list[float]]:
     """Per-run pgbench latencies (ms), subsampled, for the HTML report's CDF."""
-    from pathprof.agent.postgres.pgbench import read_logs
+    from pathprof.agent.postgres.pgbench import iter_log_chunks
     from pathprof.analysis.explain import run_label
     out = {}
     for rd, s in zip(rundirs, summaries):
-        logs = read_logs(rd.path / "pgbench" / "log")
-        if len(logs):
-            lat = logs["latency_us"]
+        kept = []                 # a bounded sample of every chunk, so a long run's log is never held whole
+        for chunk in iter_log_chunks(rd.path / "pgbench" / "log"):
+            lat = chunk["latency_us"]
+            kept.append(lat.sample(limit, random_state=0) if len(lat) > limit else lat)
+        if kept:
+            import pandas as pd
+            lat = pd.concat(kept, ignore_index=True)
             lat = lat.sample(limit, random_state=0) if len(lat) > limit else lat
             out[run_label(s)] = (lat / 1000.0).tolist()
     return out

@@ -25,6 +25,17 @@ def host_info() -> dict:
             "machine": u.machine}
 
 
+def peak_rss_mb() -> float | None:
+    """This process's peak resident memory so far (VmHWM), in MB."""
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
 def cpu_busy_ns() -> tuple[int, int]:
     """(busy, total) CPU ns since boot from /proc/stat's cpu line; busy = total - idle - iowait
     (tick-sampled by the kernel: 1/HZ resolution)."""

@@ -221,6 +221,47 @@ def read_logs(log_dir: Path):
     return pd.concat(frames, ignore_index=True)
 
 
+def iter_log_chunks(log_dir: Path, rows: int = 1 << 20):
+    """pgbench's -l files as DataFrames of at most `rows` transactions (latency_us, epoch_s, epoch_us), one
+    after the other: memory bounded by a chunk, not by the run's length. A file with words in the latency column
+    (failed or skipped transactions) is parsed untyped from the chunk where the words start; a file that cannot
+    be parsed at all is skipped (nothing of another file is repeated for it)."""
+    import numpy as np
+    import pandas as pd
+    typed = {"latency_us": np.int32, "epoch_s": np.int64, "epoch_us": np.int32}
+    for path in sorted(glob.glob(str(log_dir / "pgbench_log.*"))):
+        opener = gzip.open if path.endswith(".gz") else open
+        done = 0
+        for dtype in (typed, None):
+            try:
+                with opener(path, "rt") as f:
+                    for i, chunk in enumerate(pd.read_csv(f, sep=" ", header=None, usecols=[2, 4, 5], engine="c",
+                                                          names=["latency_us", "epoch_s", "epoch_us"], dtype=dtype,
+                                                          chunksize=rows)):
+                        if i >= done:
+                            if dtype is None:      # words: failed/skipped transactions, or not a log line
+                                for col in ("epoch_s", "epoch_us"):
+                                    chunk[col] = pd.to_numeric(chunk[col], errors="coerce")
+                                chunk = chunk.dropna(subset=["epoch_s", "epoch_us"]).astype(
+                                    {"epoch_s": "int64", "epoch_us": "int64"})
+                                chunk["latency_us"] = pd.to_numeric(chunk["latency_us"], errors="coerce").fillna(-1)
+                            yield chunk
+                            done = i + 1
+                break
+            except (ValueError, pd.errors.ParserError):
+                continue
+
+
+def log_stats(log_dir: Path, windows: list[dict]):
+    """One streaming pass: the latency percentiles and the windows split (analysis.windows.LogStats)."""
+    from pathprof.analysis.windows import LogStats
+    stats = LogStats(windows)
+    for chunk in iter_log_chunks(log_dir):
+        ends = chunk["epoch_s"].to_numpy(dtype="int64") * 1_000_000 + chunk["epoch_us"].to_numpy(dtype="int64")
+        stats.add(ends, chunk["latency_us"].to_numpy(dtype="float64"))
+    return stats
+
+
 def latency_percentiles(logs) -> dict:
     lat = logs["latency_us"]
     lat = lat[lat >= 0]  # pgbench logs -1 style markers for skipped/failed transactions
@@ -318,11 +359,10 @@ def _duration_of(argv: list[str]) -> float:
     return float(argv[argv.index("-T") + 1]) if "-T" in argv else 0.0
 
 
-def finish(result: PgbenchResult, log_dir: Path, logs=None, compress: bool = True) -> PgbenchResult:
-    """Fill latency percentiles from the per-transaction logs (read now unless given), then compress them."""
-    if logs is None:
-        logs = read_logs(log_dir)
-    pct = latency_percentiles(logs) if len(logs) else {}
+def finish(result: PgbenchResult, log_dir: Path, percentiles: dict | None = None,
+           compress: bool = True) -> PgbenchResult:
+    """Fill latency percentiles from the per-transaction logs (streamed now unless given), then compress them."""
+    pct = percentiles if percentiles is not None else log_stats(log_dir, []).percentiles()
     if pct:  # otherwise keep pgbench's own "latency average"
         result.latency_ms = pct
     if compress:

@@ -114,7 +114,9 @@ def window_meta(windows: list[dict], logs, window_s: float, period_s: float) -> 
     meta = {"schedule": {"window_s": window_s, "period_s": period_s, "duty_pct": duty_pct(window_s, period_s),
                          "always_on": always_on(window_s, period_s)},
             "windows": windows}
-    if logs is not None and len(logs) and "epoch_s" in logs:
+    if hasattr(logs, "split"):               # streamed already (agent.postgres.pgbench.log_stats)
+        meta.update(logs.split())
+    elif logs is not None and len(logs) and "epoch_s" in logs:
         ends = logs["epoch_s"].to_numpy(dtype="int64") * 1_000_000 + logs["epoch_us"].to_numpy(dtype="int64")
         meta.update(split(ends, logs["latency_us"].to_numpy(dtype="float64"), windows))
     busy = sum(w.get("busy_ns", 0) for w in windows)

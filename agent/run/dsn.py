@@ -129,14 +129,14 @@ def _measure(opts: RunOptions, rd: RunDir, argv: list[str], probes, found: tuple
     (busy1, total1), t1 = cpu_busy_ns(), time.monotonic_ns()
     if probes is not None:
         probes.stop_windows()
-    pgbench.finish(result, log_dir)
+    ui.phase("reading results")
+    presult = probes.stop() if probes is not None else None
+    logs = pgbench.log_stats(log_dir, presult.windows if presult is not None else [])   # one streaming pass
+    pgbench.finish(result, log_dir, percentiles=logs.percentiles())
     meta_probes: dict = {"level": "off" if probes is None else opts.probes}
-    if probes is not None:
-        ui.phase("reading results")
-        presult = probes.stop()
+    if presult is not None:
         meta_probes.update(recorder.save_probe_result(rd, presult))
-        meta_probes.update(window_meta(presult.windows, pgbench.read_logs(log_dir), opts.probe_window_s,
-                                       opts.probe_period_s))
+        meta_probes.update(window_meta(presult.windows, logs, opts.probe_window_s, opts.probe_period_s))
         meta_probes["notes"] = list(meta_probes.get("notes") or []) + [
             f"discovered path: {line}" for line in profiled_path.summary_lines(table, path)]
     (busy0, total0) = clock["cpu0"]

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pathprof
-from pathprof.agent.host import delayline, proc
+from pathprof.agent.host import delayline, machine, proc
 from pathprof.agent.host.journal import Journal
 from pathprof.agent.host.machine import cpu_busy_ns, host_info, require_root  # noqa: F401  (run.require_root: topology_cmd)
 from pathprof.agent.postgres import pgbench
@@ -327,16 +327,18 @@ def _measure(opts, topo, ctx, pg, services, loading: tuple, rd: RunDir, ui, phas
     cpu = {"busy_ns": busy1 - busy0, "elapsed_ns": t1 - clock["t0"], "ncpu": os.cpu_count(),
            "total_ns": total1 - total0}
     ui.phase("reading results")
-    logs = pgbench.read_logs(log_dir)          # once: the latency percentiles and the windows both need them
-    pgbench.finish(result, log_dir, logs=logs, compress=False)
+    presult = probes.stop() if probes is not None else None
+    # one streaming pass over the per-transaction logs: percentiles and the windows split, memory flat in the
+    # run's length (analysis.windows.LogStats)
+    logs = pgbench.log_stats(log_dir, presult.windows if presult is not None else [])
+    pgbench.finish(result, log_dir, percentiles=logs.percentiles(), compress=False)
     if pg is not None and pg.wal_device and pg.wal_device.cgroup:
         from pathprof.agent.host.io_limit import serviced
         pg.wal_device.throttled = serviced(pg.wal_device.cgroup, pg.wal_device.device)
         rd.update(postgres={**rd.meta.get("postgres", {}), "wal_device": pg.wal_device.describe()})
     meta_probes = {"level": opts.probes}
     with in_background(pgbench.compress_logs, log_dir):   # gzip the logs while the probes' results are saved
-        if probes is not None:
-            presult = probes.stop()
+        if presult is not None:
             meta_probes.update(recorder.save_probe_result(rd, presult))
             from pathprof.agent.probing.windows import window_meta
             meta_probes.update(window_meta(presult.windows, logs, opts.probe_window_s, opts.probe_period_s))
@@ -353,6 +355,7 @@ def _measure(opts, topo, ctx, pg, services, loading: tuple, rd: RunDir, ui, phas
         rd.update(tcp_counters=tcp_kernel)
     rd.write_json("topology.json", recorder.discovered_path(topo, ctx, pg, services, seen_sockets))
     phases.add("results", time.monotonic() - t_results)
+    rd.update(agent_peak_rss_mb=machine.peak_rss_mb())   # VmHWM over the whole run, results phase included
     dead = _dead_parts(pg, services, history)
     if dead:
         rd.update(failure=dead)

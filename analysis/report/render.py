@@ -75,6 +75,11 @@ def header(summary: dict) -> Panel:
     grid.add_column(style="bold")
     grid.add_column()
     tps_line = f"{_fmt(summary.get('tps'), ',.0f')} TPS measured"
+    if summary.get("tps_basis"):
+        tps_line += f" ({summary['tps_basis']}"
+        if summary.get("tps_in_windows") and "outside" in summary["tps_basis"]:
+            tps_line += f"; {_fmt(summary['tps_in_windows'], ',.0f')} inside them, what the stages are divided by"
+        tps_line += ")"
     if summary.get("driver") == "observed":
         tps_line = f"{_fmt(summary.get('tps'), ',.0f')} exchanges/s observed by the probes"
     if summary.get("predicted_tps") is not None:
@@ -85,8 +90,9 @@ def header(summary: dict) -> Panel:
     grid.add_row("throughput", tps_line)
     pred = summary.get("prediction") or {}
     if pred.get("error_pct") is not None:
-        grid.add_row("truth check", f"{_fmt(pred['measured_outside_tps'], ',.0f')} TPS measured outside the probe "
-                                    f"windows (nothing attached): model {_num(pred['error_pct']):+.1f} %")
+        outside = _fmt(pred["measured_outside_tps"], ",.0f")
+        grid.add_row("truth check", f"the model's TPS without probes against the {outside} measured outside the "
+                                    f"probe windows: {_num(pred['error_pct']):+.1f} %")
     grid.add_row("latency (ms)", "  ".join(f"{k} {_fmt(lat.get(k), '.3f')}" for k in ("mean", "p50", "p95", "p99")))
     regime = summary.get("regime") or "unknown"
     why = {"cpu-bound": "CPUs saturated: the CPU view explains throughput",

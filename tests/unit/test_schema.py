@@ -44,3 +44,16 @@ def test_broken_documents_are_refused(schemas):
         bad = copy.deepcopy(doc)
         breakage(bad)
         assert not schemas["summary"].is_valid(bad)
+
+
+def test_headline_tps_is_the_unprobed_one():
+    """#19: the run's TPS is the rate outside the probe windows; the in-window and whole-run rates are named."""
+    from pathprof.analysis.summary import headline_tps
+    windowed = {"level": "basic", "windows": [{}], "schedule": {"always_on": False},
+                "in_windows": {"tps": 80.0, "txns": 160}, "outside_windows": {"tps": 100.0, "txns": 200}}
+    h = headline_tps(90.0, windowed)
+    assert (h["tps"], h["tps_in_windows"], h["tps_whole_run"]) == (100.0, 80.0, 90.0) and "outside" in h["tps_basis"]
+    always = {"level": "basic", "windows": [{}], "schedule": {"always_on": True}, "in_windows": {"tps": 80.0}}
+    h = headline_tps(80.0, always)
+    assert h["tps"] == 80.0 and "always" in h["tps_basis"]
+    assert headline_tps(50.0, {"level": "off"})["tps_basis"].startswith("whole run, no probes")

@@ -1,0 +1,63 @@
+"""Streaming pgbench's per-transaction log (#19.4): the same percentiles and windows split as the whole-log
+computation, with memory that does not grow with the run, and a malformed file that repeats nothing."""
+import gzip
+
+import numpy as np
+import pytest
+from pathprof.agent.postgres import pgbench
+from pathprof.analysis.windows import LogStats, split
+
+
+def _write_log(path, rows):
+    with gzip.open(path, "wt") as f:
+        for client, lat, s, us in rows:
+            f.write(f"{client} 1 {lat} 0 {s} {us}\n")
+
+
+@pytest.fixture
+def logs(tmp_path):
+    rng = np.random.default_rng(7)
+    n = 50_000
+    lat = rng.gamma(2.0, 300.0, n).astype(int)
+    lat[rng.choice(n, 300, replace=False)] = rng.integers(100_000, 3_000_000, 300)   # a lossy link's tail
+    lat[:5] = -1                                                                     # failed transactions
+    t0 = 1_764_000_000 * 1_000_000
+    ends = t0 + np.sort(rng.integers(0, 20_000_000, n))
+    rows = [(i % 8, int(lat[i]), int(ends[i] // 1_000_000), int(ends[i] % 1_000_000)) for i in range(n)]
+    _write_log(tmp_path / "pgbench_log.1.gz", rows[: n // 2])
+    _write_log(tmp_path / "pgbench_log.2.gz", rows[n // 2:])
+    w = [{f"{k}_realtime_ns": (t0 + off) * 1000 for k, off in
+          (("attach", 1_900_000), ("start", 2_000_000), ("end", 4_000_000), ("detached", 4_100_000))},
+         {f"{k}_realtime_ns": (t0 + off) * 1000 for k, off in
+          (("attach", 9_900_000), ("start", 10_000_000), ("end", 12_000_000), ("detached", 12_100_000))}]
+    return tmp_path, ends, lat, w
+
+
+def test_streamed_split_equals_the_whole_log_split(logs):
+    d, ends, lat, w = logs
+    assert pgbench.log_stats(d, w).split() == split(ends, lat.astype(float), w)
+
+
+def test_streamed_percentiles_equal_the_whole_log_ones(logs):
+    d, _, _, w = logs
+    whole = pgbench.latency_percentiles(pgbench.read_logs(d))
+    got = pgbench.log_stats(d, w).percentiles()
+    assert got["mean"] == pytest.approx(whole["mean"], rel=1e-12)
+    for k in ("p50", "p95"):
+        assert got[k] == pytest.approx(whole[k], abs=1e-9)          # exact to the µs below 100 ms
+    assert got["p99"] == pytest.approx(whole["p99"], abs=1.0)         # the tail: to the ms
+
+
+def test_memory_does_not_follow_the_log_length():
+    s = LogStats([])
+    before = s.exact.nbytes + s.coarse.nbytes
+    for _ in range(20):
+        s.add(np.arange(100_000, dtype=float), np.full(100_000, 500.0))
+    assert s.n == 2_000_000 and s.exact.nbytes + s.coarse.nbytes == before
+
+
+def test_a_file_that_cannot_be_parsed_repeats_nothing(tmp_path):
+    _write_log(tmp_path / "pgbench_log.1.gz", [(0, 100, 1_764_000_000, 5), (1, 200, 1_764_000_000, 9)])
+    (tmp_path / "pgbench_log.2").write_text("this is not a pgbench log\n")
+    total = sum(len(c) for c in pgbench.iter_log_chunks(tmp_path))
+    assert total == 2
