@@ -204,7 +204,7 @@ def headline_tps(whole_run: float | None, probes: dict) -> dict:
     schedule = probes.get("schedule") or {}
     inside, outside = probes.get("in_windows") or {}, probes.get("outside_windows") or {}
     out = {"tps_whole_run": whole_run, "tps_in_windows": inside.get("tps")}
-    if probes.get("level") in (None, "off") or not probes.get("windows") and not schedule:
+    if probes.get("level") in (None, "off") or (not probes.get("windows") and not schedule):
         return {**out, "tps": whole_run, "tps_basis": "whole run, no probes attached"}
     if schedule.get("always_on"):
         return {**out, "tps": whole_run, "tps_basis": "whole run, probes always attached (the probed system's)"}

@@ -136,21 +136,20 @@ class LogStats:
             p[1] += float(part.sum())
             p[2] += len(part)
 
-    def _value_at(self, rank: int) -> float:
-        c = np.cumsum(self.exact)
-        if rank < c[-1]:
-            return float(np.searchsorted(c, rank, side="right"))
-        cc = np.cumsum(self.coarse)
-        return float(np.searchsorted(cc, rank - c[-1], side="right") * 1000)
-
     def percentiles(self) -> dict:
         """{mean, p50, p95, p99} in ms (exact to the µs below 100 ms, linear between ranks as pandas does)."""
         if not self.n:
             return {}
+        c, cc = np.cumsum(self.exact), np.cumsum(self.coarse)
+
+        def value_at(rank: int) -> float:       # the rank-th latency (0-based), in µs
+            if rank < c[-1]:
+                return float(np.searchsorted(c, rank, side="right"))
+            return float(np.searchsorted(cc, rank - c[-1], side="right") * 1000)
         out = {"mean": self.lat_sum / self.n / 1000}
         for q, key in ((0.5, "p50"), (0.95, "p95"), (0.99, "p99")):
             k = q * (self.n - 1)
-            a, b = self._value_at(int(np.floor(k))), self._value_at(int(np.ceil(k)))
+            a, b = value_at(int(np.floor(k))), value_at(int(np.ceil(k)))
             out[key] = (a + (b - a) * (k - np.floor(k))) / 1000
         return out
 
@@ -159,7 +158,7 @@ class LogStats:
         empty = {"txns": 0, "duration_s": 0.0, "tps": None, "latency_ms_mean": None}
         out = {"in_windows": dict(empty), "outside_windows": dict(empty), "edges": {"txns": 0, "duration_s": 0.0},
                "probe_overhead_pct": None, "probe_overhead_run_pct": None, "log_clock": None}
-        if not self.n and not sum(p[0] for p in self.parts.values()) or not self.windows or self.clock is None:
+        if self.clock is None:                   # no window, or no transaction was matched against them
             return out
         out["log_clock"] = self.clock
         inside, edges = self._ivs

@@ -25,15 +25,17 @@ def host_info() -> dict:
             "machine": u.machine}
 
 
-def peak_rss_mb() -> float | None:
-    """This process's peak resident memory so far (VmHWM), in MB."""
-    try:
-        for line in open("/proc/self/status"):
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    return None
+def net_counters(text: str, wanted: dict[str, tuple[str, ...]]) -> dict[str, int]:
+    """Counters from /proc/net/snmp or /proc/net/netstat text (a header line `Group: name ...` followed by a
+    value line `Group: n ...`): {name: value} for the names `wanted` lists under their group."""
+    lines = [ln.split() for ln in text.splitlines()]
+    out = {}
+    for head, vals in zip(lines[::2], lines[1::2]):
+        if not head:
+            continue
+        keys = wanted.get(head[0].rstrip(":"), ())
+        out.update({k: int(v) for k, v in zip(head[1:], vals[1:]) if k in keys})
+    return out
 
 
 def cpu_busy_ns() -> tuple[int, int]:

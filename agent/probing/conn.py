@@ -252,16 +252,13 @@ class _Task(C.Structure):
 
 def listen_counters(pid: int) -> dict:
     """TcpExt ListenOverflows/ListenDrops of the namespace `pid` lives in (zeros when unreadable)."""
+    from pathprof.agent.host.machine import net_counters
     out = dict.fromkeys(NETSTAT.values(), 0)
     try:
-        lines = [ln.split() for ln in open(f"/proc/{pid}/net/netstat")]
+        text = open(f"/proc/{pid}/net/netstat").read()
     except OSError:
         return out
-    for head, vals in zip(lines[::2], lines[1::2]):
-        if head and head[0] == "TcpExt:":
-            for k, v in zip(head[1:], vals[1:]):
-                if k in NETSTAT:
-                    out[NETSTAT[k]] = int(v)
+    out.update({NETSTAT[k]: v for k, v in net_counters(text, {"TcpExt": tuple(NETSTAT)}).items()})
     return out
 
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pathprof
-from pathprof.agent.host import delayline, machine, proc
+from pathprof.agent.host import delayline, proc
 from pathprof.agent.host.journal import Journal
 from pathprof.agent.host.machine import cpu_busy_ns, host_info, require_root  # noqa: F401  (run.require_root: topology_cmd)
 from pathprof.agent.postgres import pgbench
@@ -25,6 +25,7 @@ from pathprof.agent.run.setup import (
     settle,
 )
 from pathprof.agent.run.signals import checkpoint, interrupted, sigterm_as_interrupt, uninterruptible
+from pathprof.agent.run.status import rss_kb
 from pathprof.analysis.rundir import RunDir
 from pathprof.errors import Interrupted, UserError
 from pathprof.topologies import spec as specmod
@@ -355,7 +356,8 @@ def _measure(opts, topo, ctx, pg, services, loading: tuple, rd: RunDir, ui, phas
         rd.update(tcp_counters=tcp_kernel)
     rd.write_json("topology.json", recorder.discovered_path(topo, ctx, pg, services, seen_sockets))
     phases.add("results", time.monotonic() - t_results)
-    rd.update(agent_peak_rss_mb=machine.peak_rss_mb())   # VmHWM over the whole run, results phase included
+    peak_kb = rss_kb()[1]                     # VmHWM over the whole run, results phase included
+    rd.update(agent_peak_rss_mb=round(peak_kb / 1024, 1) if peak_kb else None)
     dead = _dead_parts(pg, services, history)
     if dead:
         rd.update(failure=dead)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 
+from pathprof.agent.host.machine import net_counters
 from pathprof.agent.host.netns import netns_argv
 from pathprof.analysis.rundir import RunDir
 
@@ -152,15 +153,7 @@ def tcp_counters(topo) -> dict:
     for ns in dict.fromkeys(h.netns for h in topo.hosts.values()):
         cp = subprocess.run(netns_argv(ns, ["cat", "/proc/net/snmp", "/proc/net/netstat"]), capture_output=True,
                             text=True)
-        lines = cp.stdout.splitlines()
-        values = {}
-        for head, vals in zip(lines[::2], lines[1::2]):
-            names, nums = head.split(), vals.split()
-            group = names[0].rstrip(":")
-            for key, value in zip(names[1:], nums[1:]):
-                if key in TCP_COUNTERS.get(group, ()):
-                    values[key] = int(value)
-        out[ns or "root"] = values
+        out[ns or "root"] = net_counters(cp.stdout, TCP_COUNTERS)
     return out
 
 
