@@ -280,11 +280,17 @@ def compress_logs(log_dir: Path) -> None:
         os.unlink(path)
 
 
+OVERRUN_LOOK_S = 2.0     # how long pgbench may overrun -T before pathprof looks at the path, and how often after
+
+
 def run(netns: str | None, argv: list[str], out_dir: Path, on_progress: Callable[[Progress], None] | None = None,
         on_start: Callable[[int], None] | None = None, timeout_s: float = 60,
-        should_stop: Callable[[], bool] = lambda: False, env: dict | None = None) -> PgbenchResult:
+        should_stop: Callable[[], bool] = lambda: False, env: dict | None = None,
+        path_broken: Callable[[], list[str]] | None = None) -> PgbenchResult:
     """Run pgbench to completion (bounded by -T plus timeout_s), streaming -P progress to on_progress. `env`:
-    variables added to pgbench's environment (a DSN's password: never on its command line)."""
+    variables added to pgbench's environment (a DSN's password: never on its command line). `path_broken`:
+    asked every few seconds once pgbench overruns its -T; a non-empty answer (a link down, a hop gone) stops it
+    at once, since a client blocked on a dead path would otherwise wait for TCP to give up."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "argv.txt").write_text(" ".join(argv) + "\n")
     stdout_f = open(out_dir / "stdout.txt", "w")
@@ -327,13 +333,21 @@ def run(netns: str | None, argv: list[str], out_dir: Path, on_progress: Callable
     t = threading.Thread(target=pump, daemon=True)
     t.start()
     duration = _duration_of(argv)
-    deadline = time.monotonic() + duration + timeout_s
+    t_start = time.monotonic()
+    deadline = t_start + duration + timeout_s
+    next_look = t_start + duration + OVERRUN_LOOK_S
     try:
         while p.poll() is None:
             if should_stop():  # a signal arrived but its KeyboardInterrupt was swallowed somewhere
                 raise KeyboardInterrupt
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 raise UserError(f"pgbench did not finish within {duration + timeout_s:.0f} s; stopped it")
+            if path_broken is not None and now > next_look:
+                next_look = now + OVERRUN_LOOK_S
+                if path_broken():
+                    raise UserError(f"pgbench did not finish {now - t_start - duration:.0f} s after its "
+                                    f"{duration:.0f} s; stopped it")
             try:
                 p.wait(timeout=0.5)
             except subprocess.TimeoutExpired:

@@ -302,14 +302,17 @@ def _measure(opts, topo, ctx, pg, services, loading: tuple, rd: RunDir, ui, phas
             snap = {**probes.snapshot(), **live["b"].refresh(history)}
         ui.progress(pr, snap)
 
+    def path_broken() -> list[str]:
+        broken = _dead_parts(pg, services, history) + [f"link {x} is down" for x in recorder.down_links(topo)]
+        return broken + delayline.dead_delay_lines(ctx.journal)
+
     try:
         try:
             with phases.phase("pgbench"):
                 result = pgbench.run(client_ns, argv, rd.file("pgbench"), on_progress=on_progress,
-                                     on_start=started, should_stop=interrupted)
+                                     on_start=started, should_stop=interrupted, path_broken=path_broken)
         except UserError as e:             # pgbench stuck or failed: say what of the path is broken, if anything
-            broken = _dead_parts(pg, services, history) + [f"link {x} is down" for x in recorder.down_links(topo)]
-            broken += delayline.dead_delay_lines(ctx.journal)
+            broken = path_broken()
             if broken:
                 rd.update(failure=broken)
                 raise UserError(f"{e}; the path broke during the run: " + "; ".join(broken)) from None

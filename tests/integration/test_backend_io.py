@@ -32,7 +32,7 @@ def _fsync_us() -> float:
 
 
 def _run(runs_dir, *extra, clients: int = 2) -> dict:
-    cp = run_pathprof("run", "--topology", "loopback", "--clients", str(clients), "--duration", "4",
+    cp = run_pathprof("run", "--topology", "loopback", "--clients", str(clients), "--duration", "3",
                       "--script", "tpcb-like",
                       "--probes", "deep", "--probe-duty", "100", "--json", *extra, runs_dir=runs_dir, check=True,
                       timeout=600)
@@ -69,7 +69,7 @@ def test_fsync_off_removes_the_wal_flush_wait(runs_dir):
 
 
 def test_data_larger_than_shared_buffers_is_read_block_by_block(runs_dir):
-    """select-only on a table that fits in shared_buffers reads nothing from the kernel once warm; on ten times
+    """select-only on a table that fits in shared_buffers reads nothing from the kernel once warm; on five times
     the rows with 16 MB of shared_buffers most lookups miss and read a block (backend.data_read)."""
     def reads(*extra):
         cp = run_pathprof("run", "--topology", "unix", "--clients", "2", "--duration", "3", "--script", "select-only",
@@ -78,7 +78,7 @@ def test_data_larger_than_shared_buffers_is_read_block_by_block(runs_dir):
         st = {s["name"]: s for s in json.loads(cp.stdout)["stages"]}
         return st.get("backend.data_read", {}).get("count_per_txn", 0.0)
     fits = reads("--scale", "1", "--pg-set", "shared_buffers=128MB")
-    misses = reads("--scale", "10", "--pg-set", "shared_buffers=16MB")
+    misses = reads("--scale", "5", "--pg-set", "shared_buffers=16MB")    # ~75 MB of accounts
     assert fits < 0.05, fits
     assert misses > 0.3, misses
 

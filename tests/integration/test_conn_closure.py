@@ -15,7 +15,7 @@ from conftest import run_pathprof
 
 pytestmark = pytest.mark.integration
 CLOSURE_PCT = 5.0
-CELLS = [("unix", 1), ("loopback", 1), ("nic", 1), ("loopback", 12), ("nic", 12)]
+CELLS = [("unix", 1), ("nic", 1), ("loopback", 12), ("nic", 12)]   # TCP at 1 client: nic (loopback adds nothing)
 SETUP = ["connect.accept", "connect.fork", "connect.first_run", "connect.backend_init_auth", "connect.ready_delivery",
          "connect.thread_wait"]
 

@@ -151,7 +151,7 @@ def test_guest_boots_and_serves_pgbench(tap_on_bridge, tmp_path):
         before = _counters(TAP)
         script = tmp_path / "select1.sql"
         script.write_text("select 1;\n")
-        cp = subprocess.run(["pgbench", "-n", "-M", "prepared", "-f", str(script), "-c", "4", "-j", "2", "-T", "5",
+        cp = subprocess.run(["pgbench", "-n", "-M", "prepared", "-f", str(script), "-c", "4", "-j", "2", "-T", "3",
                              "-h", GUEST_IP.split("/")[0], "-U", "postgres", "postgres"],
                             capture_output=True, text=True, timeout=120)
         assert cp.returncode == 0, cp.stderr[-2000:]

@@ -17,7 +17,7 @@ DELAY_US = 200
 
 
 def nic_run(runs_dir, *extra) -> dict:
-    args = ["run", "-t", "nic", "-c", "1", "-T", "4", "--probe-duty", "100", "--json", "--no-live", *extra]
+    args = ["run", "-t", "nic", "-c", "1", "-T", "3", "--probe-duty", "100", "--json", "--no-live", *extra]
     for _ in range(4):         # the built-in's namespaces are fixed: another run of nic may hold them
         cp = run_pathprof(*args, runs_dir=runs_dir)
         if cp.returncode == 0:

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces: needs root")]
 
 PATHPROF = [str(Path(sys.executable).parent / "pathprof")]     # the venv's console script
-DURATION_S = 4
+DURATION_S = 3
 
 
 def sh(argv: list[str], netns: str | None = None, check: bool = False) -> str:
