@@ -18,6 +18,7 @@ from pathprof.errors import UserError
 
 MODES = ("simple", "extended", "prepared")
 BUILTIN_SCRIPTS = {"tpcb-like": True, "simple-update": True, "select-only": True, "select1": False, "tpcc": True}
+MAX_DURATION_S = 6 * 3600      # a soak of a few hours, never an unbounded load
 PROGRESS_RE = re.compile(r"progress: ([\d.]+) s, ([\d.]+) tps, lat ([\d.]+) ms stddev ([\d.]+|NaN)"
                          r"(?:, (\d+) failed)?")
 
@@ -44,8 +45,9 @@ class Workload:
             raise UserError(f"--threads must be between 1 and --clients ({self.clients}); got {self.threads}")
         if self.duration_s <= 0:
             raise UserError(f"--duration must be a positive number of seconds (got {self.duration_s})")
-        if self.duration_s > 3600:
-            raise UserError("--duration is limited to 3600 s (load loops are bounded)")
+        if self.duration_s > MAX_DURATION_S:
+            raise UserError(f"--duration is limited to {MAX_DURATION_S} s ({MAX_DURATION_S // 3600} h: load loops are "
+                            f"bounded); got {self.duration_s:g}")
         if self.mode not in MODES:
             raise UserError(f"--mode must be one of {', '.join(MODES)} (got {self.mode})")
         if self.scale <= 0:

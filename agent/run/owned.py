@@ -319,6 +319,7 @@ def _measure(opts, topo, ctx, pg, services, loading: tuple, rd: RunDir, ui, phas
             raise
         conn_frame = conn_probe.stop() if conn_probe is not None else None
     finally:
+        status.close()                  # a status.json write in flight reads the probes' maps
         counters = pooler.stop()
         if conn_probe is not None:
             conn_probe.close()

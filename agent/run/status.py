@@ -1,6 +1,6 @@
 """<run dir>/status.json while pgbench runs: what a long run is doing to the machine and to pathprof itself.
 
-Rewritten (atomically: write + rename) every `--status-every` seconds from the agent's progress callback, so
+Rewritten (atomically: write + rename) every `--status-every` seconds, in a thread the progress callback starts, so
 a user can `watch cat runs/<run>/status.json` and bench/soak can poll it:
 
     {"time", "elapsed_s", "tps", "agent_rss_kb", "agent_peak_rss_kb",
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -126,9 +127,14 @@ def storage_entries(obj) -> dict[str, int]:
 
 
 class StatusFile:
+    """Writes status.json from a thread of its own: collecting map usage takes ~80 ms at 96 clients, which must
+    not hold up the progress callback (the live view, pgbench's stderr pipe). A write still in progress when the
+    next is due makes that one skip, never queue."""
+
     def __init__(self, path: Path, probes, every_s: float, duration_s: float | None = None):
         self.path, self.probes, self.every_s, self.duration_s = path, probes, every_s, duration_s
         self._last = 0.0
+        self._writer: threading.Thread | None = None
 
     def update(self, pr) -> None:
         """Called on each pgbench progress line; writes when every_s has passed since the last write. pgbench's
@@ -138,13 +144,27 @@ class StatusFile:
             return
         if self.duration_s and self._last and pr.elapsed_s >= self.duration_s - 0.5:
             return
+        if self._writer is not None and self._writer.is_alive():
+            return
         self._last = now
+        self._writer = threading.Thread(target=self._write, args=(pr, now), name="status.json", daemon=True)
+        self._writer.start()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Waits for a write in progress (the probes it reads are about to be closed)."""
+        if self._writer is not None:
+            self._writer.join(timeout_s)
+
+    def _write(self, pr, t0: float) -> None:
         rss, peak = rss_kb()
         doc = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "elapsed_s": pr.elapsed_s, "tps": pr.tps,
                "agent_rss_kb": rss, "agent_peak_rss_kb": peak}
         if self.probes is not None:
-            doc.update(self.probes.status(map_usage) or {})
-        doc["collect_ms"] = round((time.monotonic() - now) * 1e3, 1)   # what writing this status cost
+            try:
+                doc.update(self.probes.status(map_usage) or {})
+            except Exception:              # probes closing under us at the end of the run: skip this one
+                return
+        doc["collect_ms"] = round((time.monotonic() - t0) * 1e3, 1)   # what writing this status cost
         tmp = self.path.with_suffix(".tmp")
         try:
             tmp.write_text(json.dumps(doc) + "\n")
