@@ -23,9 +23,10 @@ from pathprof.agent.host.machine import host_info
 from pathprof.agent.postgres.conninfo import redact
 from pathprof.agent.postgres.pgbench import Progress
 from pathprof.agent.run.options import Reporter
+from pathprof.agent.run.outcome import recording
 from pathprof.agent.run.signals import sigterm_as_interrupt
 from pathprof.analysis.rundir import RunDir
-from pathprof.errors import Interrupted, UserError
+from pathprof.errors import UserError
 
 
 @dataclass
@@ -121,7 +122,27 @@ def execute_attach(opts: AttachOptions, ui: Reporter) -> RunDir:
               workload={"clients": path.client_connections, "threads": None, "duration_s": opts.duration_s,
                         "mode": None, "script": "observed", "connect": False, "scale": None, "rate": None},
               postgres={"owned": False, "pid": path.postmaster}, status="running")
-    rd.write_json("topology.json", profiled_path.topology_doc(table, path, f"attach {source}"))
+    with recording(rd):
+        rd.write_json("topology.json", profiled_path.topology_doc(table, path, f"attach {source}"))
+        presult = _measure(opts, probes, path, ui)
+        meta = recorder.save_probe_result(rd, presult)
+        meta.update(level=opts.probes, schedule={"window_s": 0.0, "period_s": 0.0, "duty_pct": 100.0,
+                                                 "always_on": True}, windows=presult.windows)
+        meta["notes"] = list(meta.get("notes") or []) + [
+            "attach: a transaction is one request/response exchange on a client connection, counted by the probes "
+            "(a multi-statement transaction counts each statement's exchange); the probes were on for the whole "
+            "interval, so these figures include their cost"] + [f"discovered path: {x}"
+                                                                 for x in profiled_path.summary_lines(table, path)]
+        left = clients_left_note(opts, path)
+        if left:
+            meta["notes"].append(left)
+        observed, cpu = observed_result(presult, path)
+        rd.update(observed=observed, cpu=cpu, probes=meta)
+    return rd
+
+
+def _measure(opts: AttachOptions, probes, path, ui: Reporter):
+    """Probes on, always on, for the duration; their result. The probes are closed on every way out."""
     try:
         with sigterm_as_interrupt():
             ui.phase(f"loading probes ({opts.probes})")
@@ -133,41 +154,35 @@ def execute_attach(opts: AttachOptions, ui: Reporter) -> RunDir:
             _watch(probes, path, opts.duration_s, ui)
             probes.stop_windows()
             ui.phase("reading results")
-            presult = probes.stop()
-    except KeyboardInterrupt:
-        rd.update(status="interrupted")
-        raise Interrupted("interrupted") from None
+            return probes.stop()
     finally:
         probes.close()
-    meta = recorder.save_probe_result(rd, presult)
-    meta.update(level=opts.probes, schedule={"window_s": 0.0, "period_s": 0.0, "duty_pct": 100.0, "always_on": True},
-                windows=presult.windows)
-    meta["notes"] = list(meta.get("notes") or []) + [
-        "attach: a transaction is one request/response exchange on a client connection, counted by the probes "
-        "(a multi-statement transaction counts each statement's exchange); the probes were on for the whole "
-        "interval, so these figures include their cost"] + [f"discovered path: {x}"
-                                                             for x in profiled_path.summary_lines(table, path)]
-    gone = path.client_connections - _connections_now(opts, path)
-    if gone > 0:
-        meta["notes"].append(f"{gone} of {path.client_connections} client connections closed during the interval: "
-                             "the rate and the cycle check assume they stayed busy all along")
-    observed, cpu = observed_result(presult, path)
-    rd.update(observed=observed, cpu=cpu, probes=meta, status="complete")
-    return rd
+
+
+def clients_left_note(opts: AttachOptions, path) -> str | None:
+    """The note on client connections that closed during the interval (a second look at the entry), None when
+    none did; when the second look fails, the note says it is unknown rather than guess."""
+    try:
+        now = _connections_now(opts, path)
+    except Exception as e:        # the entry went away, or the tables could not be read: not a count of zero
+        return (f"could not look at the client connections again at the end ({type(e).__name__}: {e}): whether "
+                "clients left during the interval is unknown; the rate and the cycle check assume they stayed")
+    gone = path.client_connections - now
+    if gone <= 0:
+        return None
+    return (f"{gone} of {path.client_connections} client connections closed during the interval: the rate and "
+            "the cycle check assume they stayed busy all along")
 
 
 def _connections_now(opts: AttachOptions, path) -> int:
     """Client connections into the path's entry at the end (a second look, to catch clients that left)."""
     from pathprof.agent.discovery import chain as discovery
     from pathprof.agent.discovery.sockets import SocketTable
-    try:
-        t = SocketTable.take()
-        entry = path.hops[0].pid if path.hops else path.postmaster
-        port = next((int(a.rsplit(":", 1)[1]) for a in (path.hops[0].listen if path.hops else path.postgres_listen)
-                     if not a.startswith("unix:")), None)
-        return discovery.from_entry(t, entry, port).client_connections
-    except Exception:         # the path went away: count none
-        return 0
+    t = SocketTable.take()
+    entry = path.hops[0].pid if path.hops else path.postmaster
+    port = next((int(a.rsplit(":", 1)[1]) for a in (path.hops[0].listen if path.hops else path.postgres_listen)
+                 if not a.startswith("unix:")), None)
+    return discovery.from_entry(t, entry, port).client_connections
 
 
 def exchanges(stages) -> int:

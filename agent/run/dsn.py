@@ -10,9 +10,10 @@ from pathprof.agent.host.machine import cpu_busy_ns, host_info
 from pathprof.agent.postgres import pgbench
 from pathprof.agent.postgres.conninfo import redact, split_secret
 from pathprof.agent.run.options import Reporter, RunOptions
+from pathprof.agent.run.outcome import recording
 from pathprof.agent.run.signals import sigterm_as_interrupt
 from pathprof.analysis.rundir import RunDir
-from pathprof.errors import Interrupted, UserError
+from pathprof.errors import UserError
 
 
 def execute_dsn(opts: RunOptions, ui: Reporter) -> RunDir:
@@ -50,6 +51,15 @@ def execute_dsn(opts: RunOptions, ui: Reporter) -> RunDir:
     rd.update(pathprof_version=pathprof.__version__, host=host_info(),
               topology={"name": "dsn", "source": "--dsn", "options": {}, "spec": None},
               workload=opts.workload.to_dict(), status="running")
+    with recording(rd):
+        _record(opts, rd, version, max_conn, probes, (table, path), ui)
+    return rd
+
+
+def _record(opts: RunOptions, rd: RunDir, version: str, max_conn: int, probes, found: tuple, ui: Reporter) -> None:
+    """pgbench's command, the server and the path into the run directory, then the measurement."""
+    import psycopg
+    table, path = found
     log_dir = rd.file("pgbench") / "log"
     log_dir.mkdir(parents=True)
     conninfo = psycopg.conninfo.conninfo_to_dict(opts.dsn)
@@ -67,14 +77,9 @@ def execute_dsn(opts: RunOptions, ui: Reporter) -> RunDir:
     try:
         with sigterm_as_interrupt():
             _measure(opts, rd, argv, probes, (table, path), ui, secret_env)
-    except KeyboardInterrupt:
-        rd.update(status="interrupted")
-        raise Interrupted("interrupted") from None
     finally:
         if probes is not None:
             probes.close()
-    rd.update(status="complete")
-    return rd
 
 
 def _discover(sock_fd: int):

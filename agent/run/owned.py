@@ -14,6 +14,7 @@ from pathprof.agent.postgres import pgbench
 from pathprof.agent.postgres.server import ManagedPostgres, prepare_cluster
 from pathprof.agent.run.background import Background, in_background
 from pathprof.agent.run.options import Reporter, RunOptions
+from pathprof.agent.run.outcome import error_text
 from pathprof.agent.run.phase_clock import PhaseClock
 from pathprof.agent.run.setup import (
     STATE_ROOT,
@@ -123,8 +124,8 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
     except KeyboardInterrupt:
         rd.update(status="interrupted")
         raise Interrupted("interrupted; the topology was torn down") from None
-    except BaseException:
-        rd.update(status="failed")
+    except BaseException as e:
+        rd.update(status="failed", error=error_text(e))
         raise
     finally:
         with uninterruptible(), clock.phase("teardown"):
