@@ -200,23 +200,29 @@ def exchanges(stages) -> int:
 
 def observed_result(presult, path) -> tuple[dict, dict]:
     """run.json `observed` (what pgbench's result holds for a driven run) and `cpu`, from the probes alone."""
-    from pathprof.analysis import stages as views
     wins = presult.windows or []
     elapsed = sum(w.get("elapsed_ns", 0) for w in wins)
     busy = sum(w.get("busy_ns", 0) for w in wins)
     n = exchanges(presult.stages)
     tps = n / (elapsed / 1e9) if elapsed else 0.0
-    mean_us = None
-    if n and tps:
-        cycle = path.client_connections * 1e6 / tps
-        lv = views.latency_view(presult.stages, n, cycle, cycle_us=cycle)
-        legs = [s["us_per_txn"] for s in lv["stages"] if s["leg"] in ("request", "server", "response")
-                and "parent" not in s]
-        mean_us = sum(legs) if legs else None
+    mean_us = leg_mean_us(presult.stages, n, path.client_connections, tps)
     observed = {"source": "probes", "tps": round(tps, 2), "transactions": n, "failed": None,
                 "latency_ms": {"mean": round(mean_us / 1e3, 6) if mean_us else None},
                 "duration_s": round(elapsed / 1e9, 3)}
     return observed, {"busy_ns": busy, "elapsed_ns": elapsed, "ncpu": os.cpu_count()}
+
+
+def leg_mean_us(stages, n: int, connections: int, tps: float) -> float | None:
+    """attach's transaction latency, µs: the request, server and response legs per exchange (the client's own
+    time between exchanges is the rest of the cycle). One definition for the live view and the final report."""
+    from pathprof.analysis import stages as views
+    if not n or not tps:
+        return None
+    cycle = connections * 1e6 / tps
+    lv = views.latency_view(stages, n, cycle, cycle_us=cycle)
+    legs = [s["us_per_txn"] for s in lv["stages"] if s["leg"] in ("request", "server", "response")
+            and "parent" not in s]
+    return sum(legs) if legs else None
 
 
 def _watch(probes, path, duration_s: float, ui: Reporter) -> None:
@@ -235,9 +241,12 @@ def _watch(probes, path, duration_s: float, ui: Reporter) -> None:
         t = time.monotonic()
         tps = (n - last_n) / (t - last_t) if t > last_t else 0.0
         last_n, last_t = n, t
-        cycle_ms = path.client_connections * 1e3 / tps if tps else 0.0
+        try:      # the live view is a convenience: a figure it cannot compute yet is 0, the run goes on
+            mean_us = leg_mean_us(frames[0], n, path.client_connections, n / (t - t0)) if frames else None
+        except Exception:
+            mean_us = None
         snap = {**probes.snapshot(), **_breakdown(frames, n, cpu_busy_ns()[0] - busy0, (t - t0) * 1e9)}
-        ui.progress(Progress(elapsed_s=round(t - t0, 1), tps=tps, latency_ms=cycle_ms), snap)
+        ui.progress(Progress(elapsed_s=round(t - t0, 1), tps=tps, latency_ms=(mean_us or 0.0) / 1e3), snap)
 
 
 def _breakdown(frames, n: int, busy_ns: float, elapsed_ns: float) -> dict:
