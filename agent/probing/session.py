@@ -146,6 +146,7 @@ class ProbeSession:
         self._ring = None
         self._spans: list[bytes] = []
         self.started = False
+        self._server = None              # ServerChildren: follow_server
 
     # ---------------- lifecycle ----------------
     def start(self) -> None:
@@ -278,6 +279,7 @@ class ProbeSession:
             except BaseException:
                 self._detach()
                 raise
+            self.refresh_server()            # before the window starts: its spans land in the right role
             w["busy0"], w["total0"] = cpu_busy_ns()
             w["start_mono_ns"], w["start_realtime_ns"] = time.monotonic_ns(), time.time_ns()
             self._set_window(w["start_mono_ns"])
@@ -330,6 +332,20 @@ class ProbeSession:
             self._runner.stop()
             self._runner = None
         self.close_window()
+
+    def follow_server(self, postmaster: int, kind_of) -> None:
+        """Re-track the postmaster's children that are not client backends (pathprof.agent.probing.server)."""
+        self._server = ServerChildren(self, postmaster, kind_of)
+
+    def refresh_server(self) -> None:
+        if self._server is not None and self.started:
+            self._server.refresh()
+
+    def poll(self) -> None:
+        """Inside a window, every POLL_S: drain sampled spans; look at the server's new children."""
+        self.poll_traces()
+        if self._server is not None and self._server.due():
+            self.refresh_server()
 
     def poll_traces(self) -> None:
         with self._lock:               # ring_buffer__consume is not safe from two threads at once
@@ -474,3 +490,4 @@ class ProbeSession:
 
 
 from pathprof.agent.probing.cost import CostCalibration  # noqa: E402  (kept below: it imports nothing of ours)
+from pathprof.agent.probing.server import ServerChildren  # noqa: E402

@@ -80,7 +80,7 @@ class WindowRunner:
             if self._stop.wait(min(left, POLL_S) if poll else left):
                 return False
             if poll:
-                self.session.poll_traces()
+                self.session.poll()
 
     def _run(self) -> None:
         try:
