@@ -58,9 +58,7 @@ class BuildContext:
         return self.hosts[name]
 
     def spawn(self, host: str, argv: list[str], **kw) -> subprocess.Popen:
-        p = proc.spawn(self.hosts[host].netns, argv, **kw)
-        self.journal.record_process(p.pid, argv, self.hosts[host].netns)
-        return p
+        return self.journal.spawn(self.hosts[host].netns, argv, **kw)
 
     def run(self, host: str, argv: list[str], **kw) -> subprocess.CompletedProcess:
         return proc.run(self.hosts[host].netns, argv, **kw)
