@@ -107,7 +107,7 @@ def execute_attach(opts: AttachOptions, ui: Reporter) -> RunDir:
         raise UserError("attach measures with the probes: --probes off leaves nothing to measure")
     if not 1 <= opts.duration_s <= 24 * 3600:
         raise UserError(f"--duration must be between 1 s and 24 h, not {opts.duration_s:g}")
-    doctor.require(opts.probes)
+    capabilities = doctor.require(opts.probes)
     ui.phase("discovering the path")
     table, path = resolve(opts)
     for line in profiled_path.summary_lines(table, path):
@@ -125,7 +125,7 @@ def execute_attach(opts: AttachOptions, ui: Reporter) -> RunDir:
     with recording(rd):
         rd.write_json("topology.json", profiled_path.topology_doc(table, path, f"attach {source}"))
         presult = _measure(opts, probes, path, ui)
-        meta = recorder.save_probe_result(rd, presult)
+        meta = recorder.save_probe_result(rd, presult, capabilities)
         meta.update(level=opts.probes, schedule={"window_s": 0.0, "period_s": 0.0, "duty_pct": 100.0,
                                                  "always_on": True}, windows=presult.windows)
         meta["notes"] = list(meta.get("notes") or []) + [

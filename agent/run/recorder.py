@@ -120,12 +120,14 @@ def child_kind(pid: int) -> str:
     return "backend" if CLIENT_TITLE.match(title) else "other"   # a background worker names itself
 
 
-def save_probe_result(rd: RunDir, result) -> dict:
+def save_probe_result(rd: RunDir, result, capabilities: list | None) -> dict:
+    """The probes' tables into the run directory; run.json `probes` keys, with the doctor's capabilities the run
+    passed its gate with (doctor.require)."""
     rd.write_frame("stages.parquet", result.stages)
     rd.write_frame("cpu.parquet", result.cpu)
     if getattr(result, "traces", None) is not None and len(result.traces):
         rd.write_frame("traces.parquet", result.traces)
-    return {"cost": result.cost, "lost": result.lost, "capabilities": getattr(result, "capabilities", None),
+    return {"cost": result.cost, "lost": result.lost, "capabilities": capabilities,
             "notes": getattr(result, "notes", []), "counters": getattr(result, "counters", {})}
 
 
