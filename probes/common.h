@@ -1,6 +1,6 @@
-/* Types and constants shared by every pathprof BPF object and mirrored field for field by
- * pathprof.agent.probing.bpf.layout (ctypes); tests/unit/test_bpf_layout.py checks the sizes against the BTF clang
- * puts into each .bpf.o, so a change here that is not mirrored fails a test. Types only: maps and programs
+/* Types and constants shared by every pathprof BPF object. Python's mirrors (pathprof.agent.probing.bpf.layout)
+ * are built from the BTF clang puts into pathprof.bpf.o (gen_abi.py -> abi.json at build time);
+ * tests/unit/test_bpf_layout.py checks them against that BTF, offset by offset. Types only: maps and programs
  * live in the .bpf.c files, BPF-side helpers in *.bpf.h. Fixed-width types: the same bytes are read by Python. */
 #ifndef PATHPROF_COMMON_H
 #define PATHPROF_COMMON_H

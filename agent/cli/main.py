@@ -1,4 +1,4 @@
-"""pathprof's command line. Each subcommand is a small function; rendering lives in analysis.render."""
+"""pathprof's command line. Each subcommand is a small function; rendering lives in analysis.report.render."""
 from __future__ import annotations
 
 import errno

@@ -64,7 +64,7 @@ class ManagedPostgres:
         self.socket_dir = self.state_dir / "sock"
         self.log_path = self.state_dir / "postgres.log"
         self.process = None
-        self.wal_device = None      # agent.storage.WalDevice when the WAL has a device of its own
+        self.wal_device = None      # agent.host.storage.WalDevice when the WAL has a device of its own
         self.template = None        # {"key", "reused"} when the cluster was copied from a cached template
 
     @property
