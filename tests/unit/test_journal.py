@@ -23,7 +23,7 @@ def test_teardown_kills_only_the_recorded_process(tmp_path):
     j = Journal("r2", tmp_path)
     j.record_process(p.pid, ["sleep"])
     assert j.teardown() == []
-    assert p.wait(timeout=5) is not None
+    assert p.wait(timeout=5) is not None  # TimeoutExpired while it lives
     assert other.poll() is None
     other.kill()
     assert not j.path.exists()
@@ -82,7 +82,7 @@ def test_a_process_is_journaled_before_it_is_spawned(tmp_path, monkeypatch):
     assert len(started) == 1 and started[0].poll() is None
     assert Journal.load(j.path).teardown() == []           # `pathprof cleanup` after the crash
     try:
-        assert started[0].wait(timeout=10) is not None
+        assert started[0].wait(timeout=10) is not None  # TimeoutExpired while it lives
     finally:
         started[0].kill()
 
@@ -95,6 +95,6 @@ def test_a_process_whose_namespace_name_is_gone_is_still_killed(tmp_path):
     j.record_process(p.pid, SLEEPER, netns="pp-correct-gone-ns")
     assert j.teardown() == []
     try:
-        assert p.wait(timeout=10) is not None
+        assert p.wait(timeout=10) is not None  # TimeoutExpired while it lives
     finally:
         p.kill()
