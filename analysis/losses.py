@@ -28,8 +28,9 @@ MEANINGS = {
     "tasks_full": (None, "threads could not be given probe storage", "they were not followed: the figures miss them"),
     "socks_full": (None, "sockets could not be given probe storage", "their messages are missing"),
     "stages_full": (None, "stage records did not fit their map", "those stages are missing"),
-    "cpu_full": (None, "CPU records did not fit their map", "that CPU time is missing"),
-    "hop_overflow": (None, "hop slots overflowed", "those hops' spans are missing from traces.parquet"),
+    "cpu_full": (None, "CPU records had no slot (role or hop out of range)", "that CPU time is missing"),
+    "hop_overflow": ("latency spans", "had a hop beyond the run's hop slots", "those spans are missing from the "
+                     "latency view"),
     "trace_lost": ("sampled spans", "did not fit the ring buffer", "traces.parquet misses them; the figures do not"),
     "recursion_misses": ("probe runs", "were skipped because another BPF program was running on that CPU",
                          "those events are missing"),

@@ -14,8 +14,8 @@ message the probes measure, back to back, so the stages tile the connection's ti
                        with --probe-lo-device, else inside the wire);
                        for a tap into qemu, -> qemu's read of it
   qdisc.<device>       the data skb in the device's root qdisc, enqueue -> dequeue: where an impaired link's
-                       rate limit (topologies.netem) holds it, on the leg it was sent on
-  delay.<device>       the data skb held by the link's delay line (its delay_us/jitter_us, topologies.netem)
+                       rate limit (topologies.impairments) holds it, on the leg it was sent on
+  delay.<device>       the data skb held by the link's delay line (its delay_us/jitter_us, topologies.impairments)
                        on <device>, the end's egress device (its peer's ingress for an end on a bridge)
   wakeup.<receiver>    sk_data_ready -> sched_wakeup of the consuming thread, onto a CPU that was busy
   idle_exit.<receiver> the same, onto a CPU that was idle: the wakeup IPI and the CPU leaving idle (on a VM

@@ -1,6 +1,6 @@
-/* Types and constants shared by every pathprof BPF object and mirrored field for field by
- * pathprof.agent.probing.bpf.layout (ctypes); tests/unit/test_bpf_layout.py checks the sizes against the BTF clang
- * puts into each .bpf.o, so a change here that is not mirrored fails a test. Types only: maps and programs
+/* Types and constants shared by every pathprof BPF object. Python's mirrors (pathprof.agent.probing.bpf.layout)
+ * are built from the BTF clang puts into pathprof.bpf.o (gen_abi.py -> abi.json at build time);
+ * tests/unit/test_bpf_layout.py checks them against that BTF, offset by offset. Types only: maps and programs
  * live in the .bpf.c files, BPF-side helpers in *.bpf.h. Fixed-width types: the same bytes are read by Python. */
 #ifndef PATHPROF_COMMON_H
 #define PATHPROF_COMMON_H
@@ -64,12 +64,15 @@ enum pp_stage {
 enum pp_stat {              /* per-CPU counters of everything not aggregated, so nothing is dropped silently */
 	PP_STAT_TASKS_FULL = 0,     /* task storage could not be created for a forked thread */
 	PP_STAT_SOCKS_FULL = 1,     /* socket storage could not be created */
-	PP_STAT_STAGES_FULL = 2, PP_STAT_CPU_FULL = 3,
+	PP_STAT_STAGES_FULL = 2,
+	PP_STAT_CPU_FULL = 3,       /* a thread's (role, hop) has no `cpuacc` record: its CPU time is not counted */
 	PP_STAT_WIRE_UNPAIRED = 4, PP_STAT_READY_UNLEARNED = 5, PP_STAT_NF_UNPAIRED = 6, PP_STAT_NF_NESTED_FULL = 7,
 	PP_STAT_NF_NAT = 8,
 	PP_STAT_DEV_OVERWRITTEN = 9,   /* a device stamp replaced before its receive (dropped skb or slot collision) */
 	PP_STAT_MESSAGES = 10, PP_STAT_NF_PACKETS = 11,
-	PP_STAT_PROC_UNPAIRED = 12, PP_STAT_HOP_OVERFLOW = 13, PP_STAT_WIRE_UNTIMED = 14,
+	PP_STAT_PROC_UNPAIRED = 12,
+	PP_STAT_HOP_OVERFLOW = 13,  /* a span whose hop slot is beyond the run's (lat_hops): refused (lat_index) */
+	PP_STAT_WIRE_UNTIMED = 14,
 	PP_STAT_WINDOW_EDGE = 15,   /* pairings begun before the current window opened: discarded */
 	PP_STAT_TRACE_LOST = 16, PP_STAT_TRACES = 17,   /* --trace-sample spans not / emitted (ring buffer full) */
 	PP_STAT_DEV_STALE = 18,     /* a device stamp whose skb address was reused (head differs) or too old */

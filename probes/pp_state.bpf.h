@@ -261,9 +261,15 @@ static __always_inline struct pp_task *cur_task(__u64 ws)
 	return task_of(bpf_get_current_task_btf(), ws);
 }
 
+/* A CPU record per (role, hop); pg_aux's hop is its kind (layout.AUX_KINDS), so the CPU view names each kind.
+ * Out of range is refused and counted, never wrapped onto another role's record. */
 static __always_inline struct pp_cpu_val *cpu_acc(struct pp_task *t)
 {
-	__u32 idx = (__u32)t->role * PP_MAX_HOPS + (t->hop & (PP_MAX_HOPS - 1));
+	if (t->role >= PP_NROLES || t->hop >= PP_MAX_HOPS) {
+		stat_inc(PP_STAT_CPU_FULL);
+		return 0;
+	}
+	__u32 idx = (__u32)t->role * PP_MAX_HOPS + t->hop;
 	return bpf_map_lookup_elem(&cpuacc, &idx);
 }
 
@@ -298,13 +304,32 @@ static __always_inline void trace_emit(__u8 stage, __u8 role, __u8 leg, __u32 ho
 	stat_inc(PP_STAT_TRACES);
 }
 
+/* The hop slot of a span: pg_aux's hop field is its kind (for the CPU view), not a hop, so its spans go to
+ * slot 0 like the server's other processes. */
+static __always_inline __u32 span_slot(__u8 role, __u32 hop) { return role == PP_ROLE_PG_AUX ? 0 : hop; }
+
+/* The `lat` index of (stage, role, leg, hop slot), the only place it is computed (lat_key() in layout.py is
+ * its inverse). An index outside the array as the run sized it (a hop slot >= lat_hops) is refused and
+ * counted: the stride is lat_hops, so a larger slot would land in a neighbouring role's or leg's cell. */
+static __always_inline int lat_index(__u8 stage, __u8 role, __u8 leg, __u32 slot, __u32 *idx)
+{
+	if (stage < 1 || stage > PP_LAT_STAGES || role >= PP_NROLES || leg >= PP_NLEGS || slot >= lat_hops) {
+		stat_inc(PP_STAT_HOP_OVERFLOW);
+		return 0;
+	}
+	*idx = (((__u32)(stage - 1) * PP_NROLES + role) * PP_NLEGS + leg) * lat_hops + slot;
+	return 1;
+}
+
 static __always_inline void span(__u8 stage, __u8 role, __u8 leg, __u32 hop, __u64 start, __u64 ns, __u32 seq)
 {
-	__u32 idx = (((__u32)(stage - 1) * PP_NROLES + role) * PP_NLEGS + leg) * lat_hops + (hop & (PP_MAX_HOPS - 1));
+	__u32 idx, slot = span_slot(role, hop);
+	if (!lat_index(stage, role, leg, slot, &idx))
+		return;
 	struct pp_hist *h = bpf_map_lookup_elem(&lat, &idx);
 	if (h)
 		hist_add(h, ns);
-	trace_emit(stage, role, leg, hop, start, ns, seq);
+	trace_emit(stage, role, leg, slot, start, ns, seq);
 }
 
 /* IPv4/TCP tuple and payload length of the IP header at p; 0 when not IPv4/TCP.

@@ -1,4 +1,4 @@
-/* Link impairments (topologies.netem), included by pathprof.bpf.c (it shares that object's maps and helpers).
+/* Link impairments (topologies.impairments), included by pathprof.bpf.c (it shares that object's maps and helpers).
  * Two places hold a data skb of the run on an impaired link, each timed as its own stage (PP_ST_QDISC, hop =
  * ifindex, netns = the device's), so a delay lands where it was put instead of in the wire:
  *   sub 0, qdisc.<dev>: the device's root qdisc (a tbf rate limit; netem where the kernel has it),
@@ -6,7 +6,7 @@
  *   sub 1, delay.<dev>: pathprof's delay line, an NFQUEUE in the mangle table that pp-delayline answers after
  *                       the delay (kernels without sch_netem): BPF netfilter programs just before (-151) and just
  *                       after (-149) the mangle table (-150) of that hook.
- * Loaded and attached only when the run has an impaired link (qdisc_on; agent.probes): other paths pay nothing.
+ * Loaded and attached only when the run has an impaired link (qdisc_on; agent.probing.session): other paths pay nothing.
  *
  * A held packet leaves later, from a timer's softirq or the delay line's verdict, on whatever the CPU then runs:
  * its delivery (sk_data_ready) is not inside the sender's send, where pp_sk_data_ready finds the send start on
@@ -132,7 +132,7 @@ int BPF_PROG(pp_qdisc_deq, struct Qdisc *qd, const struct netdev_queue *txq, int
 }
 
 /* The delay line: brackets around the mangle table (-150) of the hook whose NFQUEUE rule holds the packet,
- * attached only there (agent.probes: ProbeConfig.holds). The device is the rule's: out at postrouting, in at
+ * attached only there (agent.probing.session: ProbeConfig.holds). The device is the rule's: out at postrouting, in at
  * prerouting. pathprof's own bracket of the whole hook (nf_begin, INT_MIN+1) is told to forget this skb: its
  * nf_end would run after the hold, in the delay line's context, and count the hold as netfilter CPU work. */
 #define NF_HOOK_POST_ROUTING 4

@@ -58,9 +58,7 @@ class BuildContext:
         return self.hosts[name]
 
     def spawn(self, host: str, argv: list[str], **kw) -> subprocess.Popen:
-        p = proc.spawn(self.hosts[host].netns, argv, **kw)
-        self.journal.record_process(p.pid, argv, self.hosts[host].netns)
-        return p
+        return self.journal.spawn(self.hosts[host].netns, argv, **kw)
 
     def run(self, host: str, argv: list[str], **kw) -> subprocess.CompletedProcess:
         return proc.run(self.hosts[host].netns, argv, **kw)
@@ -166,7 +164,7 @@ def apply_iptables(topo: Topology, journal: Journal, progress: Callable[[str], N
         iptables_batch.apply(b, tools, f"host namespace {b.netns}" if b.netns else "the root namespace")
 
 def _impair(topo: Topology, journal: Journal, bridge_ns: dict, progress: Callable[[str], None]) -> None:
-    """Link impairments (topologies.netem), once every end is placed: rate qdiscs and delay lines."""
+    """Link impairments (topologies.impairments), once every end is placed: rate qdiscs and delay lines."""
     if any(link.impairments() for link in topo.links):
         netem.impair(topo, journal, bridge_ns, progress)
 

@@ -60,7 +60,7 @@ class Link:
     a: LinkEnd
     b: LinkEnd | None = None       # a tap has one end (the guest holds the other)
     name: str | None = None        # what `--link NAME:...` calls it
-    netem_a: Netem | None = None   # impairment on end a's egress (a -> b), topologies.netem
+    netem_a: Netem | None = None   # impairment on end a's egress (a -> b), topologies.impairments
     netem_b: Netem | None = None   # ... on end b's egress (b -> a)
 
     def impairments(self) -> list[tuple[LinkEnd, Netem]]:
@@ -161,7 +161,7 @@ def builtin_text(name: str) -> str:
 
 def load(name_or_path: str, options: dict[str, str] | None = None, links: list[str] | None = None) -> Topology:
     """A built-in by name, or a user's TOML file by path; options override the spec's [options], `links` are
-    `--link WHERE:KEY=VALUE,...` impairments laid over the spec's (topologies.netem)."""
+    `--link WHERE:KEY=VALUE,...` impairments laid over the spec's (topologies.impairments)."""
     if name_or_path in builtin_names():
         text, source = builtin_text(name_or_path), f"built-in topology '{name_or_path}'"
     elif "/" in name_or_path or name_or_path.endswith(".toml"):
@@ -275,7 +275,7 @@ class _Parser:
         return name
 
     def impair(self, links: list[Link], raws: list[tuple[str, dict]]) -> None:
-        """netem / netem_a / netem_b of each link, then the command line's --link over them (topologies.netem):
+        """netem / netem_a / netem_b of each link, then the command line's --link over them (topologies.impairments):
         spec shared < spec per-end < --link NAME < --link IFNAME."""
         layers = []
         for link, (key, raw) in zip(links, raws):

@@ -1,4 +1,4 @@
-"""pathprof's command line. Each subcommand is a small function; rendering lives in analysis.render."""
+"""pathprof's command line. Each subcommand is a small function; rendering lives in analysis.report.render."""
 from __future__ import annotations
 
 import errno
@@ -214,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("pathprof: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:         # `pathprof report RUN | head`: the reader left; an OSError, so caught first
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # the exit's flush must not fail again
+        return 1
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
             raise                   # anything else is a bug and keeps its traceback
@@ -222,9 +225,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pathprof: error: cannot write {where}: {e.strerror}; the path was torn down, and what was "
               "recorded before that is kept (free space, or pick another --runs-dir)", file=sys.stderr)
         return 2
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
 
 
 if __name__ == "__main__":

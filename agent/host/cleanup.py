@@ -86,7 +86,7 @@ def _live_owner(path: Path, j: Journal) -> int | None:
     owner = next((e for e in j.entries if e["kind"] == "owner"), None)
     if owner is not None:
         return owner["pid"] if j.owner_alive() else None
-    procs = [e for e in j.entries if e["kind"] == "process"]
+    procs = [e for e in j.entries if e["kind"] == "process" and e.get("pid")]   # not a spawn's intent
     for e in procs:
         if pid_alive(e["pid"]) and pid_start_time(e["pid"]) == e.get("start_time"):
             parent = _parent(e["pid"])

@@ -24,8 +24,7 @@ def start(journal, netns: str | None, chain: str, match: list[str], queue: int,
     """One delay line: the daemon first (journaled), then the NFQUEUE rule that feeds it (journaled)."""
     argv = [delayline_binary(), str(queue), str(int(delay_us * 1000)), str(int(jitter_us * 1000)),
             str(int(round(loss_pct * 1e4)))]
-    p = proc.spawn(netns, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    journal.record_process(p.pid, argv, netns)
+    p = journal.spawn(netns, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     ready = select.select([p.stdout], [], [], 5.0)[0]
     line = p.stdout.readline().decode(errors="replace").strip() if ready else ""
     if line != "ready":
@@ -42,7 +41,8 @@ def dead_delay_lines(journal) -> list[str]:
     out = []
     for e in journal.entries:
         argv = e.get("argv") or []
-        if e["kind"] == "process" and argv and argv[0].endswith("pp-delayline") and not _running(e["pid"]):
+        if e["kind"] == "process" and e.get("pid") and argv and argv[0].endswith("pp-delayline") \
+                and not _running(e["pid"]):
             out.append(f"the link delay line (NFQUEUE {argv[1]} in {e.get('netns') or 'the root namespace'}) exited")
     return out
 

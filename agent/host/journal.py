@@ -13,11 +13,13 @@ import subprocess
 import time
 from pathlib import Path
 
+from pathprof.agent.host import proc
 from pathprof.agent.host.netns import netns_argv
 from pathprof.agent.host.proc import pid_alive, pid_start_time
 
 JOURNAL_DIR = Path(os.environ.get("PATHPROF_STATE", "/var/lib/pathprof")) / "journal"
 PREFIX = "pp-"
+MARK_ENV = "PATHPROF_JOURNAL_MARK"   # in the environment of every process Journal.spawn starts
 # Only directories under these roots may be removed by a journal replay.
 REMOVABLE_ROOTS = (Path(os.environ.get("PATHPROF_STATE", "/var/lib/pathprof")), Path("/tmp"), Path("/run/pathprof"))
 
@@ -73,8 +75,20 @@ class Journal:
             return False                  # journals written before owners were recorded: treated as dead
         return pid_alive(owner["pid"]) and pid_start_time(owner["pid"]) == owner.get("start_time")
 
-    def record_process(self, pid: int, argv: list[str] | None = None, netns: str | None = None) -> dict:
-        return self.record("process", pid=pid, start_time=pid_start_time(pid), argv=argv or [], netns=netns)
+    def record_process(self, pid: int, argv: list[str] | None = None, netns: str | None = None, **fields) -> dict:
+        return self.record("process", pid=pid, start_time=pid_start_time(pid), argv=argv or [], netns=netns,
+                           **fields)
+
+    def spawn(self, netns: str | None, argv: list[str], **kw) -> subprocess.Popen:
+        """proc.spawn, journaled by the rule: the intent (argv and a mark the process carries in its
+        environment, which its children inherit) before the spawn, its pid right after. A crash between the
+        two leaves the intent, and the replay finds the process by its mark."""
+        mark = f"{self.run_id}/{len(self._entries)}"
+        self.record("process", pid=None, argv=argv, netns=netns, mark=mark)
+        env = {**(kw.pop("env", None) or os.environ), MARK_ENV: mark}
+        p = proc.spawn(netns, argv, env=env, **kw)
+        self.record_process(p.pid, argv, netns, mark=mark)
+        return p
 
     def teardown(self, keep=None) -> list[str]:
         """Undo every entry, newest first; returns what could not be undone (empty when clean). Entries for
@@ -109,9 +123,13 @@ def describe(entry: dict) -> str:
 def undo(entry: dict) -> bool:
     """Remove one journaled object. True when it is gone (including 'was never created')."""
     k, ns = entry["kind"], entry.get("netns")
-    if ns and k != "netns" and not Path(f"/run/netns/{ns}").exists():
-        return True  # its namespace is gone, and everything inside went with it
+    # its namespace's name is gone, and every object inside went with it; not a process: `ip netns del`
+    # removes the name only, and a process inside keeps the namespace alive
+    if ns and k not in ("netns", "process") and not Path(f"/run/netns/{ns}").exists():
+        return True
     if k == "process":
+        if entry.get("pid") is None:      # the intent: the spawn may have happened, its pid was never recorded
+            return all(_kill(pid, pid_start_time(pid)) for pid in marked(entry.get("mark")))
         return _kill(entry["pid"], entry.get("start_time"))
     if k == "netns":
         name = entry["name"]
@@ -168,6 +186,22 @@ def undo(entry: dict) -> bool:
     if k in ("note", "owner"):
         return True
     return False
+
+
+def marked(mark: str | None) -> list[int]:
+    """Processes started by Journal.spawn with this mark (their environment carries it)."""
+    if not mark:
+        return []
+    needle = f"{MARK_ENV}={mark}".encode() + b"\0"
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if needle in (d / "environ").read_bytes():
+                    out.append(int(d.name))
+            except OSError:
+                continue              # gone meanwhile, or a kernel thread
+    return out
 
 
 def _kill(pid: int, start_time: int | None) -> bool:

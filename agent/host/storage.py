@@ -19,7 +19,7 @@ class WalDevice:
     device: str
     mountpoint: Path
     size_mb: int
-    limit: dict | None = None       # agent.io_limit throttle on it, when asked for
+    limit: dict | None = None       # agent.host.io_limit throttle on it, when asked for
     cgroup: str | None = None
     throttled: dict | None = None   # requests the throttle counted: {'reads', 'writes'} (after the run)
 

@@ -64,7 +64,7 @@ class ManagedPostgres:
         self.socket_dir = self.state_dir / "sock"
         self.log_path = self.state_dir / "postgres.log"
         self.process = None
-        self.wal_device = None      # agent.storage.WalDevice when the WAL has a device of its own
+        self.wal_device = None      # agent.host.storage.WalDevice when the WAL has a device of its own
         self.template = None        # {"key", "reused"} when the cluster was copied from a cached template
 
     @property
@@ -113,9 +113,10 @@ class ManagedPostgres:
 
     def start(self, timeout: float = 30.0) -> None:
         argv = self.argv()
-        self.process = proc.spawn(self.netns, argv, user=PG_USER, log_path=self.log_path)
         if self.journal:
-            self.journal.record_process(self.process.pid, argv, self.netns)
+            self.process = self.journal.spawn(self.netns, argv, user=PG_USER, log_path=self.log_path)
+        else:
+            self.process = proc.spawn(self.netns, argv, user=PG_USER, log_path=self.log_path)
         self.wait_ready(timeout)
 
     def log_tail(self, n: int = 4) -> str:

@@ -8,6 +8,7 @@ costs only the stage that needs it (pathprof.agent.probing.session drops that pr
 from __future__ import annotations
 
 import io
+import json
 import os
 import struct
 import subprocess
@@ -270,23 +271,30 @@ def _pass_key(level: str) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
 
 
-def require(level: str) -> None:
-    """Refuse early, with the doctor's words, when --probes LEVEL cannot work here (a pass is remembered for this
-    boot and these probe objects; `pathprof doctor` itself always checks everything)."""
+def require(level: str) -> list[dict]:
+    """Refuse early, with the doctor's words, when --probes LEVEL cannot work here; else the capabilities found
+    (run.json probes.capabilities). A pass is remembered, with its capabilities, for this boot and these probe
+    objects; `pathprof doctor` itself always checks everything."""
     if level == "off":
-        return
-    key = _pass_key(level)
-    if (PASSED_DIR / key).exists() and os.path.exists(BTF_FILE):
-        return                        # (BTF checked anyway: a mount namespace can hide what the pass saw)
-    miss = missing(check_capabilities(), level)
+        return []
+    passed = PASSED_DIR / _pass_key(level)
+    if os.path.exists(BTF_FILE):     # (BTF checked anyway: a mount namespace can hide what the pass saw)
+        try:
+            return json.loads(passed.read_text())["capabilities"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass                     # no pass yet (or one from a pathprof that kept no capabilities)
+    caps = check_capabilities()
+    miss = missing(caps, level)
     if miss:
         raise RequirementError(f"--probes {level} needs: " + "; ".join(f"{c.name} ({c.detail})" for c in miss)
                                + ". Run `pathprof doctor` for the full list, or use --probes off")
+    found = to_json(caps)
     try:
         PASSED_DIR.mkdir(parents=True, exist_ok=True)
-        (PASSED_DIR / key).touch()
+        passed.write_text(json.dumps(found))
     except OSError:
         pass
+    return found["capabilities"]
 
 
 __all__ = ["Capability", "check_capabilities", "render_capabilities", "require", "missing", "to_json",

@@ -1,5 +1,5 @@
 """Readers of the probes' in-kernel aggregates (raw monotonic counters) and the DataFrames built from two
-readings of them (see pathprof.analysis.stages for what the rows mean). Split out of probes.py, which keeps
+readings of them (see pathprof.analysis.stages for what the rows mean). Split out of session.py, which keeps
 the session's life cycle (load, windows, track, stop)."""
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def stage_frame(now: dict, base: dict, devs: dict, hops: dict, netns_names: dict
         if kind == "pg_excl":        # exclusive part of a backend wait/I-O: named by its owner, in `hook`
             row(kind, d, role, leg, hop_names.get(hop, ""), hook=L.EXCL_OWNERS.get(sub, f"u{sub}"))
             continue
-        if kind in ("dev", "qdisc"):              # qdisc sub 1: held by the link's delay line (topologies.netem)
+        if kind in ("dev", "qdisc"):              # qdisc sub 1: held by the link's delay line (topologies.impairments)
             kind = "delay" if kind == "qdisc" and sub == 1 else kind
             row(kind, d, 0, leg, dev=devs.get((hop, netns), f"if{hop}"), netns=netns_names.get(netns, str(netns)))
         else:

@@ -1,6 +1,6 @@
 """The live view's stage and CPU breakdown, recomputed after each probe window closes.
 
-The detailed probes only run inside measurement windows (agent.probe_windows), so between windows the
+The detailed probes only run inside measurement windows (agent.probing.windows), so between windows the
 breakdown stays at the last window's figures. Transactions inside the windows are estimated from pgbench's
 per-second progress; the final report divides by the exact count from pgbench's per-transaction log.
 """

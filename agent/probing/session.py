@@ -45,7 +45,7 @@ NETFILTER = ("nf_begin", "nf_end")      # BPF netfilter links, attached per (nam
 PIDFD_THREAD = os.O_EXCL                # pidfd_open flag: a pidfd for one thread (Linux >= 6.9)
 # attached (in windows) only when the run tracks a process of one of these roles: zero cost on other paths
 ONLY_FOR = {"pp_tcp_consume": {"pooler", "proxy", "qemu", "other"}, "pp_tap_read": {"qemu"}, "pp_tap_recv": {"qemu"}}
-# link impairments (topologies.netem): loaded only when the path has an impaired link; the delay line's
+# link impairments (topologies.impairments): loaded only when the path has an impaired link; the delay line's
 # brackets sit just before and after the mangle table (-150) of the hooks that hold packets
 DEVICE_PROGS = ("pp_dev_xmit", "pp_dev_recv")   # dev.<device>: net_dev_start_xmit -> netif_receive_skb
 QDISC_PROGS = ("pp_qdisc_enq", "pp_qdisc_deq", "pp_qdisc_recv", "pp_hold_begin", "pp_hold_end")
@@ -74,7 +74,7 @@ class ProbeConfig:
     netns_labels: dict = field(default_factory=dict)   # namespace reference -> name in the tables (discovered paths)
     devices: bool = True                  # a device other than lo is on the path (veth, bridge, tap): dev.<dev>
     lo_device: bool = False               # time lo as dev.lo too (else its time stays inside wire.<receiver>)
-    qdisc: bool = False                   # a link is impaired: qdisc.<dev> / delay.<dev> stages (topologies.netem)
+    qdisc: bool = False                   # an impaired link (topologies.impairments): qdisc.<dev> / delay.<dev>
     holds: list = field(default_factory=list)   # (netns, hook) of the delay lines: bracketed by pp_hold_*
     conn_split: bool = False              # --connect: setup exchanges are left to the connection probe (conn.py)
 
@@ -146,6 +146,7 @@ class ProbeSession:
         self._ring = None
         self._spans: list[bytes] = []
         self.started = False
+        self._server = None              # ServerChildren: follow_server
 
     # ---------------- lifecycle ----------------
     def start(self) -> None:
@@ -278,6 +279,7 @@ class ProbeSession:
             except BaseException:
                 self._detach()
                 raise
+            self.refresh_server()            # before the window starts: its spans land in the right role
             w["busy0"], w["total0"] = cpu_busy_ns()
             w["start_mono_ns"], w["start_realtime_ns"] = time.monotonic_ns(), time.time_ns()
             self._set_window(w["start_mono_ns"])
@@ -330,6 +332,20 @@ class ProbeSession:
             self._runner.stop()
             self._runner = None
         self.close_window()
+
+    def follow_server(self, postmaster: int, kind_of) -> None:
+        """Re-track the postmaster's children that are not client backends (pathprof.agent.probing.server)."""
+        self._server = ServerChildren(self, postmaster, kind_of)
+
+    def refresh_server(self) -> None:
+        if self._server is not None and self.started:
+            self._server.refresh()
+
+    def poll(self) -> None:
+        """Inside a window, every POLL_S: drain sampled spans; look at the server's new children."""
+        self.poll_traces()
+        if self._server is not None and self._server.due():
+            self.refresh_server()
 
     def poll_traces(self) -> None:
         with self._lock:               # ring_buffer__consume is not safe from two threads at once
@@ -388,7 +404,7 @@ class ProbeSession:
         return stages, F.cpu_frame(now, self._base, self.hops), F.sub(now["stats"], self._base.get("stats", {}))
 
     def status(self, map_usage) -> dict | None:
-        """For the status file (agent.status): the maps' usage and the event counters since reset()."""
+        """For the status file (agent.run.status): the maps' usage and the event counters since reset()."""
         with self._lock:
             if self.main is None or not self.started:
                 return None
@@ -474,3 +490,4 @@ class ProbeSession:
 
 
 from pathprof.agent.probing.cost import CostCalibration  # noqa: E402  (kept below: it imports nothing of ours)
+from pathprof.agent.probing.server import ServerChildren  # noqa: E402

@@ -17,7 +17,7 @@ DEFAULT_WINDOW_S, DEFAULT_PERIOD_S = 2.0, 4.0
 END_MARGIN_S = 0.5     # no window closes within this of pgbench's end (the last transactions drain)
 MIN_WINDOW_S = 0.25     # shorter windows hold too few transactions (and /proc/stat ticks are 10 ms)
 POLL_S = 0.1           # ring-buffer drain interval inside windows (--trace-sample)
-CALIBRATION_MAX_S = 0.5  # bpf_stats on at the start of each window for this long at most (agent.probe_cost)...
+CALIBRATION_MAX_S = 0.5  # bpf_stats on at the start of each window for this long at most (agent.probing.cost)...
 CALIBRATION_SHARE = 0.2  # ...and at most this share of the window
 
 
@@ -80,7 +80,7 @@ class WindowRunner:
             if self._stop.wait(min(left, POLL_S) if poll else left):
                 return False
             if poll:
-                self.session.poll_traces()
+                self.session.poll()
 
     def _run(self) -> None:
         try:

@@ -23,9 +23,10 @@ from pathprof.agent.host.machine import host_info
 from pathprof.agent.postgres.conninfo import redact
 from pathprof.agent.postgres.pgbench import Progress
 from pathprof.agent.run.options import Reporter
+from pathprof.agent.run.outcome import recording
 from pathprof.agent.run.signals import sigterm_as_interrupt
 from pathprof.analysis.rundir import RunDir
-from pathprof.errors import Interrupted, UserError
+from pathprof.errors import UserError
 
 
 @dataclass
@@ -106,7 +107,7 @@ def execute_attach(opts: AttachOptions, ui: Reporter) -> RunDir:
         raise UserError("attach measures with the probes: --probes off leaves nothing to measure")
     if not 1 <= opts.duration_s <= 24 * 3600:
         raise UserError(f"--duration must be between 1 s and 24 h, not {opts.duration_s:g}")
-    doctor.require(opts.probes)
+    capabilities = doctor.require(opts.probes)
     ui.phase("discovering the path")
     table, path = resolve(opts)
     for line in profiled_path.summary_lines(table, path):
@@ -121,7 +122,27 @@ def execute_attach(opts: AttachOptions, ui: Reporter) -> RunDir:
               workload={"clients": path.client_connections, "threads": None, "duration_s": opts.duration_s,
                         "mode": None, "script": "observed", "connect": False, "scale": None, "rate": None},
               postgres={"owned": False, "pid": path.postmaster}, status="running")
-    rd.write_json("topology.json", profiled_path.topology_doc(table, path, f"attach {source}"))
+    with recording(rd):
+        rd.write_json("topology.json", profiled_path.topology_doc(table, path, f"attach {source}"))
+        presult = _measure(opts, probes, path, ui)
+        meta = recorder.save_probe_result(rd, presult, capabilities)
+        meta.update(level=opts.probes, schedule={"window_s": 0.0, "period_s": 0.0, "duty_pct": 100.0,
+                                                 "always_on": True}, windows=presult.windows)
+        meta["notes"] = list(meta.get("notes") or []) + [
+            "attach: a transaction is one request/response exchange on a client connection, counted by the probes "
+            "(a multi-statement transaction counts each statement's exchange); the probes were on for the whole "
+            "interval, so these figures include their cost"] + [f"discovered path: {x}"
+                                                                 for x in profiled_path.summary_lines(table, path)]
+        left = clients_left_note(opts, path)
+        if left:
+            meta["notes"].append(left)
+        observed, cpu = observed_result(presult, path)
+        rd.update(observed=observed, cpu=cpu, probes=meta)
+    return rd
+
+
+def _measure(opts: AttachOptions, probes, path, ui: Reporter):
+    """Probes on, always on, for the duration; their result. The probes are closed on every way out."""
     try:
         with sigterm_as_interrupt():
             ui.phase(f"loading probes ({opts.probes})")
@@ -133,41 +154,35 @@ def execute_attach(opts: AttachOptions, ui: Reporter) -> RunDir:
             _watch(probes, path, opts.duration_s, ui)
             probes.stop_windows()
             ui.phase("reading results")
-            presult = probes.stop()
-    except KeyboardInterrupt:
-        rd.update(status="interrupted")
-        raise Interrupted("interrupted") from None
+            return probes.stop()
     finally:
         probes.close()
-    meta = recorder.save_probe_result(rd, presult)
-    meta.update(level=opts.probes, schedule={"window_s": 0.0, "period_s": 0.0, "duty_pct": 100.0, "always_on": True},
-                windows=presult.windows)
-    meta["notes"] = list(meta.get("notes") or []) + [
-        "attach: a transaction is one request/response exchange on a client connection, counted by the probes "
-        "(a multi-statement transaction counts each statement's exchange); the probes were on for the whole "
-        "interval, so these figures include their cost"] + [f"discovered path: {x}"
-                                                             for x in profiled_path.summary_lines(table, path)]
-    gone = path.client_connections - _connections_now(opts, path)
-    if gone > 0:
-        meta["notes"].append(f"{gone} of {path.client_connections} client connections closed during the interval: "
-                             "the rate and the cycle check assume they stayed busy all along")
-    observed, cpu = observed_result(presult, path)
-    rd.update(observed=observed, cpu=cpu, probes=meta, status="complete")
-    return rd
+
+
+def clients_left_note(opts: AttachOptions, path) -> str | None:
+    """The note on client connections that closed during the interval (a second look at the entry), None when
+    none did; when the second look fails, the note says it is unknown rather than guess."""
+    try:
+        now = _connections_now(opts, path)
+    except Exception as e:        # the entry went away, or the tables could not be read: not a count of zero
+        return (f"could not look at the client connections again at the end ({type(e).__name__}: {e}): whether "
+                "clients left during the interval is unknown; the rate and the cycle check assume they stayed")
+    gone = path.client_connections - now
+    if gone <= 0:
+        return None
+    return (f"{gone} of {path.client_connections} client connections closed during the interval: the rate and "
+            "the cycle check assume they stayed busy all along")
 
 
 def _connections_now(opts: AttachOptions, path) -> int:
     """Client connections into the path's entry at the end (a second look, to catch clients that left)."""
     from pathprof.agent.discovery import chain as discovery
     from pathprof.agent.discovery.sockets import SocketTable
-    try:
-        t = SocketTable.take()
-        entry = path.hops[0].pid if path.hops else path.postmaster
-        port = next((int(a.rsplit(":", 1)[1]) for a in (path.hops[0].listen if path.hops else path.postgres_listen)
-                     if not a.startswith("unix:")), None)
-        return discovery.from_entry(t, entry, port).client_connections
-    except Exception:         # the path went away: count none
-        return 0
+    t = SocketTable.take()
+    entry = path.hops[0].pid if path.hops else path.postmaster
+    port = next((int(a.rsplit(":", 1)[1]) for a in (path.hops[0].listen if path.hops else path.postgres_listen)
+                 if not a.startswith("unix:")), None)
+    return discovery.from_entry(t, entry, port).client_connections
 
 
 def exchanges(stages) -> int:
@@ -185,23 +200,29 @@ def exchanges(stages) -> int:
 
 def observed_result(presult, path) -> tuple[dict, dict]:
     """run.json `observed` (what pgbench's result holds for a driven run) and `cpu`, from the probes alone."""
-    from pathprof.analysis import stages as views
     wins = presult.windows or []
     elapsed = sum(w.get("elapsed_ns", 0) for w in wins)
     busy = sum(w.get("busy_ns", 0) for w in wins)
     n = exchanges(presult.stages)
     tps = n / (elapsed / 1e9) if elapsed else 0.0
-    mean_us = None
-    if n and tps:
-        cycle = path.client_connections * 1e6 / tps
-        lv = views.latency_view(presult.stages, n, cycle, cycle_us=cycle)
-        legs = [s["us_per_txn"] for s in lv["stages"] if s["leg"] in ("request", "server", "response")
-                and "parent" not in s]
-        mean_us = sum(legs) if legs else None
+    mean_us = leg_mean_us(presult.stages, n, path.client_connections, tps)
     observed = {"source": "probes", "tps": round(tps, 2), "transactions": n, "failed": None,
                 "latency_ms": {"mean": round(mean_us / 1e3, 6) if mean_us else None},
                 "duration_s": round(elapsed / 1e9, 3)}
     return observed, {"busy_ns": busy, "elapsed_ns": elapsed, "ncpu": os.cpu_count()}
+
+
+def leg_mean_us(stages, n: int, connections: int, tps: float) -> float | None:
+    """attach's transaction latency, µs: the request, server and response legs per exchange (the client's own
+    time between exchanges is the rest of the cycle). One definition for the live view and the final report."""
+    from pathprof.analysis import stages as views
+    if not n or not tps:
+        return None
+    cycle = connections * 1e6 / tps
+    lv = views.latency_view(stages, n, cycle, cycle_us=cycle)
+    legs = [s["us_per_txn"] for s in lv["stages"] if s["leg"] in ("request", "server", "response")
+            and "parent" not in s]
+    return sum(legs) if legs else None
 
 
 def _watch(probes, path, duration_s: float, ui: Reporter) -> None:
@@ -220,9 +241,12 @@ def _watch(probes, path, duration_s: float, ui: Reporter) -> None:
         t = time.monotonic()
         tps = (n - last_n) / (t - last_t) if t > last_t else 0.0
         last_n, last_t = n, t
-        cycle_ms = path.client_connections * 1e3 / tps if tps else 0.0
+        try:      # the live view is a convenience: a figure it cannot compute yet is 0, the run goes on
+            mean_us = leg_mean_us(frames[0], n, path.client_connections, n / (t - t0)) if frames else None
+        except Exception:
+            mean_us = None
         snap = {**probes.snapshot(), **_breakdown(frames, n, cpu_busy_ns()[0] - busy0, (t - t0) * 1e9)}
-        ui.progress(Progress(elapsed_s=round(t - t0, 1), tps=tps, latency_ms=cycle_ms), snap)
+        ui.progress(Progress(elapsed_s=round(t - t0, 1), tps=tps, latency_ms=(mean_us or 0.0) / 1e3), snap)
 
 
 def _breakdown(frames, n: int, busy_ns: float, elapsed_ns: float) -> dict:

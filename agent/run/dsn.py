@@ -10,9 +10,10 @@ from pathprof.agent.host.machine import cpu_busy_ns, host_info
 from pathprof.agent.postgres import pgbench
 from pathprof.agent.postgres.conninfo import redact, split_secret
 from pathprof.agent.run.options import Reporter, RunOptions
+from pathprof.agent.run.outcome import recording
 from pathprof.agent.run.signals import sigterm_as_interrupt
 from pathprof.analysis.rundir import RunDir
-from pathprof.errors import Interrupted, UserError
+from pathprof.errors import UserError
 
 
 def execute_dsn(opts: RunOptions, ui: Reporter) -> RunDir:
@@ -39,17 +40,29 @@ def execute_dsn(opts: RunOptions, ui: Reporter) -> RunDir:
     if opts.workload.clients > free:
         raise UserError(f"--clients {opts.workload.clients} exceeds what the server allows now "
                         f"({free} free of max_connections={max_conn})")
-    probes = None
+    probes, capabilities = None, []
     if path is not None:
         for line in profiled_path.summary_lines(table, path):
             ui.note(f"path: {line}")
         if not (path.postmaster or path.hops):
             ui.note("--dsn: no part of the path beyond pgbench is on this machine; the probes see pgbench only")
-        probes = _probe_session(opts, table, path)
+        probes, capabilities = _probe_session(opts, table, path)
     rd = RunDir.create(opts.runs_dir, "dsn")
     rd.update(pathprof_version=pathprof.__version__, host=host_info(),
               topology={"name": "dsn", "source": "--dsn", "options": {}, "spec": None},
               workload=opts.workload.to_dict(), status="running")
+    with recording(rd):
+        _record(opts, rd, version, max_conn, (probes, capabilities), (table, path), ui)
+    return rd
+
+
+def _record(opts: RunOptions, rd: RunDir, version: str, max_conn: int, probing: tuple, found: tuple,
+            ui: Reporter) -> None:
+    """pgbench's command, the server and the path into the run directory, then the measurement. probing:
+    (the probe session or None, the doctor's capabilities)."""
+    import psycopg
+    probes = probing[0]
+    table, path = found
     log_dir = rd.file("pgbench") / "log"
     log_dir.mkdir(parents=True)
     conninfo = psycopg.conninfo.conninfo_to_dict(opts.dsn)
@@ -66,15 +79,10 @@ def execute_dsn(opts: RunOptions, ui: Reporter) -> RunDir:
         rd.write_json("topology.json", profiled_path.topology_doc(table, path, f"--dsn {redact(opts.dsn)}"))
     try:
         with sigterm_as_interrupt():
-            _measure(opts, rd, argv, probes, (table, path), ui, secret_env)
-    except KeyboardInterrupt:
-        rd.update(status="interrupted")
-        raise Interrupted("interrupted") from None
+            _measure(opts, rd, argv, probing, (table, path), ui, secret_env)
     finally:
         if probes is not None:
             probes.close()
-    rd.update(status="complete")
-    return rd
 
 
 def _discover(sock_fd: int):
@@ -87,17 +95,18 @@ def _discover(sock_fd: int):
 def _probe_session(opts: RunOptions, table, path):
     from pathprof.agent.probing import doctor
     from pathprof.agent.probing.session import ProbeSession
-    doctor.require(opts.probes)
+    capabilities = doctor.require(opts.probes)
     return ProbeSession(profiled_path.probe_config(table, path, opts.probes, opts.trace_sample,
-                                                   opts.probe_window_s, opts.probe_period_s))
+                                                   opts.probe_window_s, opts.probe_period_s)), capabilities
 
 
-def _measure(opts: RunOptions, rd: RunDir, argv: list[str], probes, found: tuple, ui: Reporter,
+def _measure(opts: RunOptions, rd: RunDir, argv: list[str], probing: tuple, found: tuple, ui: Reporter,
              secret_env: dict | None = None) -> None:
     from pathprof.agent.probing.windows import window_meta
     from pathprof.agent.run import recorder
     w = opts.workload
     table, path = found
+    probes, capabilities = probing
     if probes is not None:
         ui.phase(f"loading probes ({opts.probes})")
         probes.start()
@@ -135,7 +144,7 @@ def _measure(opts: RunOptions, rd: RunDir, argv: list[str], probes, found: tuple
     pgbench.finish(result, log_dir, percentiles=logs.percentiles())
     meta_probes: dict = {"level": "off" if probes is None else opts.probes}
     if presult is not None:
-        meta_probes.update(recorder.save_probe_result(rd, presult))
+        meta_probes.update(recorder.save_probe_result(rd, presult, capabilities))
         meta_probes.update(window_meta(presult.windows, logs, opts.probe_window_s, opts.probe_period_s))
         meta_probes["notes"] = list(meta_probes.get("notes") or []) + [
             f"discovered path: {line}" for line in profiled_path.summary_lines(table, path)]

@@ -17,10 +17,10 @@ class RunOptions:
     probes: str = "basic"
     runs_dir: Path = Path("runs")
     topo_options: dict[str, str] = field(default_factory=dict)
-    links: list[str] = field(default_factory=list)   # --link WHERE:KEY=VALUE,... (topologies.netem)
+    links: list[str] = field(default_factory=list)   # --link WHERE:KEY=VALUE,... (topologies.impairments)
     trace_sample: int = 0
-    wal_device_mb: int = 0           # the WAL on a loop device of its own (agent.storage); 0 = with the data
-    wal_device_limit: dict[str, int] = field(default_factory=dict)   # throttle on it (agent.io_limit)
+    wal_device_mb: int = 0           # the WAL on a loop device of its own (agent.host.storage); 0 = with the data
+    wal_device_limit: dict[str, int] = field(default_factory=dict)   # throttle on it (agent.host.io_limit)
     probe_window_s: float = DEFAULT_WINDOW_S   # detailed probes attached this long every probe_period_s
     probe_period_s: float = DEFAULT_PERIOD_S
     probe_lo_device: bool = False    # dev.lo as its own stage (two more programs per packet on lo)

@@ -14,6 +14,7 @@ from pathprof.agent.postgres import pgbench
 from pathprof.agent.postgres.server import ManagedPostgres, prepare_cluster
 from pathprof.agent.run.background import Background, in_background
 from pathprof.agent.run.options import Reporter, RunOptions
+from pathprof.agent.run.outcome import error_text
 from pathprof.agent.run.phase_clock import PhaseClock
 from pathprof.agent.run.setup import (
     STATE_ROOT,
@@ -86,7 +87,7 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
     try:
         # The owned cluster: a cached initdb'ed template, copied by a `cp` running while the run goes on.
         cluster = prepare_cluster(state_dir / "pg") if topo.postgres.kind == "local" else None
-        require_probes(opts)
+        capabilities = require_probes(opts)
         rd = RunDir.create(opts.runs_dir, topo.name, run_id=journal.run_id)
         journal.record("note", run_dir=str(rd.path.resolve()))   # `pathprof cleanup` marks it if this run is killed
     except BaseException:
@@ -97,7 +98,7 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
               workload=opts.workload.to_dict(), status="running", journal=journal.run_id)
     services: list = []
     pg = None
-    probe_loading, loaded = None, {}
+    probe_loading, loaded = None, {"capabilities": capabilities}
     clock.add("checks", time.monotonic() - clock.t0)
     try:
         with sigterm_as_interrupt():
@@ -123,8 +124,8 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
     except KeyboardInterrupt:
         rd.update(status="interrupted")
         raise Interrupted("interrupted; the topology was torn down") from None
-    except BaseException:
-        rd.update(status="failed")
+    except BaseException as e:
+        rd.update(status="failed", error=error_text(e))
         raise
     finally:
         with uninterruptible(), clock.phase("teardown"):
@@ -344,7 +345,7 @@ def _measure(opts, topo, ctx, pg, services, loading: tuple, rd: RunDir, ui, phas
     meta_probes = {"level": opts.probes}
     with in_background(pgbench.compress_logs, log_dir):   # gzip the logs while the probes' results are saved
         if presult is not None:
-            meta_probes.update(recorder.save_probe_result(rd, presult))
+            meta_probes.update(recorder.save_probe_result(rd, presult, loaded.get("capabilities")))
             from pathprof.agent.probing.windows import window_meta
             meta_probes.update(window_meta(presult.windows, logs, opts.probe_window_s, opts.probe_period_s))
     if conn_frame is not None:

@@ -2,6 +2,7 @@
 and the process/socket chain the path turned out to be."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 
@@ -11,7 +12,8 @@ from pathprof.analysis.rundir import RunDir
 
 
 def track_path(probes, pg, services) -> None:
-    """Seed the probes with the run's own processes; their children are followed in the kernel."""
+    """Seed the probes with the run's own processes; their children are followed in the kernel, and the
+    postmaster's later children are looked at again by the session (ProbeSession.follow_server)."""
     if pg is not None and pg.pid:
         probes.track(pg.pid, "postmaster")
         for child in pg.postmaster_children():
@@ -21,6 +23,7 @@ def track_path(probes, pg, services) -> None:
                 probes.track(child, "pg_aux", aux=kind)
             else:
                 probes.track(child, "backend")
+        probes.follow_server(pg.pid, child_kind)
     for svc in services:
         role = getattr(svc, "role", "proxy")
         for pid in svc.pids():
@@ -68,16 +71,33 @@ def checkpoints_during(before: dict | None, after: dict | None) -> dict | None:
 AUX_TITLES = ("checkpointer", "background writer", "walwriter", "autovacuum launcher", "autovacuum worker",
               "logical replication launcher", "archiver", "stats collector", "startup", "walreceiver",
               "walsender", "logger")
+# a client backend's title after the prefix: "user database host(port) ..." or "user database [local] ..."
+CLIENT_TITLE = re.compile(r"\S+ \S+ (\[local\]|\S+\(\d+\))( |$)")
+
+
+def _title(pid: int) -> str | None:
+    """A server process's title without "postgres: " and the cluster_name prefix ("15/main: " on Debian);
+    None when it is not retitled (yet): a child starts with the postmaster's command line."""
+    try:
+        raw = open(f"/proc/{pid}/cmdline", "rb").read()
+    except OSError:
+        return None
+    title = raw.replace(b"\0", b" ").decode(errors="replace").strip()
+    if not title.startswith("postgres: "):
+        return None
+    title = title.removeprefix("postgres: ")
+    head, sep, rest = title.partition(": ")
+    if sep and " " not in head:         # cluster_name: one word (a user name has no ": " after it)
+        title = rest
+    return title
 
 
 def aux_kind(pid: int) -> str | None:
     """The kind of a PostgreSQL auxiliary process from its title ("postgres: checkpointer "), None for a
     backend (layout.AUX_KINDS names the kinds; the rest of AUX_TITLES are "other")."""
-    try:
-        title = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return "other"
-    title = title.removeprefix("postgres: ").strip()
+    title = _title(pid)
+    if title is None:
+        return None if os.path.exists(f"/proc/{pid}") else "other"
     if not title.startswith(AUX_TITLES):
         return None
     for prefix, kind in (("checkpointer", "checkpointer"), ("background writer", "bgwriter"),
@@ -87,13 +107,27 @@ def aux_kind(pid: int) -> str | None:
     return "other"
 
 
+def child_kind(pid: int) -> str:
+    """What a process the postmaster forked during the run is: "backend" (a client's), an auxiliary kind
+    (a walsender, an autovacuum or background worker: "other" where AUX_KINDS has no name for it), or
+    "starting" while it still has the postmaster's title (look again later)."""
+    title = _title(pid)
+    if title is None:
+        return "starting" if os.path.exists(f"/proc/{pid}") else "other"
+    kind = aux_kind(pid)
+    if kind:
+        return kind
+    return "backend" if CLIENT_TITLE.match(title) else "other"   # a background worker names itself
 
-def save_probe_result(rd: RunDir, result) -> dict:
+
+def save_probe_result(rd: RunDir, result, capabilities: list | None) -> dict:
+    """The probes' tables into the run directory; run.json `probes` keys, with the doctor's capabilities the run
+    passed its gate with (doctor.require)."""
     rd.write_frame("stages.parquet", result.stages)
     rd.write_frame("cpu.parquet", result.cpu)
     if getattr(result, "traces", None) is not None and len(result.traces):
         rd.write_frame("traces.parquet", result.traces)
-    return {"cost": result.cost, "lost": result.lost, "capabilities": getattr(result, "capabilities", None),
+    return {"cost": result.cost, "lost": result.lost, "capabilities": capabilities,
             "notes": getattr(result, "notes", []), "counters": getattr(result, "counters", {})}
 
 

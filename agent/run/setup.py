@@ -43,15 +43,16 @@ def import_analysis() -> None:
     import pyarrow.parquet  # noqa: F401
 
 
-def require_probes(opts: RunOptions) -> None:
-    """Refuse before anything is built when this machine cannot run the asked-for probes."""
+def require_probes(opts: RunOptions) -> list[dict]:
+    """Refuse before anything is built when this machine cannot run the asked-for probes; else the doctor's
+    capabilities (run.json probes.capabilities)."""
     if opts.probes == "off":
-        return
+        return []
     try:
         from pathprof.agent.probing import doctor
     except ImportError:
         raise RequirementError("the probes are not built into this pathprof; use --probes off") from None
-    doctor.require(opts.probes)
+    return doctor.require(opts.probes)
 
 
 def load_probes(opts: RunOptions, topo, loaded: dict) -> None:

@@ -4,7 +4,7 @@
 `MetricsServer(port, snapshot_fn)` listens on 127.0.0.1 only (the figures describe the machine's processes;
 exposing them beyond it is the operator's call, through a proxy of their choosing). GET /metrics calls
 `snapshot_fn()`, which returns a summary-shaped dict (topology, tps, latency_ms, stages, cpu, ...) or None before
-there is anything to report, and renders it with analysis.openmetrics. A port already in use is a UserError
+there is anything to report, and renders it with analysis.export.openmetrics. A port already in use is a UserError
 with one clear sentence; start/stop are idempotent and stop() joins the serving thread.
 """
 from __future__ import annotations

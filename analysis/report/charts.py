@@ -1,5 +1,5 @@
 """The HTML report's matplotlib figures. Stages and CPU components are grouped by cause (analysis.causes) and
-coloured from the one palette of analysis.palette, so a legend has about ten entries, not thirty, and a cause has
+coloured from the one palette of analysis.report.palette, so a legend has about ten entries, not thirty, and a cause has
 the same colour in every figure; with `--repeat` the throughput chart shows each configuration's spread.
 
 Figures are drawn on `matplotlib.figure.Figure` objects directly (Agg canvas, no pyplot), so nothing here touches

@@ -1,7 +1,8 @@
 """A self-contained HTML report: inline CSS and a little inline JS (sortable tables), the path diagram (inline
-SVG, analysis.svg_path) first, then explanation sentences, the closure/probe-cost caveats where a reader cannot
-miss them, figures as base64 PNG (also written next to the HTML; analysis.charts), waterfalls of sampled
-transactions (analysis.waterfall) and the per-run tables. Nothing is fetched from anywhere: the report is one file.
+SVG, analysis.report.svg_path) first, then explanation sentences, the closure/probe-cost caveats where a reader cannot
+miss them, figures as base64 PNG (also written next to the HTML; analysis.report.charts), waterfalls of sampled
+transactions (analysis.report.waterfall) and the per-run tables. Nothing is fetched from anywhere: the report is one
+file.
 """
 from __future__ import annotations
 

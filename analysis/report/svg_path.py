@@ -1,4 +1,4 @@
-"""The path diagram of the HTML report: an inline SVG drawn from analysis.path_model.
+"""The path diagram of the HTML report: an inline SVG drawn from analysis.report.path_model.
 
 Processes sit in path order in the middle row inside boxes for their hosts; the request leg runs left to right
 above them, the response leg right to left below, each with the kernel work between two neighbours (wire,

@@ -125,6 +125,8 @@ def test_attach_measures_a_load_it_did_not_start(runs_dir, tmp_path):
             load.kill()
             load.communicate(timeout=30)
     run = json.loads((Path(doc["run_dir"]) / "run.json").read_text())
+    assert {c["name"]: c["ok"] for c in run["probes"]["capabilities"]}["tracepoint sched_switch"] is True
+    assert run["status"] == "complete" and "error" not in run
     w = run["probes"]["windows"][0]
     own = _pgbench_tps_within(logs, w["start_realtime_ns"], w["end_realtime_ns"])
     assert not any("closed during" in n for n in doc["notes"]), doc["notes"]   # pgbench outlived the window

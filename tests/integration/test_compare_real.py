@@ -37,12 +37,15 @@ def test_compare_unix_loopback_then_diff_and_report(runs_dir, tmp_path):
     (e,) = doc["explanations"]
     assert {"run", "tps_delta_pct", "basis", "items", "unexplained_pct"} <= set(e)
     assert e["basis"] in ("cpu", "latency")
+    # TCP over loopback costs tens of percent against a unix socket here (recorded runs: -44 % TPS), far beyond
+    # noise: the gap must be explained and ranked, and its items must add up to the gap measured apart from
+    # them (busy CPU or the cycle), leaving little unexplained
+    assert doc["runs"][1]["tps"] < 0.9 * doc["runs"][0]["tps"], [r["tps"] for r in doc["runs"]]
+    assert e["ranked"], e.get("verdict")
     shares = [i["share_pct"] for i in e["items"]]
-    if e["ranked"]:
-        assert shares == sorted(shares, reverse=True) and all(abs(x) <= 150 for x in shares)
-        assert [c["share_pct"] for c in e["causes"]] == sorted((c["share_pct"] for c in e["causes"]), reverse=True)
-    else:                          # within noise or smaller than its parts: moves listed, never ranked
-        assert e["verdict"] and all(x is None for x in shares)
+    assert shares == sorted(shares, reverse=True)
+    assert [c["share_pct"] for c in e["causes"]] == sorted((c["share_pct"] for c in e["causes"]), reverse=True)
+    assert abs(e["unexplained_pct"]) <= 15, e["unexplained_pct"]
     assert {i for c in e["causes"] for i in c["items"]} == {i["name"] for i in e["items"]}
     names = {i["name"] for i in e["items"]}
     # TCP loopback has device and softirq work that a unix socket cannot have: it shows up among the differences

@@ -48,7 +48,17 @@ def test_foreign_cpu_load_removes_idle_exits_and_is_explained_on_latency(runs_di
     d = json.loads(run_pathprof("diff", alone["run_dir"], loaded["run_dir"], "--json", check=True).stdout)
     e = d["explanations"][0]
     assert e["basis"] == "latency" and "other processes' CPU load" in e["basis_reason"], e["basis_reason"]
-    assert e["ranked"], e
-    assert all(abs(r["share_pct"]) <= 150 for r in (*e["items"], *e["causes"])), e
+    assert e["ranked"], e.get("verdict")
     assert e["causes"][0]["name"] == "scheduler", e["causes"]
     assert {"idle_exit.backend", "idle_exit.pgbench"} <= set(e["causes"][0]["items"])
+    # the items are the two runs' own stage differences (not figures of the explanation's own): the idle exits
+    # that vanished under load, each as much as its stage lost between the runs
+    stage = {d["run_dir"]: {} for d in (alone, loaded)}
+    for d in (alone, loaded):
+        for s in d["stages"]:
+            if not s.get("parent"):
+                stage[d["run_dir"]][s["name"]] = stage[d["run_dir"]].get(s["name"], 0.0) + s["us_per_txn"]
+    items = {i["name"]: i["delta_us_per_txn"] for i in e["items"]}
+    for name in ("idle_exit.backend", "idle_exit.pgbench"):
+        moved = stage[loaded["run_dir"]].get(name, 0.0) - stage[alone["run_dir"]].get(name, 0.0)
+        assert moved < 0 and items[name] == pytest.approx(moved, abs=0.05 + 0.02 * abs(moved)), (name, items[name])

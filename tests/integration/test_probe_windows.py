@@ -28,9 +28,12 @@ def test_windowed_run_records_windows_and_closes(runs_dir):
     doc, meta = _run(runs_dir, "--clients", "1", "--duration", "9", "--probe-window", "1", "--probe-period", "4")
     p = meta["probes"]
     assert len(p["windows"]) == 2, p["windows"]
+    # the doctor's capabilities the run passed its gate with (docs/INTERNALS.md: run.json probes.capabilities)
+    caps = {c["name"]: c["ok"] for c in p["capabilities"]}
+    assert caps["root"] and caps["btf"] and caps["tracepoint sched_switch"] and caps["tp_btf"], caps
     for w in p["windows"]:
         assert w["attach_mono_ns"] <= w["start_mono_ns"] < w["end_mono_ns"] <= w["detached_mono_ns"]
-        assert w["start_realtime_ns"] < w["end_realtime_ns"] and w["busy_ns"] >= 0
+        assert w["start_realtime_ns"] < w["end_realtime_ns"] and 0 < w["busy_ns"] <= w["total_ns"]
         assert 0.9e9 < w["elapsed_ns"] < 1.2e9
     i, o = p["in_windows"], p["outside_windows"]
     assert p["log_clock"] == "realtime"

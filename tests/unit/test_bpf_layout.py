@@ -1,6 +1,7 @@
 """The ctypes mirrors in pathprof.agent.probing.bpf.layout match the C layout clang put into the .bpf.o (BTF)."""
 import ctypes as C
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -94,3 +95,32 @@ def test_a_stale_abi_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(L, "_probes_dir", lambda: tmp_path)
     with pytest.raises(RequirementError, match="make -C"):
         L._load_abi()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="BPF needs root")
+def test_what_the_c_side_writes_reads_back_through_the_mirrors():
+    """BPF_PROG_TEST_RUN (probes/state_check.bpf.o, pathprof.bpf.o's shared helpers): a span of 1000 ns and one
+    CPU switch, written by the C code, read through the ctypes mirrors field by field."""
+    from pathprof.agent.probing.bpf import libbpf as lb
+    o = lb.BpfObject(str(PROBES / "state_check.bpf.o"))
+    o.set_rodata(lat_hops=C.c_uint32(2))
+    o.maps["lat"].set_max_entries(L.lat_entries(2))
+    o.load()
+    try:
+        wire, backend, response, hop = 1, L.ROLES["backend"], 3, 1
+        o.programs["check_span"].test_run(b"", b"".join(bytes(C.c_uint64(v)) for v in
+                                                        (wire, backend, response, hop, 1000)))
+        idx = (((wire - 1) * L.NROLES + backend) * L.NLEGS + response) * 2 + hop
+        per_cpu = o.maps["lat"].lookup(bytes(C.c_uint32(idx)))
+        stride = C.sizeof(L.Hist)
+        h = [L.Hist.from_buffer_copy(per_cpu, i * stride) for i in range(len(per_cpu) // stride)]
+        (used,) = [x for x in h if x.count]
+        lo, hi = L.slot_bounds(next(i for i, n in enumerate(used.slots) if n))
+        assert (used.sum_ns, used.count, sum(used.slots)) == (1000, 1, 1) and lo <= 1000 < hi
+        assert o.programs["check_cpu_acc"].test_run(b"", bytes(C.c_uint64(backend)) + bytes(C.c_uint64(0))) == 1
+        per_cpu = o.maps["cpuacc"].lookup(bytes(C.c_uint32(backend * L.MAX_HOPS)))
+        stride = C.sizeof(L.CpuVal)
+        vals = [L.CpuVal.from_buffer_copy(per_cpu, i * stride) for i in range(len(per_cpu) // stride)]
+        assert sum(v.switches for v in vals) == 1 and sum(v.oncpu_ns + v.runq_cnt for v in vals) == 0
+    finally:
+        o.close()

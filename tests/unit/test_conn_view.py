@@ -109,7 +109,10 @@ def test_add_connection_setup_feeds_explain_and_render(tmp_path):
     s = {}
     V.add_connection_setup(s, rd)
     assert connection_totals(s)["connect.backend_init_auth"] == pytest.approx(2000.0)
-    assert connection_table(s) is not None
+    from pathprof.analysis.report.render import render_to_string
+    text = render_to_string(connection_table(s))
+    row = next(line for line in text.splitlines() if "connect.backend_init_auth" in line)
+    assert "2000" in row.replace(",", "") and "total" in text, text
 
 
 def test_add_connection_setup_without_probe_data_is_a_no_op(tmp_path):

@@ -1,4 +1,4 @@
-"""--wal-device-limit parsing (agent.io_limit): what the throttle is asked for, and one clear line otherwise."""
+"""--wal-device-limit parsing (agent.host.io_limit): what the throttle is asked for, and one clear line otherwise."""
 import pytest
 from pathprof.agent.host.io_limit import describe, parse_limits
 from pathprof.errors import UserError

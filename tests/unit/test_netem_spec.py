@@ -1,4 +1,4 @@
-"""Link impairments in specs and on the command line (topologies.netem), their compare entries, and their stages
+"""Link impairments in specs and on the command line (topologies.impairments), their compare entries, and their stages
 in the latency view. The real delay line is exercised by tests/integration/test_netem.py."""
 import pandas as pd
 import pytest

@@ -113,7 +113,7 @@ def lat_key(idx: int, hop_slots: int = MAX_HOPS) -> tuple[int, int, int, int]:
 
 
 def nf_key(idx: int) -> tuple[int, int, int, bool]:
-    """(netns slot, hook, leg, data-only) of an `nfagg` index (see nf_end() in nf.bpf.c)."""
+    """(netns slot, hook, leg, data-only) of an `nfagg` index (see nf_end() in netfilter.bpf.h)."""
     data, idx = idx % 2, idx // 2
     resp, idx = idx % 2, idx // 2
     hook, slot = idx % 5, idx // 5

@@ -298,8 +298,10 @@ class Program(_Handle):
     def test_run(self, data: bytes, ctx: bytes | None = None, repeat: int = 1) -> int:
         """BPF_PROG_TEST_RUN: run once on `data` (and a ctx_in), return the program's return value."""
         d = C.create_string_buffer(data, len(data))
-        o = _BpfTestRunOpts(sz=C.sizeof(_BpfTestRunOpts), data_in=C.cast(d, _P), data_size_in=len(data),
-                            repeat=repeat)
+        # no packet (raw_tp, syscall programs): the kernel refuses a data pointer, even an empty one, and a
+        # repeat count (they run once)
+        o = _BpfTestRunOpts(sz=C.sizeof(_BpfTestRunOpts), data_in=C.cast(d, _P) if data else None,
+                            data_size_in=len(data), repeat=repeat if data else 0)
         if ctx is not None:
             cb = C.create_string_buffer(ctx, len(ctx))
             o.ctx_in, o.ctx_size_in = C.cast(cb, _P), len(ctx)
