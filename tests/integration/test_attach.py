@@ -69,7 +69,7 @@ def _built_equivalent(tmp: Path) -> Path:
 
 def test_run_dsn_discovers_the_forwarder_and_matches_the_built_path(runs_dir, tmp_path):
     with foreign_path() as fp:
-        doc = _json(run_pathprof("run", "--dsn", DSN.format(port=fp["port"]), "--clients", "4", "--duration", "5",
+        doc = _json(run_pathprof("run", "--dsn", DSN.format(port=fp["port"]), "--clients", "4", "--duration", "3",
                                  "--probe-duty", "100", "--json", "--no-live", runs_dir=runs_dir / "dsn"))
         postmaster = fp["postmaster"]
     topo = json.loads((Path(doc["run_dir"]) / "topology.json").read_text())
@@ -85,7 +85,7 @@ def test_run_dsn_discovers_the_forwarder_and_matches_the_built_path(runs_dir, tm
     assert abs(doc["closure"]["latency_error_pct"]) <= 10, doc["closure"]
 
     built = _json(run_pathprof("run", "--topology", str(_built_equivalent(tmp_path)), "--clients", "4",
-                               "--duration", "5", "--probe-duty", "100", "--json", "--no-live",
+                               "--duration", "3", "--probe-duty", "100", "--json", "--no-live",
                                runs_dir=runs_dir / "built"))
     # Same stages (tolerance: every stage carrying >= 1 % of one path's cycle exists on the other), and the
     # pooler's share of the cycle within a factor of 2 of the built path's.

@@ -19,7 +19,7 @@ def connect_run(topology: str, runs_dir) -> dict:
     deadline = time.monotonic() + 240
     while True:
         cp = run_pathprof("run", "--topology", topology, "--clients", "1", "--connect", "--mode", "extended",
-                          "--duration", "4", "--json", runs_dir=runs_dir)
+                          "--duration", "3", "--json", runs_dir=runs_dir)
         if cp.returncode == 0 or "already exists" not in cp.stderr or time.monotonic() > deadline:
             break
         time.sleep(10)

@@ -92,7 +92,7 @@ def test_full_runs_directory_fails_cleanly(tmp_path):
 
 def test_a_second_run_of_the_same_path_is_refused_and_the_first_is_untouched(runs_dir):
     before = machine_state()
-    first = _run_until_pgbench(runs_dir / "first", "--topology", "nic", "--clients", "2", "--duration", "5",
+    first = _run_until_pgbench(runs_dir / "first", "--topology", "nic", "--clients", "2", "--duration", "3",
                                "--probes", "off", "--json", "--no-live")
     t0 = time.time()
     second = run_pathprof("run", "--topology", "nic", "--clients", "2", "--duration", "5", "--probes", "off",
@@ -195,7 +195,7 @@ def test_cleanup_during_a_live_run_leaves_it_alone(runs_dir):
     """Several people share a machine: `pathprof cleanup` while a run is going on must leave that run's journal
     and objects alone, and the run completes as if nothing happened."""
     before = machine_state()
-    p = _run_until_pgbench(runs_dir, "--topology", "docker-bridge", "--clients", "2", "--duration", "4",
+    p = _run_until_pgbench(runs_dir, "--topology", "docker-bridge", "--clients", "2", "--duration", "3",
                            "--probes", "basic", "--status-every", "1", "--json", "--no-live", settle_s=0.5)
     (run_id,) = _run_ids_of(runs_dir)
     cp = run_pathprof("cleanup", timeout=120)

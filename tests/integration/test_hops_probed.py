@@ -49,27 +49,8 @@ def test_injected_rules_get_brackets_on_their_hook_only(runs_dir, tmp_path):
     assert nf[0]["us_per_txn"] > 0
 
 
-def test_docker_dnat_proxy_is_a_hop_in_both_views(runs_dir):
-    doc, stages, cpu = _run("docker-dnat", runs_dir)
-    assert "hop.docker-proxy" in stages, stages
-    assert any(c.startswith("hop.docker-proxy") for c in cpu), cpu
-    legs = {s["leg"] for s in doc["stages"] if s["name"] == "hop.docker-proxy"}
-    assert legs == {"request", "response"}
-
-
-def test_docker_dnat_without_proxy_goes_through_nat(runs_dir):
-    doc, stages, cpu = _run("docker-dnat", runs_dir, "--userland-proxy", "off")
-    assert not any("docker-proxy" in s for s in stages | cpu)
-    assert any(s.startswith("netfilter.") and "pp-dk-host" in s for s in stages), stages
-    assert any(s.startswith("dev.pp-dk") for s in stages), stages
-
-
-@pytest.mark.parametrize("topology,hop", [("pgbouncer", "pgbouncer"), ("pgpool", "pgpool")])
-def test_pooler_is_a_hop_in_both_views(topology, hop, runs_dir):
-    doc, stages, cpu = _run(topology, runs_dir)
-    assert f"hop.{hop}" in stages, stages
-    assert any(c.startswith(f"hop.{hop}") for c in cpu), cpu
-    assert not any(s.endswith(".pg_aux") for s in stages), "pooler's server connections are backends"
+# docker-dnat (proxy on and off), pgbouncer and pgpool as hops in both views: test_paths.py, on the same runs that
+# look at each path from outside.
 
 
 @pytest.mark.slow

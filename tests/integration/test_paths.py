@@ -87,8 +87,8 @@ def pgbench_running(netns: str) -> bool:
 
 
 def run_path(topology: str, *args: str, clients: int = 4, observe=None) -> tuple[dict, dict]:
-    """`pathprof run` in the background; `observe(topo)` runs once pgbench has been going for a second.
-    Returns (run json, observations)."""
+    """`pathprof run` (default probes) in the background; `observe(topo)` runs once pgbench has been going for a
+    second. Returns (run json, observations): what the path is, seen from outside, and what the probes made of it."""
     opts = {}
     for i, a in enumerate(args):
         if a == "--userland-proxy":
@@ -104,7 +104,7 @@ def run_path(topology: str, *args: str, clients: int = 4, observe=None) -> tuple
     if taken:
         pytest.skip(f"{', '.join(sorted(taken))} in use (another run?)")
     argv = [*PATHPROF, "run", "--topology", topology, "--clients", str(clients), "--duration", str(DURATION_S),
-            "--probes", "off", "--json", "--no-live", "--runs-dir", "/tmp/pp-tc-test-runs", *args]
+            "--json", "--no-live", "--runs-dir", "/tmp/pp-tc-test-runs", *args]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: dict = {}
     client_ns = t.hosts[t.client.host].netns
@@ -134,6 +134,18 @@ def run_path(topology: str, *args: str, clients: int = 4, observe=None) -> tuple
     return result, seen
 
 
+def views(r: dict) -> tuple[set, set]:
+    """The stage names and CPU components the probes reported."""
+    return {s["name"] for s in r["stages"]}, {c["component"] for c in r["cpu"]}
+
+
+def hop_in_both_views(r: dict, hop: str) -> None:
+    stages, cpu = views(r)
+    assert f"hop.{hop}" in stages, stages
+    assert any(c.startswith(f"hop.{hop}") for c in cpu), cpu
+    assert {s["leg"] for s in r["stages"] if s["name"] == f"hop.{hop}"} == {"request", "response"}, r["stages"]
+
+
 # ---- docker ----
 
 def test_docker_bridge():
@@ -158,6 +170,7 @@ def test_docker_dnat_userland_proxy_on():
     assert len(proxy_up) >= 4, seen["est"]                   # one upstream connection per client
     # DESIGN.md's point: with the proxy on, 127.0.0.1 traffic never meets the DNAT rule.
     assert seen["dnat"] == 0
+    hop_in_both_views(r, "docker-proxy")               # and the probes carry the proxy as a hop
 
 
 def test_docker_dnat_userland_proxy_off():
@@ -169,6 +182,10 @@ def test_docker_dnat_userland_proxy_off():
     dnat = [l for l in seen["conntrack"].splitlines()
             if "dst=127.0.0.1" in l and "dport=49155" in l and "src=198.18.0.2" in l and "sport=5432" in l]
     assert dnat, seen["conntrack"]
+    stages, cpu = views(r)                             # the probes: NAT on the host, no proxy anywhere
+    assert not any("docker-proxy" in s for s in stages | cpu)
+    assert any(s.startswith("netfilter.") and "pp-dk-host" in s for s in stages), stages
+    assert any(s.startswith("dev.pp-dk") for s in stages), stages
 
 
 def test_docker_dnat_target_container():
@@ -189,6 +206,8 @@ def test_pgbouncer_session():
     r, seen = run_path("pgbouncer", observe=lambda t: {"est": established("pp-pgbouncer")})
     assert r["tps"] > 0
     pooler_check(seen, "pgbouncer", "127.0.0.1:5432", 4)       # session mode: one server connection per client
+    hop_in_both_views(r, "pgbouncer")
+    assert not any(s.endswith(".pg_aux") for s in views(r)[0]), "pooler's server connections are backends"
 
 
 def test_pgbouncer_transaction_simple():
@@ -208,6 +227,8 @@ def test_pgpool():
     r, seen = run_path("pgpool", observe=lambda t: {"est": established("pp-pgpool")})
     assert r["tps"] > 0
     pooler_check(seen, "pgpool", "127.0.0.1:5432", 4)
+    hop_in_both_views(r, "pgpool")
+    assert not any(s.endswith(".pg_aux") for s in views(r)[0]), "pooler's server connections are backends"
 
 
 def test_pgpool_3host():

@@ -58,7 +58,7 @@ def test_windowed_run_records_windows_and_closes(runs_dir):
 
 def test_trace_sample_exports_valid_perfetto(runs_dir, tmp_path):
     from pathprof.analysis.export.files import validate_trace_events
-    doc, meta = _run(runs_dir, "--clients", "2", "--duration", "4", "--trace-sample", "20")
+    doc, meta = _run(runs_dir, "--clients", "2", "--duration", "3", "--trace-sample", "20")
     rd = Path(doc["run_dir"])
     assert (rd / "traces.parquet").exists()
     assert meta["probes"]["lost"].get("trace_lost", 0) == 0

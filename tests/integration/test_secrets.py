@@ -101,7 +101,7 @@ def _pathprof(args: list[str], runs_dir: Path) -> tuple[subprocess.CompletedProc
 
 
 def test_run_dsn_keeps_the_password_to_itself(server, runs_dir, tmp_path):
-    cp, _ = _pathprof(["run", "--dsn", DSN, "--clients", "2", "--duration", "4", "--trace-sample", "20", "--json"],
+    cp, _ = _pathprof(["run", "--dsn", DSN, "--clients", "2", "--duration", "3", "--trace-sample", "20", "--json"],
                       runs_dir)
     run_dir = Path(__import__("json").loads(cp.stdout)["run_dir"])
     assert _leaks(run_dir) == []

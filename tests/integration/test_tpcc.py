@@ -11,7 +11,7 @@ TYPES = ["new_order", "payment", "order_status", "delivery", "stock_level"]
 def test_tpcc_loads_runs_and_reports_five_transaction_types(runs_dir):
     before = machine_state()
     cp = run_pathprof("run", "--topology", "unix", "--script", "tpcc", "--scale", "1", "--clients", "4",
-                      "--duration", "4", "--json", runs_dir=runs_dir, check=True, timeout=600)
+                      "--duration", "3", "--json", runs_dir=runs_dir, check=True, timeout=600)
     assert machine_state() == before
     doc = json.loads(cp.stdout)
     scripts = doc["scripts"]
