@@ -95,8 +95,8 @@ def test_a_throttled_wal_device_grows_the_wal_flush_by_what_the_limit_implies(ru
     200 writes/s (the cgroup block I/O throttle): 1 client, so each commit's writes wait their turn. The throttle
     counts k requests per transaction; at 200/s the cycle cannot be shorter than k/200 s, and the throttle lets
     a request go early by whatever the rest of the cycle already took, so wal_flush should grow by about k/200 s
-    minus the unthrottled cycle. The wait is in the throttle's queue, before a block request exists: not the device's time. The
-    network stages stay where they were; the cgroup is gone afterwards."""
+    minus the unthrottled cycle. The wait is in the throttle's queue, before a block request exists: not the
+    device's time. The network stages stay where they were; the cgroup is gone afterwards."""
     before = machine_state()
     base = _run(runs_dir, "--wal-device", "128", clients=1)
     slow = _run(runs_dir, "--wal-device", "128", "--wal-device-limit", "wiops=200", clients=1)
