@@ -36,7 +36,7 @@ struct pp_sock {            /* socket-local storage of a socket a tracked thread
 	__u8  role;             /* owner's role */
 	__u8  leg;              /* leg of messages *into* this socket */
 	__u8  setup;            /* --connect, a backend's socket: its startup exchange is not over */
-	__u8  setup_msg;        /* --connect: PP_SETUP_* bits, which messages belong to the connection setup */
+	__u8  setup_msg;        /* PP_SETUP_* bits (msg.bpf.h), which messages belong to the connection setup */
 	__u32 seq;              /* messages into this socket (seen in windows): --trace-sample picks by it */
 	__u32 copied;           /* TCP copied_seq at the last consume: tcp_rcv_space_adjust without new data is none */
 	/* request/response receivers (pgbench, backend): the last consumed piece of the message, emitted when the
