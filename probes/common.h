@@ -87,7 +87,8 @@ enum pp_stat {              /* per-CPU counters of everything not aggregated, so
 	PP_STAT_RETRANSMITS = 28,   /* retransmissions of the run's sockets (tcp_retransmit_skb) */
 	PP_STAT_RETX_DELIVERED = 29, /* messages whose wire was split at the retransmission that delivered them */
 	PP_STAT_RETX_SLOT_LOST = 30, /* a retransmission's stamp replaced by another connection's (slot collision) */
-	PP_STAT_SETUP_SPANS = 34,   /* --connect: spans of connection-setup messages, left to the connection probe */
+	PP_STAT_SETUP_SPANS = 34,   /* spans of connection-setup messages left out: --connect, the connection probe's; else
+				     * pgbench's wait from the server's hello to its first query (its start barrier) */
 	PP_STAT_CONN_WAIT = 35,     /* --connect: pieces whose wait overlapped their thread opening another connection */
 	PP_NSTATS = 40,   /* 24-27 pooler waits, 28-33 TCP loss and stalls, 34-39 connection setup (reserved) */
 };

@@ -29,6 +29,14 @@ static __always_inline __u32 send_number(struct sock *sk, struct pp_task *t)
 #define PP_SETUP_READY 1   /* the message pending on the socket (ready, not consumed) is a setup message */
 #define PP_SETUP_PEND  2   /* the consumed message kept in pend_* is one */
 #define PP_SETUP_LAST  4   /* ... and it was the server's hello: the client's next send is its first query */
+/* Without --connect, pgbench opens every connection before its first transaction and holds each thread at a
+ * barrier until all are open; its latencies leave that phase out. The wait from its read of the server's hello
+ * to its first query is that barrier (a second, or three, when a SYN or a startup message was lost), not the
+ * client's work of a transaction: its span is left out. The hello is the first read of more than one byte on a
+ * socket that had read at most the 1-byte SSL refusal before it (trust authentication; with a password exchange
+ * that read is the server's first challenge, and the first query keeps its span, as before). */
+#define PP_SETUP_HELLO 8   /* pgbench, no --connect: the hello was read; its next send is its first query */
+#define PP_SETUP_SEEN  16  /* ... its first read of more than one byte happened: nothing more to look for */
 
 /* pgbench's thread `tid`: ns spent opening connections up to `now` (libpq's connect blocks the thread: a reply to
  * another of its clients that is ready meanwhile waits for it) */
@@ -282,6 +290,13 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 		s->setup_msg = m ? PP_SETUP_PEND | (t->role == PP_ROLE_PGBENCH && bytes > 1 ? PP_SETUP_LAST : 0) : 0;
 		if (s->setup_msg & PP_SETUP_LAST)
 			conn_busy_mark((__u32)bpf_get_current_pid_tgid(), bpf_ktime_get_ns(), 0);   /* connected */
+	} else if (t->role == PP_ROLE_PGBENCH && bytes > 1 && !(s->setup_msg & PP_SETUP_SEEN) &&
+		   sk->sk_protocol == IPPROTO_TCP_NUM) {
+		struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+		if (tp) {                     /* bytes read on the socket, this read included */
+			__u64 read = tp->bytes_received - (tp->rcv_nxt - tp->copied_seq);
+			s->setup_msg |= PP_SETUP_SEEN | (read <= (__u64)bytes + 1 ? PP_SETUP_HELLO : 0);
+		}
 	}
 	__u64 r = __sync_lock_test_and_set(&s->ready_ts, 0), now = bpf_ktime_get_ns();
 	if (r && r < ws) {
@@ -432,6 +447,12 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 		 * by a sleep of this thread was forwarded by another one, and must not pair with this later send */
 		if (conn_split && start && t->wake_ts > start)
 			start = 0;
+	} else if (s && (s->setup_msg & PP_SETUP_HELLO)) {   /* pgbench's first query: its connection phase */
+		s->setup_msg &= ~PP_SETUP_HELLO;
+		s->pend_done = 0;
+		s->consume_ts = 0;
+		stat_inc(PP_STAT_SETUP_SPANS);
+		return 0;
 	} else if (s) {                   /* request/response on the same connection (backend, pgbench) */
 		/* --connect: a backend answering inside its setup (the SSL refusal, its hello), or a client answering a
 		 * setup message other than the hello: the connection probe's time, wait and processing alike */

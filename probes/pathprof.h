@@ -36,7 +36,7 @@ struct pp_sock {            /* socket-local storage of a socket a tracked thread
 	__u8  role;             /* owner's role */
 	__u8  leg;              /* leg of messages *into* this socket */
 	__u8  setup;            /* --connect, a backend's socket: its startup exchange is not over */
-	__u8  setup_msg;        /* --connect: PP_SETUP_* bits, which messages belong to the connection setup */
+	__u8  setup_msg;        /* PP_SETUP_* bits (msg.bpf.h), which messages belong to the connection setup */
 	__u32 seq;              /* messages into this socket (seen in windows): --trace-sample picks by it */
 	__u32 copied;           /* TCP copied_seq at the last consume: tcp_rcv_space_adjust without new data is none */
 	/* request/response receivers (pgbench, backend): the last consumed piece of the message, emitted when the
@@ -58,13 +58,16 @@ struct pp_sock {            /* socket-local storage of a socket a tracked thread
 };
 
 /* A retransmitted message, from the sender's tcp_retransmit_skb to the receiver's sk_data_ready (`retx`, a
- * direct-mapped array by connection: no insert/delete per packet). Keyed by the sender's view of the tuple. */
+ * direct-mapped array: no insert/delete per packet). Keyed by a TCP sequence number, which both ends see alike
+ * even when NAT (DNAT, MASQUERADE) rewrites the addresses and ports between them: the receiver's rcv_nxt once
+ * the retransmission is delivered, which the sender knows as its snd_nxt (everything sent so far) or the
+ * retransmitted segment's end_seq (a hole that no later segment waits behind); two slots when they differ. */
 #define PP_RETX_SLOTS 1024  /* power of two */
 struct pp_retx {
-	__u32 saddr, daddr;
-	__u16 sport, dport;
+	__u32 seq;              /* the receiver's rcv_nxt that delivers it */
+	__u32 other;            /* the message's other key (== seq when there is one), cleared with it */
 	__u8  kind;             /* PP_ST_RETX_RTO / _FAST / _PROBE of the last retransmission */
-	__u8  pad[3];
+	__u8  pad[7];
 	__u64 send_ts;          /* the message's original send start (0 = slot free) */
 	__u64 retx_ts;          /* its last retransmission */
 };

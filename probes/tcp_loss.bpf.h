@@ -1,19 +1,41 @@
 /* TCP loss recovery: a message whose segment was lost reaches its receiver only with a retransmission, from the
  * sender's timer or ACK processing, where no send is in progress: its wire had no start (wire_unpaired) and the
  * recovery wait was in no stage. At tcp_retransmit_skb the sender's socket knows the message's send start
- * (pp_sock.last_send); it is parked in `retx` by connection, and the receiver's sk_data_ready that finds no send
- * in progress takes it: retx_<kind>.<receiver> = send start -> last retransmission (the wait for recovery),
- * wire.<receiver> = the retransmission's own trip. Every retransmission is also counted by outgoing leg.
+ * (pp_sock.last_send); it is parked in `retx` under the sequence number the receiver will have reached
+ * (rcv_nxt) when the retransmission is delivered, and the receiver's sk_data_ready that finds no send in
+ * progress looks its rcv_nxt up: retx_<kind>.<receiver> = send start -> last retransmission (the wait for
+ * recovery), wire.<receiver> = the retransmission's own trip. Sequence numbers, not the connection's tuple:
+ * NAT (Docker's DNAT and MASQUERADE, any conntrack NAT without a sequence-adjusting helper) rewrites addresses
+ * and ports between the two ends, never sequence numbers. Every retransmission is also counted by outgoing leg.
  * Part of pathprof.bpf.c (one object: every family shares its maps); included in order, not alone. */
 #ifndef PATHPROF_TCP_LOSS_BPF_H
 #define PATHPROF_TCP_LOSS_BPF_H
 
 #define ICSK_TIME_LOSS_PROBE_NUM 5
 
-static __always_inline __u32 retx_slot(__u32 saddr, __u32 daddr, __u16 sport, __u16 dport)
+static __always_inline struct pp_retx *retx_slot(__u32 seq)
 {
-	__u32 h = saddr ^ (daddr * 2654435761u) ^ ((__u32)sport << 16 | dport) * 40503u;
-	return (h ^ (h >> 15)) & (PP_RETX_SLOTS - 1);
+	__u32 h = seq * 2654435761u;
+	__u32 idx = (h ^ (h >> 16)) & (PP_RETX_SLOTS - 1);
+	return bpf_map_lookup_elem(&retx, &idx);
+}
+
+/* park the message under one of its keys */
+static __always_inline void retx_park(__u32 seq, __u32 other, __u8 kind, __u64 sent, __u64 now, __u64 ws)
+{
+	struct pp_retx *r = retx_slot(seq);
+	if (!r)
+		return;
+	/* another message's stamp that could still be taken (retx_delivered's bound) is lost: counted; not one
+	 * of the same message, nor one whose message was delivered without it (a spurious retransmission) */
+	if (r->send_ts && r->seq != seq && r->other != seq && r->retx_ts >= ws &&
+	    now - r->retx_ts <= r->retx_ts - r->send_ts)
+		stat_inc(PP_STAT_RETX_SLOT_LOST);
+	r->seq = seq;
+	r->other = other;
+	r->kind = kind;
+	r->send_ts = sent;
+	r->retx_ts = now;
 }
 
 SEC("tp_btf/tcp_retransmit_skb")
@@ -41,22 +63,14 @@ int BPF_PROG(pp_tcp_retransmit, const struct sock *csk, const struct sk_buff *sk
 	__u64 sent = s->last_send;
 	if (sent < ws)
 		return 0;                     /* its message began before the window */
-	__u32 saddr = sk->__sk_common.skc_rcv_saddr, daddr = sk->__sk_common.skc_daddr;
-	__u16 sport = sk->__sk_common.skc_num, dport = bpf_ntohs(sk->__sk_common.skc_dport);
-	__u32 idx = retx_slot(saddr, daddr, sport, dport);
-	struct pp_retx *r = bpf_map_lookup_elem(&retx, &idx);
-	if (!r)
-		return 0;
-	int same = r->send_ts && r->saddr == saddr && r->daddr == daddr && r->sport == sport && r->dport == dport;
-	if (r->send_ts && !same)
-		stat_inc(PP_STAT_RETX_SLOT_LOST);
-	r->saddr = saddr;
-	r->daddr = daddr;
-	r->sport = sport;
-	r->dport = dport;
-	r->kind = kind;
-	r->send_ts = sent;
-	r->retx_ts = bpf_ktime_get_ns();
+	/* delivered when the receiver's rcv_nxt reaches everything sent so far (snd_nxt), or, when later segments
+	 * are lost too and wait for their own retransmissions, the end of this one */
+	__u32 nxt = BPF_CORE_READ(tp, snd_nxt);
+	__u32 end = BPF_CORE_READ((struct tcp_skb_cb *)&skb->cb[0], end_seq);
+	__u64 now = bpf_ktime_get_ns();
+	retx_park(nxt, end, kind, sent, now, ws);
+	if (end != nxt)
+		retx_park(end, nxt, kind, sent, now, ws);
 	return 0;
 }
 
@@ -64,19 +78,21 @@ int BPF_PROG(pp_tcp_retransmit, const struct sock *csk, const struct sk_buff *sk
  * Then its wire starts at the message's send and the recovery wait is split out; 1 when spans were emitted. */
 static __always_inline int retx_delivered(struct sock *sk, struct pp_sock *s, __u64 ws, __u64 now, __u32 seq)
 {
-	/* the sender's view: its source is our peer */
-	__u32 saddr = sk->__sk_common.skc_daddr, daddr = sk->__sk_common.skc_rcv_saddr;
-	__u16 sport = bpf_ntohs(sk->__sk_common.skc_dport), dport = sk->__sk_common.skc_num;
-	__u32 idx = retx_slot(saddr, daddr, sport, dport);
-	struct pp_retx *r = bpf_map_lookup_elem(&retx, &idx);
-	if (!r || !r->send_ts || r->saddr != saddr || r->daddr != daddr || r->sport != sport || r->dport != dport)
+	__u32 seq_key = BPF_CORE_READ((struct tcp_sock *)sk, rcv_nxt);
+	struct pp_retx *r = retx_slot(seq_key);
+	if (!r || !r->send_ts || r->seq != seq_key)
 		return 0;
 	__u64 sent = r->send_ts, rt = r->retx_ts;
 	__u8 kind = r->kind;
 	r->send_ts = 0;
-	/* a stamp left by a retransmission whose message had been delivered already (its ACK was lost) would be
-	 * taken by the next loss on the connection, much later: the retransmission's own trip is shorter than the
-	 * wait before it, or it is not this message's */
+	if (r->other != seq_key) {        /* the message's other key: no later delivery may take it */
+		struct pp_retx *o = retx_slot(r->other);
+		if (o && o->send_ts == sent && o->seq == r->other)
+			o->send_ts = 0;
+	}
+	/* a sequence number is reached once, so a stamp whose message was delivered without it (a spurious
+	 * retransmission: its ACK was lost) is never taken; what is taken must still look like this message's: the
+	 * retransmission's own trip is shorter than the wait before it */
 	if (sent < ws || !(sent <= rt && rt <= now) || now - rt > rt - sent)
 		return 0;
 	struct pp_stage_key k = { .stage = kind, .role = s->role, .leg = s->leg, .hop = s->hop };
