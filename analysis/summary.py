@@ -5,14 +5,49 @@ from pathprof.analysis.rundir import RunDir
 
 
 def summarize(rd: RunDir) -> dict:
+    """The run document (docs/REPORTS.md): the run's headline figures, then the latency and CPU views over the
+    transactions the probes measured, then the checks made on them."""
     m = rd.meta
+    out = _headline(m, rd)
+    _notes_from_meta(out, m)
+    probes = m.get("probes") or {}
+    basis = _basis(m, out, probes)
+    stages, cpu = rd.read_frame("stages.parquet"), rd.read_frame("cpu.parquet")
+    from pathprof.analysis.losses import add_to_summary as add_losses
+    add_losses(out, probes, stages, cpu)
+    w = m.get("workload") or {}
+    if basis["txns"] and (stages is not None or cpu is not None):
+        clients = w.get("clients") or 1
+        # The stages tile each connection's timeline, so they must add up to the cycle (clients / TPS);
+        # pgbench's own mean latency leaves out its work between transactions (shown as the client leg).
+        cycle_us = clients * 1e6 / basis["tps"] if basis["tps"] else None
+        if stages is not None and basis["mean_ms"]:
+            _add_latency_view(out, rd, stages, basis, cycle_us)
+        cost = probes.get("cost") or {}
+        if cost.get("run_time_ns") is not None:
+            out["probe_cost_ns_per_txn"] = cost["run_time_ns"] / basis["txns"]
+        if cpu is not None and basis["busy"]:
+            _add_cpu_view(out, cpu, basis, clients, probes)
+    busy, elapsed, ncpu = basis["busy"], basis["elapsed"], basis["ncpu"]
+    if out["regime"] is None and busy and elapsed:
+        # Without probes the regime still follows from busy time: near all CPUs busy means CPU-bound.
+        out["regime"] = "cpu-bound" if busy / elapsed >= 0.9 * ncpu else "latency-bound"
+    if w.get("connect") and "connection_setup" not in out and rd.file("connect.parquet").exists():
+        from pathprof.analysis.conn_view import add_connection_setup
+        add_connection_setup(out, rd)     # no latency view to fold it into (probes off, no transactions)
+    out.update(probe_cost_share(out))
+    _add_checks(out, m)
+    return out
+
+
+def _headline(m: dict, rd: RunDir) -> dict:
+    """What the run was and what pgbench (or, attached, the probes) measured; the views' keys empty."""
     # a driven run has pgbench's result; an attached one what the probes observed (pathprof.agent.run.attach)
     res = (m.get("pgbench") or {}).get("result") or m.get("observed") or {}
     w = m.get("workload") or {}
-    cpu_meta = m.get("cpu") or {}
     probes = m.get("probes") or {}
     lat = res.get("latency_ms") or {}
-    out = {
+    return {
         "topology": (m.get("topology") or {}).get("name"),
         "clients": w.get("clients"),
         "threads": w.get("threads"),
@@ -44,6 +79,10 @@ def summarize(rd: RunDir) -> dict:
         # who drove the load: pgbench (run), or clients pathprof only watched (attach: exchanges the probes counted)
         "driver": "observed" if not (m.get("pgbench") or {}).get("result") and m.get("observed") else "pgbench",
     }
+
+
+def _notes_from_meta(out: dict, m: dict) -> None:
+    """A broken path, checkpoints inside the run, the guest's accelerator: said where the figures are read."""
     if m.get("failure"):
         out["failure"] = list(m["failure"])
         out["notes"].insert(0, "THE PATH BROKE DURING THIS RUN: " + "; ".join(m["failure"]) + " — its figures "
@@ -58,80 +97,81 @@ def summarize(rd: RunDir) -> dict:
         if svc.get("accelerator"):
             out["accelerator"] = svc["accelerator"]
             out["vhost"] = svc.get("vhost")
-    txns = res.get("transactions") or 0
-    busy = cpu_meta.get("busy_ns")
-    ncpu = cpu_meta.get("ncpu") or (m.get("host") or {}).get("cpus") or 1
-    elapsed = cpu_meta.get("elapsed_ns")
-    if busy and elapsed:
-        out["busy_cpus"] = busy / elapsed
-    tps, mean_ms = res.get("tps") or 0, lat.get("mean")
+
+
+def _basis(m: dict, out: dict, probes: dict) -> dict:
+    """What the views are divided by and closed against: the whole run's transactions, rate, latency and busy
+    CPU time, or, with probe windows, those of the windows alone. Also sets the headline TPS figures."""
+    res = (m.get("pgbench") or {}).get("result") or m.get("observed") or {}
+    cpu_meta = m.get("cpu") or {}
+    b = {"txns": res.get("transactions") or 0, "tps": res.get("tps") or 0,
+         "mean_ms": (res.get("latency_ms") or {}).get("mean"),
+         "busy": cpu_meta.get("busy_ns"), "elapsed": cpu_meta.get("elapsed_ns"),
+         "ncpu": cpu_meta.get("ncpu") or (m.get("host") or {}).get("cpus") or 1}
+    if b["busy"] and b["elapsed"]:
+        out["busy_cpus"] = b["busy"] / b["elapsed"]
     win = _windows(probes, out)
     out.update(headline_tps(res.get("tps"), probes))
     if win:
         # The probe tables cover only the measurement windows (analysis.windows): divide by the
         # transactions that ended inside them, close against their rate and latency and the CPUs' busy
         # time while they were open.
-        txns, tps, mean_ms = win["txns"], win["tps"] or 0, win["latency_ms_mean"] or mean_ms
-        busy, elapsed = win.get("busy_ns") or busy, win.get("elapsed_ns") or elapsed
-    stages, cpu = rd.read_frame("stages.parquet"), rd.read_frame("cpu.parquet")
-    from pathprof.analysis.losses import add_to_summary as add_losses
-    add_losses(out, probes, stages, cpu)
-    if txns and (stages is not None or cpu is not None):
-        from pathprof.analysis import stages as views
-        clients = w.get("clients") or 1
-        # The stages tile each connection's timeline, so they must add up to the cycle (clients / TPS);
-        # pgbench's own mean latency leaves out its work between transactions (shown as the client leg).
-        cycle_us = clients * 1e6 / tps if tps else None
-        if stages is not None and mean_ms:
-            lv = views.latency_view(stages, txns, mean_ms * 1000.0, cycle_us=cycle_us)
-            out["stages"] = lv["stages"]
-            out["closure"]["latency_error_pct"] = lv.get("closure_error_pct")
-            out["closure"]["latency_basis"] = lv.get("closure_basis")
-            out["closure"]["cycle_us"] = cycle_us
-            out["closure"]["stages_sum_us"] = lv.get("total_us")
-            out["scheduler"] = lv.get("scheduler")
-            if lv.get("tcp_retransmits"):
-                out["tcp_retransmits"] = tcp_retransmits(lv["tcp_retransmits"], out["stages"], txns)
-                kernel = m.get("tcp_counters") or {}
-                if kernel:       # the kernel's own count in the path's namespaces, over the same run
-                    out["tcp_retransmits"]["kernel_retrans_segs"] = sum(v.get("RetransSegs", 0)
-                                                                        for v in kernel.values())
-            out["disk"] = views.disk_view(stages, txns)
-            if lv.get("execute_split"):
-                out["closure"]["execute_split"] = lv["execute_split"]   # deep: backend.execute's parts vs it
-            client_us = sum(x["us_per_txn"] for x in lv["stages"] if x.get("leg") == "client" and not x.get("parent"))
-            if cycle_us and mean_ms * 1000.0 < 0.5 * (cycle_us - client_us):
-                out["notes"].append(
-                    f"pgbench's logged latency (mean {mean_ms * 1000:.1f} µs) is far below what its own throughput "
-                    f"allows (cycle {cycle_us:.1f} µs, of which {client_us:.1f} µs is pgbench's own work): pgbench "
-                    "takes timestamps lazily, so very short transactions are logged too short. Trust the cycle and "
-                    "the latency view's request/server/response legs.")
-            if w.get("connect") and rd.file("connect.parquet").exists():
-                _add_connection_setup(out, rd)
-        cost = probes.get("cost") or {}
-        if cost.get("run_time_ns") is not None:
-            out["probe_cost_ns_per_txn"] = cost["run_time_ns"] / txns
-        if cpu is not None and busy:
-            cv = views.cpu_view(cpu, txns, busy, elapsed, ncpu, clients=clients,
-                                # the stages' cycle (they tile it), else pgbench's mean latency
-                                latency_us=(out["closure"].get("stages_sum_us")
-                                            or (mean_ms * 1000.0 if mean_ms else None)),
-                                probe_us=(out["probe_cost_ns_per_txn"] or 0.0) / 1e3)
-            out["cpu"] = cv["components"]
-            # What the components close against (busy CPU over the same transactions): explanations use it.
-            out["cpu_us_per_txn"] = busy / 1e3 / txns
-            out["closure"]["cpu_error_pct"] = cv.get("closure_error_pct")
-            out["regime"] = cv.get("regime")
-            out["predicted_tps"] = cv.get("predicted_tps")
-            out["predicted_probed_tps"] = cv.get("predicted_probed_tps")
-            out["prediction"] = _prediction(out["predicted_tps"], probes)
-    if out["regime"] is None and busy and elapsed:
-        # Without probes the regime still follows from busy time: near all CPUs busy means CPU-bound.
-        out["regime"] = "cpu-bound" if busy / elapsed >= 0.9 * ncpu else "latency-bound"
-    if w.get("connect") and "connection_setup" not in out and rd.file("connect.parquet").exists():
-        from pathprof.analysis.conn_view import add_connection_setup
-        add_connection_setup(out, rd)     # no latency view to fold it into (probes off, no transactions)
-    out.update(probe_cost_share(out))
+        b.update(txns=win["txns"], tps=win["tps"] or 0, mean_ms=win["latency_ms_mean"] or b["mean_ms"],
+                 busy=win.get("busy_ns") or b["busy"], elapsed=win.get("elapsed_ns") or b["elapsed"])
+    return b
+
+
+def _add_latency_view(out: dict, rd: RunDir, stages, basis: dict, cycle_us: float | None) -> None:
+    """The stages per transaction and their closure against the cycle; retransmissions, disk, -C setup."""
+    from pathprof.analysis import stages as views
+    m, txns, mean_ms = rd.meta, basis["txns"], basis["mean_ms"]
+    lv = views.latency_view(stages, txns, mean_ms * 1000.0, cycle_us=cycle_us)
+    out["stages"] = lv["stages"]
+    out["closure"]["latency_error_pct"] = lv.get("closure_error_pct")
+    out["closure"]["latency_basis"] = lv.get("closure_basis")
+    out["closure"]["cycle_us"] = cycle_us
+    out["closure"]["stages_sum_us"] = lv.get("total_us")
+    out["scheduler"] = lv.get("scheduler")
+    if lv.get("tcp_retransmits"):
+        out["tcp_retransmits"] = tcp_retransmits(lv["tcp_retransmits"], out["stages"], txns)
+        kernel = m.get("tcp_counters") or {}
+        if kernel:       # the kernel's own count in the path's namespaces, over the same run
+            out["tcp_retransmits"]["kernel_retrans_segs"] = sum(v.get("RetransSegs", 0) for v in kernel.values())
+    out["disk"] = views.disk_view(stages, txns)
+    if lv.get("execute_split"):
+        out["closure"]["execute_split"] = lv["execute_split"]   # deep: backend.execute's parts vs it
+    client_us = sum(x["us_per_txn"] for x in lv["stages"] if x.get("leg") == "client" and not x.get("parent"))
+    if cycle_us and mean_ms * 1000.0 < 0.5 * (cycle_us - client_us):
+        out["notes"].append(
+            f"pgbench's logged latency (mean {mean_ms * 1000:.1f} µs) is far below what its own throughput "
+            f"allows (cycle {cycle_us:.1f} µs, of which {client_us:.1f} µs is pgbench's own work): pgbench "
+            "takes timestamps lazily, so very short transactions are logged too short. Trust the cycle and "
+            "the latency view's request/server/response legs.")
+    if (m.get("workload") or {}).get("connect") and rd.file("connect.parquet").exists():
+        _add_connection_setup(out, rd)
+
+
+def _add_cpu_view(out: dict, cpu, basis: dict, clients: int, probes: dict) -> None:
+    """CPU per transaction per component, its closure against busy time, the regime and the model's TPS."""
+    from pathprof.analysis import stages as views
+    txns, busy, mean_ms = basis["txns"], basis["busy"], basis["mean_ms"]
+    cv = views.cpu_view(cpu, txns, busy, basis["elapsed"], basis["ncpu"], clients=clients,
+                        # the stages' cycle (they tile it), else pgbench's mean latency
+                        latency_us=(out["closure"].get("stages_sum_us")
+                                    or (mean_ms * 1000.0 if mean_ms else None)),
+                        probe_us=(out["probe_cost_ns_per_txn"] or 0.0) / 1e3)
+    out["cpu"] = cv["components"]
+    # What the components close against (busy CPU over the same transactions): explanations use it.
+    out["cpu_us_per_txn"] = busy / 1e3 / txns
+    out["closure"]["cpu_error_pct"] = cv.get("closure_error_pct")
+    out["regime"] = cv.get("regime")
+    out["predicted_tps"] = cv.get("predicted_tps")
+    out["predicted_probed_tps"] = cv.get("predicted_probed_tps")
+    out["prediction"] = _prediction(out["predicted_tps"], probes)
+
+
+def _add_checks(out: dict, m: dict) -> None:
+    """Where the latency view falls short, and the pooler's own counters against its timed wait."""
     from pathprof.analysis.gap import locate_gap
     gap = locate_gap(out)
     if gap:
@@ -139,7 +179,6 @@ def summarize(rd: RunDir) -> dict:
     if m.get("pooler_counters"):
         from pathprof.analysis.pooler import pooler_check
         out["pooler_counters"] = pooler_check(m, out)
-    return out
 
 
 def tcp_retransmits(counts: list[dict], stages: list[dict], txns: int) -> dict:
