@@ -60,25 +60,7 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
     if opts.dsn:
         from pathprof.agent.run.dsn import execute_dsn
         return execute_dsn(opts, ui)
-    proc.which("initdb")
-    topo = specmod.load(opts.topology, opts.topo_options, opts.links)
-    services_mod = None
-    if topo.services:
-        from pathprof.topologies import services as services_mod
-        for s in topo.services:
-            check = getattr(services_mod.create(s), "check_workload", None)
-            if check:
-                check(opts.workload.mode, opts.workload.connect, opts.workload.clients,
-                      opts.workload.threads or min(opts.workload.clients, os.cpu_count() or 1))
-    ncpu = os.cpu_count() or 1
-    opts.workload.validate(ncpu)
-    if opts.wal_device_mb:
-        from pathprof.agent.host.storage import check_size
-        check_size(opts.wal_device_mb)
-    if opts.wal_device_limit:
-        from pathprof.agent.host.io_limit import check_available
-        check_available()
-    _check_pg_limits(opts)
+    topo, services_mod = _preflight(opts)
     journal = Journal(claim_run_id(opts.runs_dir, topo.name))
     state_dir = STATE_ROOT / journal.run_id
     journal.record("dir", path=str(state_dir))
@@ -129,39 +111,71 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
         raise
     finally:
         with uninterruptible(), clock.phase("teardown"):
-            ui.phase("tearing down")
-            if pg:
-                pg.begin_stop()         # its shutdown checkpoint runs while the probes are closed
-            if probe_loading is not None:
-                probe_loading.join(quiet=True)  # never close what is still being loaded
-            # detaching the probes (tens of ms per link) overlaps stopping the hops and the server
-            closing = Background(loaded["session"].close) if loaded.get("session") is not None else None
-            for svc in reversed(services):
-                try:
-                    svc.stop()
-                except Exception as e:  # keep tearing down
-                    ui.note(f"stopping {svc.kind}: {e}")
-            if pg:
-                pg.stop()
-            if closing is not None:
-                try:
-                    closing.join()
-                except Exception as e:
-                    ui.note(f"closing the probes: {e}")
-            try:
-                _keep_logs(rd, state_dir, services)
-            except OSError as e:        # a full runs directory must not keep the path from being torn down
-                ui.note(f"server and hop logs not kept: {e}")
-            settle(cluster)            # a copy still going would recreate files teardown removes
-            problems = journal.teardown()
-            if problems:
-                ui.note("could not remove: " + "; ".join(problems) + " (run `pathprof cleanup`)")
+            _teardown(pg, (probe_loading, loaded), services, rd, state_dir, cluster, journal, ui)
         try:
             rd.update(setup_s=clock.total())
         except OSError:                 # a full runs directory: the original error matters more
             pass
     rd.update(status="complete")
     return rd
+
+
+def _preflight(opts: RunOptions):
+    """Everything that can refuse the run before anything is made: the topology, what its hops accept of the
+    workload, the workload itself, the WAL device and the server's limits. Returns (topology, services module)."""
+    proc.which("initdb")
+    topo = specmod.load(opts.topology, opts.topo_options, opts.links)
+    services_mod = None
+    if topo.services:
+        from pathprof.topologies import services as services_mod
+        for s in topo.services:
+            check = getattr(services_mod.create(s), "check_workload", None)
+            if check:
+                check(opts.workload.mode, opts.workload.connect, opts.workload.clients,
+                      opts.workload.threads or min(opts.workload.clients, os.cpu_count() or 1))
+    opts.workload.validate(os.cpu_count() or 1)
+    if opts.wal_device_mb:
+        from pathprof.agent.host.storage import check_size
+        check_size(opts.wal_device_mb)
+    if opts.wal_device_limit:
+        from pathprof.agent.host.io_limit import check_available
+        check_available()
+    _check_pg_limits(opts)
+    return topo, services_mod
+
+
+def _teardown(pg, loading: tuple, services: list, rd: RunDir, state_dir: Path, cluster, journal: Journal,
+              ui) -> None:
+    """Undo the run in the order that loses nothing: the server's shutdown checkpoint and the probes' detaching
+    overlap stopping the hops; logs are kept before the state directory goes; then the journal is replayed."""
+    probe_loading, loaded = loading
+    ui.phase("tearing down")
+    if pg:
+        pg.begin_stop()         # its shutdown checkpoint runs while the probes are closed
+    if probe_loading is not None:
+        probe_loading.join(quiet=True)  # never close what is still being loaded
+    # detaching the probes (tens of ms per link) overlaps stopping the hops and the server
+    closing = Background(loaded["session"].close) if loaded.get("session") is not None else None
+    for svc in reversed(services):
+        try:
+            svc.stop()
+        except Exception as e:  # keep tearing down
+            ui.note(f"stopping {svc.kind}: {e}")
+    if pg:
+        pg.stop()
+    if closing is not None:
+        try:
+            closing.join()
+        except Exception as e:
+            ui.note(f"closing the probes: {e}")
+    try:
+        _keep_logs(rd, state_dir, services)
+    except OSError as e:        # a full runs directory must not keep the path from being torn down
+        ui.note(f"server and hop logs not kept: {e}")
+    settle(cluster)            # a copy still going would recreate files teardown removes
+    problems = journal.teardown()
+    if problems:
+        ui.note("could not remove: " + "; ".join(problems) + " (run `pathprof cleanup`)")
 
 
 def _keep_logs(rd: RunDir, state_dir: Path, services: list) -> None:
