@@ -44,6 +44,10 @@ def summarize(rd: RunDir) -> dict:
         # who drove the load: pgbench (run), or clients pathprof only watched (attach: exchanges the probes counted)
         "driver": "observed" if not (m.get("pgbench") or {}).get("result") and m.get("observed") else "pgbench",
     }
+    if m.get("clock_offsets") is not None:     # a merged run (pathprof.analysis.merge): its hosts and clocks
+        out["hosts"] = [{k: h.get(k) for k in ("name", "run_dir", "transactions", "tps", "clock_offset_us")}
+                        for h in m.get("hosts") or []]
+        out["clock_offsets"] = [{k: v for k, v in o.items()} for o in m["clock_offsets"]]
     if m.get("failure"):
         out["failure"] = list(m["failure"])
         out["notes"].insert(0, "THE PATH BROKE DURING THIS RUN: " + "; ".join(m["failure"]) + " — its figures "

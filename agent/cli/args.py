@@ -229,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     at.add_argument("--no-live", action="store_true", help="plain progress lines instead of the live view")
     add_metrics_port(at)
 
+    from pathprof.agent.cli import merge_cmd
+    merge_cmd.add_parser(sub, fmt)
+
     rep = sub.add_parser("report", help="report on recorded runs", formatter_class=fmt,
                          description="Print the latency and CPU views of one or more run directories, or write "
                                      "a self-contained HTML report with figures.")

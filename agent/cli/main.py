@@ -170,7 +170,13 @@ def cmd_export(a) -> int:
     return multi.export(a)
 
 
-COMMANDS = {"run": cmd_run, "attach": cmd_attach, "report": cmd_report, "doctor": cmd_doctor, "topology": cmd_topology,
+def cmd_merge(a) -> int:
+    from pathprof.agent.cli.merge_cmd import cmd_merge as run
+    return run(a)
+
+
+COMMANDS = {"merge": cmd_merge,
+            "run": cmd_run, "attach": cmd_attach, "report": cmd_report, "doctor": cmd_doctor, "topology": cmd_topology,
             "cleanup": cmd_cleanup, "compare": cmd_compare, "sweep": cmd_sweep, "diff": cmd_diff,
             "export": cmd_export, "predict": cmd_predict}
 
