@@ -86,7 +86,7 @@ def write_merged(hosts, first, n, stages, offsets, link_docs, wires, theta, out,
               probes={"level": (first.rd.meta.get("probes") or {}).get("level", "basic"), "notes": notes,
                       "lost": {}, "schedule": {"window_s": 0.0, "period_s": 0.0, "duty_pct": 100.0,
                                                "always_on": True}},
-              merged_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), status="finished")
+              merged_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), status="complete")
     rd.write_frame("stages.parquet", stages)
     rd.write_frame("wire.parquet", wires)
     tr = _traces(hosts, theta)

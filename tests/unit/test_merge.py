@@ -32,7 +32,9 @@ def _host(root, name, stages, messages, conns, tps):
     rd = RunDir.create(root, name)
     rd.update(scope={"host": name, "netns": name, "hostname": "vm", "whole_machine": False,
                      "leaving_connections": conns},
-              workload={"clients": 1, "duration_s": 1.0, "script": "observed"}, topology={"name": "attach"},
+              host={"kernel": "6.18", "cpus": 2, "hostname": "vm", "os": "Debian 12"},
+              workload={"clients": 1, "threads": None, "duration_s": 1.0, "mode": None, "script": "observed",
+                        "connect": False, "scale": None, "rate": None}, topology={"name": "attach"},
               observed={"source": "probes", "tps": tps, "transactions": N, "latency_ms": {"mean": 0.02}})
     rd.write_frame("stages.parquet", pd.DataFrame(stages))
     rd.write_frame("messages.parquet", pd.DataFrame(messages))
@@ -89,6 +91,10 @@ def test_merge_recovers_the_offset_places_the_wire_and_closes(tmp_path, theta_ms
     wire = RunDir.open(rd.path).read_frame("wire.parquet")
     assert len(wire) == 800 and (wire["wire_ns"] >= 0).all()
     assert [h["name"] for h in d["hosts"]] == ["cli", "srv"]
+    import jsonschema
+    from pathprof.analysis.schemas import load
+    jsonschema.validate(RunDir.open(rd.path).meta, load("run"))
+    assert RunDir.open(rd.path).meta["schema"] == "pathprof-run/1.1"
 
 
 def test_a_shift_moves_the_estimate_by_exactly_that(tmp_path):
