@@ -82,7 +82,12 @@ def _headline(m: dict, rd: RunDir) -> dict:
 
 
 def _notes_from_meta(out: dict, m: dict) -> None:
-    """A broken path, checkpoints inside the run, the guest's accelerator: said where the figures are read."""
+    """A merged run's hosts and clocks, a broken path, checkpoints inside the run, the guest's accelerator: said
+    where the figures are read."""
+    if m.get("clock_offsets") is not None:     # a merged run (pathprof.analysis.merge): its hosts and clocks
+        out["hosts"] = [{k: h.get(k) for k in ("name", "run_dir", "transactions", "tps", "clock_offset_us")}
+                        for h in m.get("hosts") or []]
+        out["clock_offsets"] = [{k: v for k, v in o.items()} for o in m["clock_offsets"]]
     if m.get("failure"):
         out["failure"] = list(m["failure"])
         out["notes"].insert(0, "THE PATH BROKE DURING THIS RUN: " + "; ".join(m["failure"]) + " — its figures "

@@ -47,6 +47,9 @@ enum pp_stage {
 	PP_ST_RETX_PROBE = 27,    /* ... a tail loss probe or another retransmission */
 	PP_ST_RETX_COUNT = 28,    /* retransmissions of the run's sockets, by outgoing leg (sub: 1 rto 2 fast 3 probe);
 	                            * counts only, not time */
+	PP_ST_XSEND = 31,         /* --trace-sample, marker (ring buffer only): a TCP message's send start on this host,
+	                            * with its socket's tuple and TCP sequence number (pp_trace.tcp_seq) */
+	PP_ST_XRECV = 32,         /* ... its delivery (sk_data_ready) on this host: joins hosts (pathprof merge) */
 	PP_ST_CONNWAIT = 30,      /* --connect: a reply ready for pgbench while its thread was opening another client's
 	                            * connection (libpq's connect blocks the thread), carved out of the reply's wait */
 };
@@ -145,5 +148,10 @@ struct pp_trace {           /* one span of a sampled message (--trace-sample), s
 	__u32 pid, tid;         /* the thread in whose context the span was closed */
 	__u32 seq;              /* per-socket message number: spans of one message share it */
 	__u8  stage, role, leg, hop;
+	/* markers (PP_ST_XSEND/XRECV) only, 0 in spans: the socket's IPv4 tuple (network byte order) and the
+	 * sequence number of the message's first byte, the same on every host the message crosses */
+	__u32 laddr, raddr;
+	__u16 lport, rport;     /* host byte order */
+	__u32 tcp_seq;
 };
 #endif

@@ -106,8 +106,14 @@ int BPF_PROG(pp_tcp_send, const struct sock *sk, const struct msghdr *msg, const
 	if (t && !t->in_send) {
 		t->send_ts = bpf_ktime_get_ns();
 		t->in_send = 1;
-		if (trace_every)
+		if (trace_every) {
 			t->send_seq = send_number((struct sock *)sk, t);
+			struct pp_sock *u = bpf_sk_storage_get(&socks, (struct sock *)sk, 0, 0);
+			mark_emit(PP_ST_XSEND, t->role, u ? (u->leg == PP_LEG_REQUEST ? PP_LEG_RESPONSE : PP_LEG_REQUEST)
+				  : (t->role == PP_ROLE_PGBENCH ? PP_LEG_REQUEST : PP_LEG_RESPONSE), t->hop,
+				  (struct sock *)sk, t->send_ts, BPF_CORE_READ((struct tcp_sock *)sk, write_seq),
+				  t->send_seq);
+		}
 		/* a hop sending again with no read since its last send (whose delivery is cont_ts) and no sleep either
 		 * goes on working on the same message (pgpool sends a reply's piece to the client, then the next request
 		 * to the backend): this send's processing starts where the last one was delivered */
@@ -194,6 +200,9 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 		if ((t->in_send || is_unix) && t->send_seq)
 			s->seq = seq = t->send_seq;
 	}
+	if (!more && trace_every && sk->sk_protocol == IPPROTO_TCP_NUM)   /* the queue was drained: copied_seq is
+									     * the message's first byte */
+		mark_emit(PP_ST_XRECV, s->role, s->leg, s->hop, sk, now, tcp_copied(sk), seq);
 	int setup = 0;                    /* --connect: a setup message, whose wire is the connection probe's */
 	if (conn_split) {
 		setup = setup_message(sk, s, t);

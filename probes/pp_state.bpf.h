@@ -300,6 +300,42 @@ static __always_inline void trace_emit(__u8 stage, __u8 role, __u8 leg, __u32 ho
 	e->role = role;
 	e->leg = leg;
 	e->hop = hop;
+	e->laddr = e->raddr = e->tcp_seq = 0;
+	e->lport = e->rport = 0;
+	bpf_ringbuf_submit(e, 0);
+	stat_inc(PP_STAT_TRACES);
+}
+
+/* --trace-sample: a marker of a TCP message crossing this host's edge (PP_ST_XSEND at the sender's send start,
+ * PP_ST_XRECV at its delivery), for joining hosts' runs (pathprof.analysis.merge). Sampled by a hash of the TCP
+ * sequence number, which every host sees identically (the per-socket numbers are each agent's own). IPv4 only. */
+static __always_inline void mark_emit(__u8 stage, __u8 role, __u8 leg, __u32 hop, struct sock *sk, __u64 ts,
+				      __u32 tcp_seq, __u32 seq)
+{
+	if (!trace_every || sk->__sk_common.skc_family != 2 /* AF_INET */)
+		return;
+	if (((tcp_seq * 2654435761u) >> 16) % trace_every)
+		return;
+	struct pp_trace *e = bpf_ringbuf_reserve(&traces, sizeof(*e), 0);
+	if (!e) {
+		stat_inc(PP_STAT_TRACE_LOST);
+		return;
+	}
+	__u64 id = bpf_get_current_pid_tgid();
+	e->ts = ts;
+	e->dur = 0;
+	e->pid = id >> 32;
+	e->tid = (__u32)id;
+	e->seq = seq;
+	e->stage = stage;
+	e->role = role;
+	e->leg = leg;
+	e->hop = hop;
+	e->laddr = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+	e->raddr = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+	e->lport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	e->rport = __builtin_bswap16(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	e->tcp_seq = tcp_seq;
 	bpf_ringbuf_submit(e, 0);
 	stat_inc(PP_STAT_TRACES);
 }

@@ -162,6 +162,14 @@ ATTACH_EPILOG = """examples:
 
 The report has the same latency and CPU views as a driven run; TPS is exchanges per second as the probes
 counted them. Clients on other machines are counted (their connections) but their side is not measured.
+
+several machines (one agent per host, then `pathprof merge`):
+  server$ pathprof attach --port 5432 --trace-sample 2 -T 30
+  client$ pathprof attach --remote 198.18.0.2:5432 --trace-sample 2 -T 30
+  pathprof merge RUN_OF_CLIENT RUN_OF_SERVER -o merged
+--trace-sample also records a marker per sampled TCP message at each host's edge (messages.parquet): merge
+needs it to join the hosts and to estimate their clock offset. Hosts that are network namespaces on one kernel
+are each attached with --netns NAME (the namespace then stands for the whole machine).
 """
 
 
@@ -198,6 +206,16 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--server-pid", type=_positive_int, metavar="PID",
                         help="the postmaster (or any of its processes)")
     target.add_argument("--dsn", metavar="CONNINFO", help="connect as a client would and follow that connection")
+    target.add_argument("--remote", metavar="ADDR:PORT",
+                        help="the server is on another machine: profile this machine's clients connected to ADDR:PORT "
+                             "(the address they dialled); that machine's own `attach` records the server's side, and "
+                             "`pathprof merge` joins the two")
+    at.add_argument("--netns", metavar="NAME",
+                    help="see only this network namespace, as if it were the whole machine (one agent per \"host\" "
+                         "when hosts are namespaces on one kernel): processes and sockets elsewhere are not followed, "
+                         "and connections to them are recorded as leaving the machine (run.json scope)")
+    at.add_argument("--host-name", metavar="NAME",
+                    help="this host's name in merged runs (default: the --netns name, else the machine's hostname)")
     at.add_argument("-T", "--duration", type=float, default=10.0, metavar="S",
                     help="seconds to watch (default: %(default)s)")
     at.add_argument("--probes", choices=["basic", "deep"], default="basic",
@@ -210,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     at.add_argument("--json", action="store_true", help="print one JSON document on stdout, progress on stderr")
     at.add_argument("--no-live", action="store_true", help="plain progress lines instead of the live view")
     add_metrics_port(at)
+
+    from pathprof.agent.cli import merge_cmd
+    merge_cmd.add_parser(sub, fmt)
 
     rep = sub.add_parser("report", help="report on recorded runs", formatter_class=fmt,
                          description="Print the latency and CPU views of one or more run directories, or write "

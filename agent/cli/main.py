@@ -31,7 +31,8 @@ def cmd_attach(a) -> int:
     from pathprof.agent.cli.console import make_reporter
     from pathprof.agent.run.attach import AttachOptions, execute_attach
     opts = AttachOptions(port=a.port, server_pid=a.server_pid, dsn=a.dsn, duration_s=a.duration, probes=a.probes,
-                         trace_sample=a.trace_sample, runs_dir=Path(a.runs_dir))
+                         trace_sample=a.trace_sample, runs_dir=Path(a.runs_dir), netns=a.netns, remote=a.remote,
+                         host_name=a.host_name)
     from pathprof.agent.cli.metrics_live import serving
     with make_reporter(a, opts.duration_s) as ui, serving(a.metrics_port, ui, {"topology": "attached",
                                                                             "run_id": "live"}) as ui:
@@ -169,7 +170,13 @@ def cmd_export(a) -> int:
     return multi.export(a)
 
 
-COMMANDS = {"run": cmd_run, "attach": cmd_attach, "report": cmd_report, "doctor": cmd_doctor, "topology": cmd_topology,
+def cmd_merge(a) -> int:
+    from pathprof.agent.cli.merge_cmd import cmd_merge as run
+    return run(a)
+
+
+COMMANDS = {"merge": cmd_merge,
+            "run": cmd_run, "attach": cmd_attach, "report": cmd_report, "doctor": cmd_doctor, "topology": cmd_topology,
             "cleanup": cmd_cleanup, "compare": cmd_compare, "sweep": cmd_sweep, "diff": cmd_diff,
             "export": cmd_export, "predict": cmd_predict}
 

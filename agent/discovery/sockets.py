@@ -133,11 +133,35 @@ class SocketTable:
     socks: list[Sock] = field(default_factory=list)
     owners: dict[int, list[int]] = field(default_factory=dict)  # socket inode -> pids holding it
     root_ns: int = 0
+    scope: int | None = None                                    # only this namespace (inode) was looked at
     _unix_read: bool = False
     _ct: list | None = None                                     # conntrack entries, read on first need
 
     @classmethod
-    def take(cls) -> "SocketTable":
+    def take(cls, only_netns: str | None = None) -> "SocketTable":
+        """One look at the machine; with only_netns (a /run/netns name or a path), at that network namespace
+        alone, as if it were the whole machine (`attach --netns`: one agent per "host"): processes and sockets
+        elsewhere are not seen, so connections to them leave the "machine"."""
+        t = cls._take()
+        return t if only_netns is None else t.scoped(only_netns)
+
+    def scoped(self, netns: str) -> "SocketTable":
+        from pathprof.agent.host.netns import ns_path
+        from pathprof.errors import UserError
+        try:
+            ino = os.stat(ns_path(netns)).st_ino
+        except OSError:
+            raise UserError(f"--netns {netns}: no such network namespace ({ns_path(netns)} does not exist)") from None
+        if ino not in self.ns_pid:
+            raise UserError(f"--netns {netns}: no process runs in that namespace")
+        procs = {p: x for p, x in self.procs.items() if x.netns == ino}
+        owners = {i: [p for p in ps if p in procs] for i, ps in self.owners.items()}
+        return SocketTable(procs=procs, ns_pid={ino: self.ns_pid[ino]}, socks=[s for s in self.socks if s.netns == ino],
+                           owners={i: ps for i, ps in owners.items() if ps}, root_ns=self.root_ns,
+                           scope=ino)
+
+    @classmethod
+    def _take(cls) -> "SocketTable":
         t = cls(root_ns=_ns_ino(os.getpid()) or 0)   # "root": pathprof's own namespace
         for name in os.listdir("/proc"):
             if not name.isdigit():

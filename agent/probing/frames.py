@@ -178,6 +178,9 @@ def trace_frame(raw: list[bytes], hops: dict) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series(dtype="int64" if c in ("ts_ns", "dur_ns", "pid", "tid", "txn") else str)
                              for c in cols})
     a = np.frombuffer(b"".join(raw), dtype=np.dtype(L.Trace))    # struct pp_trace, from the probes' BTF
+    a = a[~np.isin(a["stage"], list(MARKER_STAGES(L)))]             # markers: message_frame
+    if not len(a):
+        return trace_frame([], hops)
     names = {}
     for key in set(zip(a["stage"].tolist(), a["role"].tolist(), a["hop"].tolist())):
         stage, role, hop = key
@@ -188,6 +191,47 @@ def trace_frame(raw: list[bytes], hops: dict) -> pd.DataFrame:
                        "pid": a["pid"].astype("int64"), "tid": a["tid"].astype("int64"),
                        "role": [names[k][1] for k in keys], "stage": [names[k][0] for k in keys],
                        "txn": a["seq"].astype("int64"), "leg": [L.LEGS.get(x, "") for x in a["leg"].tolist()]})
+    return df.sort_values("ts_ns", kind="stable").reset_index(drop=True)
+
+
+def MARKER_STAGES(L) -> dict:
+    """stage id -> direction of the message markers (PP_ST_XSEND / PP_ST_XRECV) in the trace ring buffer."""
+    return {k: {"xsend": "send", "xrecv": "recv"}[v] for k, v in L.STAGES.items() if v in ("xsend", "xrecv")}
+
+
+MESSAGE_COLS = ("ts_ns", "dir", "role", "leg", "txn", "pid", "tid", "local_ip", "local_port", "remote_ip",
+                "remote_port", "tcp_seq")
+
+
+def message_frame(raw: list[bytes], hops: dict) -> pd.DataFrame:
+    """The markers of TCP messages crossing this host's edge (--trace-sample): one row per sampled message sent
+    (`dir` send: the sender's send start) or delivered (recv: sk_data_ready) on this host, with the socket's own
+    tuple and the TCP sequence number of the message's first byte. messages.parquet; pathprof merge joins hosts'
+    runs with it (pathprof.analysis.merge)."""
+    import ipaddress
+
+    from pathprof.agent.probing.bpf import layout as L
+    ints = ("ts_ns", "txn", "pid", "tid", "local_port", "remote_port", "tcp_seq")
+    empty = pd.DataFrame({c: pd.Series(dtype="int64" if c in ints else str) for c in MESSAGE_COLS})
+    if not raw:
+        return empty
+    a = np.frombuffer(b"".join(raw), dtype=np.dtype(L.Trace))
+    dirs = MARKER_STAGES(L)
+    a = a[np.isin(a["stage"], list(dirs))]
+    if not len(a):
+        return empty
+    hop_names = {v: k for k, v in hops.items()}
+
+    def ip(x: int) -> str:
+        return str(ipaddress.IPv4Address(int(x).to_bytes(4, "little")))
+    df = pd.DataFrame({"ts_ns": a["ts"].astype("int64"), "dir": [dirs[x] for x in a["stage"].tolist()],
+                       "role": [hop_names.get(h) or L.ROLE_NAMES.get(r, str(r))
+                                for r, h in zip(a["role"].tolist(), a["hop"].tolist())],
+                       "leg": [L.LEGS.get(x, "") for x in a["leg"].tolist()], "txn": a["seq"].astype("int64"),
+                       "pid": a["pid"].astype("int64"), "tid": a["tid"].astype("int64"),
+                       "local_ip": [ip(x) for x in a["laddr"].tolist()], "local_port": a["lport"].astype("int64"),
+                       "remote_ip": [ip(x) for x in a["raddr"].tolist()], "remote_port": a["rport"].astype("int64"),
+                       "tcp_seq": a["tcp_seq"].astype("int64")})
     return df.sort_values("ts_ns", kind="stable").reset_index(drop=True)
 
 

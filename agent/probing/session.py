@@ -89,6 +89,7 @@ class ProbeResult:
     counters: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
     windows: list = field(default_factory=list)   # one dict per window (pathprof.agent.probing.windows)
+    messages: pd.DataFrame | None = None          # --trace-sample: TCP message markers (frames.message_frame)
 
 
 def ensure_tracefs() -> bool:
@@ -451,7 +452,9 @@ class ProbeSession:
         stages = F.stage_frame(now, base, devs, self.hops, self._ns_labels(), self.hop_slots)
         cpu = F.cpu_frame(now, base, self.hops)
         traces = F.trace_frame(self._spans, self.hops) if self.config.trace_sample else None
-        return ProbeResult(stages, cpu, cost, lost, traces, counters=stats, notes=notes, windows=list(self.windows))
+        messages = F.message_frame(self._spans, self.hops) if self.config.trace_sample else None
+        return ProbeResult(stages, cpu, cost, lost, traces, counters=stats, notes=notes, windows=list(self.windows),
+                           messages=messages)
 
     def close(self) -> None:
         if self._runner is not None:

@@ -38,17 +38,28 @@ class AttachOptions:
     probes: str = "basic"
     trace_sample: int = 0
     runs_dir: Path = Path("runs")
+    netns: str | None = None        # this namespace alone, as if it were the machine (one agent per "host")
+    remote: str | None = None       # ADDR:PORT of a server on another machine: profile this host's clients of it
+    host_name: str | None = None    # the host's name in merged runs (default: the namespace's, else hostname)
 
 
 def resolve(opts: AttachOptions):
     """(SocketTable, DiscoveredPath) of the target, or a UserError saying why it cannot be profiled."""
     from pathprof.agent.discovery import chain as discovery
+    from pathprof.agent.discovery.sockets import SocketTable
+    if opts.dsn and opts.netns:
+        raise UserError("--dsn cannot be combined with --netns: name the server by --port or --server-pid, or its "
+                        "clients' side by --remote")
+    if opts.remote:
+        from pathprof.agent.discovery import edge
+        table = SocketTable.take(opts.netns)
+        return table, edge.to_remote(table, edge.parse_addr(opts.remote))
     if opts.dsn:
         table, path = _from_dsn(opts.dsn)
     elif opts.server_pid:
-        path, table = discovery.from_server_pid(opts.server_pid)
+        path, table = discovery.from_server_pid(opts.server_pid, SocketTable.take(opts.netns))
     else:
-        path, table = discovery.from_port(opts.port)
+        path, table = discovery.from_port(opts.port, SocketTable.take(opts.netns))
     what = f"port {opts.port}" if opts.port else (f"pid {opts.server_pid}" if opts.server_pid else "--dsn")
     if path.postmaster is None and not any(h.role == "qemu" for h in path.hops):
         first = path.hops[0] if path.hops else None
@@ -116,12 +127,16 @@ def execute_attach(opts: AttachOptions, ui: Reporter) -> RunDir:
     probes = ProbeSession(profiled_path.probe_config(table, path, opts.probes, opts.trace_sample, 0.0, 0.0))
     rd = RunDir.create(opts.runs_dir, "attach")
     source = (f"--port {opts.port}" if opts.port else f"--server-pid {opts.server_pid}" if opts.server_pid
-              else f"--dsn {redact(opts.dsn)}")
+              else f"--remote {opts.remote}" if opts.remote else f"--dsn {redact(opts.dsn)}")
+    source += f" --netns {opts.netns}" if opts.netns else ""
+    from pathprof.agent.discovery import edge
+    scope = edge.scope_doc(table, opts.netns, opts.host_name)
+    scope["leaving_connections"] = edge.leaving(table, edge.path_pids(table, path))
     rd.update(pathprof_version=pathprof.__version__, host=host_info(),
               topology={"name": "attach", "source": source, "options": {}, "spec": None},
               workload={"clients": path.client_connections, "threads": None, "duration_s": opts.duration_s,
                         "mode": None, "script": "observed", "connect": False, "scale": None, "rate": None},
-              postgres={"owned": False, "pid": path.postmaster}, status="running")
+              postgres={"owned": False, "pid": path.postmaster}, scope=scope, status="running")
     with recording(rd):
         rd.write_json("topology.json", profiled_path.topology_doc(table, path, f"attach {source}"))
         presult = _measure(opts, probes, path, ui)
@@ -178,7 +193,10 @@ def _connections_now(opts: AttachOptions, path) -> int:
     """Client connections into the path's entry at the end (a second look, to catch clients that left)."""
     from pathprof.agent.discovery import chain as discovery
     from pathprof.agent.discovery.sockets import SocketTable
-    t = SocketTable.take()
+    t = SocketTable.take(opts.netns)
+    if opts.remote:
+        from pathprof.agent.discovery import edge
+        return edge.to_remote(t, edge.parse_addr(opts.remote)).client_connections
     entry = path.hops[0].pid if path.hops else path.postmaster
     port = next((int(a.rsplit(":", 1)[1]) for a in (path.hops[0].listen if path.hops else path.postgres_listen)
                  if not a.startswith("unix:")), None)
@@ -195,6 +213,8 @@ def exchanges(stages) -> int:
     if not n:
         hop = proc[(proc["leg"] == "request") & (proc["hop"] != "")]
         n = int(hop.groupby("hop")["count"].sum().max()) if len(hop) else 0
+    if not n:                 # the clients' host of a remote server (--remote): the clients' own work per exchange
+        n = int(proc[proc["role"] == "pgbench"]["count"].sum())
     return n
 
 

@@ -127,6 +127,8 @@ def save_probe_result(rd: RunDir, result, capabilities: list | None) -> dict:
     rd.write_frame("cpu.parquet", result.cpu)
     if getattr(result, "traces", None) is not None and len(result.traces):
         rd.write_frame("traces.parquet", result.traces)
+    if getattr(result, "messages", None) is not None and len(result.messages):
+        rd.write_frame("messages.parquet", result.messages)
     return {"cost": result.cost, "lost": result.lost, "capabilities": capabilities,
             "notes": getattr(result, "notes", []), "counters": getattr(result, "counters", {})}
 

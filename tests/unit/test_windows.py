@@ -150,7 +150,7 @@ def test_trace_records_become_a_valid_perfetto_trace():
     for seq, (stage, role, leg) in enumerate([(1, 2, 1), (6, 2, 2), (1, 1, 3), (6, 1, 4)], start=1):
         recs.append(bytes(L.Trace(ts=1000 * seq, dur=500, pid=10 + role, tid=20 + role, seq=seq, stage=stage,
                                   role=role, leg=leg, hop=0)))
-    assert C.sizeof(L.Trace) == 32
+    assert C.sizeof(L.Trace) == 48         # + the markers' tuple and TCP sequence number (pathprof merge)
     df = trace_frame(recs, {})
     assert list(df.columns[:7]) == ["ts_ns", "dur_ns", "pid", "tid", "role", "stage", "txn"]
     assert list(df["stage"]) == ["wire.backend", "backend.execute", "wire.pgbench", "client.pgbench"]

@@ -1,0 +1,264 @@
+"""`pathprof merge`: several hosts' runs of one path joined into one run directory.
+
+Each input is a run recorded by one host's agent (`pathprof attach`, with --netns where hosts are namespaces of
+one kernel, and --trace-sample so it has message markers): its run.json `scope` names the host and lists the
+connections that leave it, with the tuple they carry on the wire beyond its NAT (agent/discovery/edge.py).
+
+1. Connections are matched across hosts by those wire tuples: a client side's (wire_local, wire_remote) is the
+   server side's (wire_remote, wire_local), through NAT on either side.
+2. Messages are matched by connection and TCP sequence number (messages.parquet: one marker per sampled
+   message where it leaves its sender, send start, and where it reaches its receiver, socket ready). A
+   request gives d_ab = server recv - client send, a response d_ba = client recv - server send.
+3. The two hosts' clock offset is estimated from those trips (pathprof.analysis.clock_offset), ± its bound.
+4. The wire between the hosts becomes a stage per direction, `wire.<receiver>` on its leg, exactly as one
+   agent over the whole path measures it (the sender's send start -> the receiver's socket ready; the
+   netfilter and device time each host measured inside it is carved out by the latency view as usual):
+   the mean corrected trip (never negative: each is >= the bound) times the receiver's deliveries per
+   transaction. The hosts' own stages keep their legs; each host's tables are scaled to the same number
+   of transactions, since the agents did not start and stop at the same instant.
+
+The result is a normal run directory (schema pathprof-run/1.x): report, compare, diff and export read it.
+run.json adds `hosts`, `clock_offsets` [{host_a, host_b, offset_us, bound_us, ...}] and `links`; wire.parquet
+holds the matched trips; traces.parquet every host's spans on the first host's clock, with a `host` column.
+Its CPU view is left to each host's own run: CPU seconds of different machines do not close against one
+machine's busy time.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from pathprof.analysis.clock_offset import InconsistentClocks, drift, one_way_offset
+from pathprof.analysis.histogram import HIST_SLOTS
+from pathprof.analysis.rundir import RunDir
+from pathprof.errors import UserError
+
+DELIVERY_KINDS = ("wakeup", "idle_exit", "queued")   # one of these per message a receiver consumed
+
+
+class Host:
+    """One input run: its host name, leaving connections, stages and message markers."""
+
+    def __init__(self, path: Path, shift_ns: int = 0):
+        self.rd = RunDir.open(path)
+        m = self.rd.meta
+        scope = m.get("scope")
+        if not scope or not scope.get("host"):
+            raise UserError(f"{path} was not recorded by a host's agent (run.json has no `scope`): record each host "
+                            "with `pathprof attach` (--netns NAME where hosts are namespaces)")
+        self.name = scope["host"]
+        self.conns = scope.get("leaving_connections") or []
+        self.stages = self.rd.read_frame("stages.parquet")
+        self.messages = self.rd.read_frame("messages.parquet")
+        if self.messages is None:
+            raise UserError(f"{path} ({self.name}) has no message markers (messages.parquet): attach each host with "
+                            "--trace-sample N (the same N on every host)")
+        self.messages = self.messages.assign(ts_ns=self.messages["ts_ns"] + int(shift_ns))
+        self.shift_ns = int(shift_ns)
+        obs = m.get("observed") or {}
+        self.txns = int(obs.get("transactions") or 0)
+        if not self.txns or self.stages is None:
+            raise UserError(f"{path} ({self.name}) measured no exchanges: nothing to merge")
+        self.tps = obs.get("tps")
+        self.connections = (m.get("workload") or {}).get("clients") or len(self.conns)
+
+
+def match_connections(hosts: list[Host]) -> list[dict]:
+    """Links between hosts: [{client, server (Host), pairs [(client conn, server conn)]}] by wire tuples."""
+    by_wire = {}
+    for h in hosts:
+        for c in h.conns:
+            if c["side"] == "server":
+                by_wire[(c["wire_remote"], c["wire_local"])] = (h, c)
+    links: dict[tuple, dict] = {}
+    for h in hosts:
+        for c in h.conns:
+            if c["side"] != "client":
+                continue
+            hit = by_wire.get((c["wire_local"], c["wire_remote"]))
+            if hit is None or hit[0] is h:
+                continue
+            link = links.setdefault((h.name, hit[0].name), {"client": h, "server": hit[0], "pairs": []})
+            link["pairs"].append((c, hit[1]))
+    return list(links.values())
+
+
+def _sock_key(df: pd.DataFrame) -> pd.Series:
+    return (df["local_ip"] + ":" + df["local_port"].astype(str) + ">" + df["remote_ip"] + ":" +
+            df["remote_port"].astype(str))
+
+
+def trips(link: dict) -> pd.DataFrame:
+    """Every sampled message of the link seen on both hosts: dir (request: client -> server, response), conn
+    (the client side's wire tuple), tcp_seq, send_ns (sender's clock), recv_ns (receiver's clock), receiver."""
+    cm, sm = link["client"].messages, link["server"].messages
+    cmap = {f"{c['local']}>{c['remote']}": f"{c['wire_local']}>{c['wire_remote']}" for c, _ in link["pairs"]}
+    smap = {f"{s['local']}>{s['remote']}": f"{c['wire_local']}>{c['wire_remote']}" for c, s in link["pairs"]}
+    cm = cm.assign(conn=_sock_key(cm).map(cmap)).dropna(subset=["conn"])
+    sm = sm.assign(conn=_sock_key(sm).map(smap)).dropna(subset=["conn"])
+    out = []
+    for d, sender, receiver in (("request", cm, sm), ("response", sm, cm)):
+        s = sender[sender["dir"] == "send"][["conn", "tcp_seq", "ts_ns"]].drop_duplicates(["conn", "tcp_seq"])
+        r = receiver[receiver["dir"] == "recv"][["conn", "tcp_seq", "ts_ns", "role"]]
+        r = r.drop_duplicates(["conn", "tcp_seq"])
+        j = s.merge(r, on=["conn", "tcp_seq"], suffixes=("_send", "_recv"))
+        out.append(pd.DataFrame({"dir": d, "conn": j["conn"], "tcp_seq": j["tcp_seq"], "send_ns": j["ts_ns_send"],
+                                 "recv_ns": j["ts_ns_recv"], "receiver": j["role"]}))
+    return pd.concat(out, ignore_index=True)
+
+
+def hist_of(values_ns, scale: float = 1.0) -> np.ndarray:
+    """The log-linear histogram (analysis.histogram) of these values, each counted `scale` times."""
+    h = np.zeros(HIST_SLOTS, dtype=np.int64)
+    for v in np.asarray(values_ns, dtype=np.int64):
+        v = max(int(v), 0)
+        if v < 4:
+            i = v
+        else:
+            o = v.bit_length() - 1
+            i = (o - 1) * 4 + ((v >> (o - 2)) - 4)
+        h[min(i, HIST_SLOTS - 1)] += 1
+    return np.rint(h * scale).astype(np.int64)
+
+
+def _receiver_cols(host: Host, receiver: str) -> tuple[str, str]:
+    """(role, hop) of a marker's receiver name in the host's stage table (a hop's markers carry its name)."""
+    st = host.stages
+    hop = st[st["hop"] == receiver]
+    return (str(hop["role"].iloc[0]), receiver) if len(hop) else (receiver, "")
+
+
+def wire_rows(host: Host, leg: str, receiver: str, corrected_ns: np.ndarray, n: int) -> dict:
+    """A stages.parquet row for the wire into `receiver` on `host`: its per-message mean times the receiver's
+    deliveries per transaction, for n transactions."""
+    role, hop = _receiver_cols(host, receiver)
+    st = host.stages
+    sel = st[(st["kind"].isin(DELIVERY_KINDS)) & (st["role"] == role) & (st["hop"] == hop) & (st["leg"] == leg)]
+    per_txn = sel["count"].sum() / host.txns if len(sel) else 1.0
+    count = int(round(per_txn * n))
+    return {"kind": "wire", "role": role, "hop": hop, "leg": leg, "hook": "", "netns": "", "dev": "",
+            "count": count, "sum_ns": int(round(float(np.mean(corrected_ns)) * count)),
+            "hist": hist_of(corrected_ns, count / len(corrected_ns))}
+
+
+def scaled_stages(host: Host, n: int, drop: set) -> pd.DataFrame:
+    """The host's stage rows scaled to n transactions; its own unpaired wire rows replaced by the merged ones
+    (drop: (role, hop, leg)); netfilter rows of an unnamed namespace named after the host."""
+    st = host.stages.copy()
+    keep = ~st.apply(lambda r: r["kind"] == "wire" and (r["role"], r["hop"], r["leg"]) in drop, axis=1)
+    st = st[keep].copy()
+    f = n / host.txns
+    st["count"] = (st["count"] * f).round().astype("int64")
+    st["sum_ns"] = (st["sum_ns"] * f).round().astype("int64")
+    st["hist"] = [None if h is None else np.rint(np.asarray(h, dtype=float) * f).astype(np.int64) for h in st["hist"]]
+    nf = st["kind"].isin(("netfilter", "nf_all")) & st["netns"].isin(("", "root"))
+    st.loc[nf, "netns"] = host.name
+    return st.assign(host=host.name)
+
+
+def order_hosts(hosts: list[Host], links: list[dict]) -> list[Host]:
+    """Clients first, then the hosts they connect to, in chain order."""
+    rank = {h.name: 0 for h in hosts}
+    for _ in hosts:
+        for lk in links:
+            rank[lk["server"].name] = max(rank[lk["server"].name], rank[lk["client"].name] + 1)
+    return sorted(hosts, key=lambda h: rank[h.name])
+
+
+def estimate(link: dict, t: pd.DataFrame) -> dict:
+    """The link's clock offset (server's clock minus client's) with its bound, and drift when the data holds it."""
+    req, rsp = t[t["dir"] == "request"], t[t["dir"] == "response"]
+    a, b = link["client"].name, link["server"].name
+    try:
+        o = one_way_offset(req["recv_ns"] - req["send_ns"], rsp["recv_ns"] - rsp["send_ns"])
+    except InconsistentClocks as e:
+        raise UserError(f"the trips between {a} and {b} contradict each other ({e}): a clock jumped during the "
+                        "runs, or the runs are not of the same traffic") from None
+    except ValueError:
+        raise UserError(f"{a} and {b} share connections but no sampled message was seen on both both ways "
+                        f"({len(req)} requests, {len(rsp)} responses matched): record both with the same "
+                        "--trace-sample N, at the same time") from None
+    d = drift(req["send_ns"], req["recv_ns"] - req["send_ns"], rsp["recv_ns"],
+              rsp["recv_ns"] - rsp["send_ns"], segments=4)
+    return {"host_a": a, "host_b": b, "offset_us": round(o.offset_ns / 1e3, 3), "bound_us": round(o.bound_ns / 1e3, 3),
+            "samples_ab": o.n_ab, "samples_ba": o.n_ba,
+            "drift_ppm": None if d is None else round(d.ppm, 3),
+            "constant_offset_fits": None if d is None else d.constant_fits, "_offset": o}
+
+
+def merge(dirs: list[Path], out: Path | None, runs_root: Path, shifts: dict | None = None) -> RunDir:
+    """Join the hosts' runs into one run directory (at `out`, else a new one under runs_root)."""
+    shifts = shifts or {}
+    if len(dirs) < 2:
+        raise UserError("merge needs the runs of at least two hosts")
+    hosts = [Host(Path(d)) for d in dirs]
+    seen: dict[str, Path] = {}
+    for h in hosts:
+        if h.name in seen:
+            raise UserError(f"two runs of the same host {h.name}: {seen[h.name]} and {h.rd.path} (merge joins "
+                            "different hosts' runs of one path)")
+        seen[h.name] = h.rd.path
+    unknown = set(shifts) - set(seen)
+    if unknown:
+        raise UserError(f"--shift names no host of these runs: {', '.join(sorted(unknown))} (hosts: "
+                        f"{', '.join(seen)})")
+    hosts = [Host(h.rd.path, shifts.get(h.name, 0)) if h.name in shifts else h for h in hosts]
+    links = match_connections(hosts)
+    if not links:
+        raise UserError("no common connections: no connection leaving one of these hosts arrives at another "
+                        f"({', '.join(f'{h.name}: {len(h.conns)} leaving' for h in hosts)})")
+    linked = {lk["client"].name for lk in links} | {lk["server"].name for lk in links}
+    if linked != set(seen):
+        raise UserError(f"{', '.join(sorted(set(seen) - linked))} shares no connection with the other hosts")
+    hosts = order_hosts(hosts, links)
+    first = hosts[0]
+    n = first.txns
+    rows, drops, offsets, link_docs, wires = [], {h.name: set() for h in hosts}, [], [], []
+    theta = {first.name: 0.0}           # each host's clock minus the first's
+    for lk in links:
+        t = trips(lk)
+        est = estimate(lk, t)
+        o = est.pop("_offset")
+        offsets.append(est)
+        theta.setdefault(lk["server"].name, theta.get(lk["client"].name, 0.0) + o.offset_ns)
+        doc = {"client_host": lk["client"].name, "server_host": lk["server"].name,
+               "connections": [{"client": {"local": c["local"], "remote": c["remote"], "nat": c["nat"]},
+                                "server": {"local": s["local"], "remote": s["remote"], "nat": s["nat"]},
+                                "wire": f"{c['wire_local']} -> {c['wire_remote']}"} for c, s in lk["pairs"]],
+               "wire": {}}
+        for leg, recv_host, corr in (("request", lk["server"], o.corrected_ab), ("response", lk["client"],
+                                                                               o.corrected_ba)):
+            part = t[t["dir"] == leg]
+            for receiver, g in part.groupby("receiver"):
+                c = corr(g["recv_ns"] - g["send_ns"])
+                row = wire_rows(recv_host, leg, receiver, c, n)
+                rows.append({**row, "host": f"{lk['client'].name}<->{lk['server'].name}"})
+                drops[recv_host.name].add((row["role"], row["hop"], leg))
+                doc["wire"][leg] = {"receiver": receiver, "messages": len(g),
+                                    "mean_us": round(float(c.mean()) / 1e3, 3),
+                                    "min_us": round(float(c.min()) / 1e3, 3)}
+            wires.append(part.assign(wire_ns=corr(part["recv_ns"] - part["send_ns"]).round().astype("int64"),
+                                     client_host=lk["client"].name, server_host=lk["server"].name))
+        link_docs.append(doc)
+    frames = [scaled_stages(h, n, drops[h.name]) for h in hosts] + [pd.DataFrame(rows)]
+    stages = pd.concat(frames, ignore_index=True)
+    from pathprof.analysis.merge_output import write_merged
+    return write_merged(hosts, first, n, stages, offsets, link_docs, pd.concat(wires, ignore_index=True), theta,
+                        out, runs_root)
+
+
+def parse_shift(items: list[str]) -> dict:
+    """--shift HOST=US (repeatable) -> {host: ns}."""
+    out = {}
+    for it in items or []:
+        host, sep, us = it.partition("=")
+        try:
+            val = float(us)
+            if not sep or not host or not math.isfinite(val):
+                raise ValueError
+        except ValueError:
+            raise UserError(f"--shift {it!r}: expected HOST=MICROSECONDS, e.g. pp-h21-srv=25000") from None
+        out[host] = int(round(val * 1e3))
+    return out

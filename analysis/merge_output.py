@@ -1,0 +1,96 @@
+"""The merged run directory (pathprof.analysis.merge): run.json, stages.parquet, wire.parquet, traces.parquet and
+topology.json, in the shape every other command reads."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pandas as pd
+from pathprof.analysis.rundir import SCHEMA, RunDir
+from pathprof.errors import UserError
+
+MERGED_SCHEMA = SCHEMA.rsplit(".", 1)[0] + ".1"     # 1.1: + scope, hosts, clock_offsets, links (additive)
+
+
+def _create(out: Path | None, runs_root: Path) -> RunDir:
+    if out is None:
+        return RunDir.create(runs_root, "merged")
+    out = Path(out)
+    if out.exists():
+        if not out.is_dir() or any(out.iterdir()):
+            raise UserError(f"-o {out}: already exists and is not an empty directory")
+        out.rmdir()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return RunDir.create(out.parent, "merged", run_id=out.name)
+
+
+def _legs_mean_us(stages: pd.DataFrame, n: int) -> float | None:
+    from pathprof.analysis import stages as views
+    lv = views.latency_view(stages, n, 0.0)
+    legs = [s["us_per_txn"] for s in lv["stages"] if s["leg"] in ("request", "server", "response")
+            and "parent" not in s]
+    return sum(legs) if legs else None
+
+
+def _traces(hosts, theta: dict) -> pd.DataFrame | None:
+    frames = []
+    for h in hosts:
+        tr = h.rd.read_frame("traces.parquet")
+        if tr is not None and len(tr):
+            shift = h.shift_ns - theta.get(h.name, 0.0)    # onto the first host's clock
+            frames.append(tr.assign(ts_ns=(tr["ts_ns"] + shift).round().astype("int64"), host=h.name))
+    return pd.concat(frames, ignore_index=True).sort_values("ts_ns", kind="stable") if frames else None
+
+
+def _topology(hosts) -> dict:
+    chain, doc_hosts, unseen = [], {}, []
+    for h in hosts:
+        topo = h.rd.read_json("topology.json") or {}
+        chain += [{**e, "host": h.name} for e in topo.get("chain") or []]
+        doc_hosts[h.name] = {"netns": (h.rd.meta.get("scope") or {}).get("netns"), "addresses": []}
+        unseen += [f"{h.name}: {u}" for u in topo.get("unseen") or [] if "another machine" not in u
+                   and "outside this machine" not in u]
+    return {"topology": "merged", "source": "pathprof merge", "chain": chain, "hosts": doc_hosts,
+            "client_connections": hosts[0].connections, "unseen": unseen, "sockets": {}}
+
+
+def write_merged(hosts, first, n, stages, offsets, link_docs, wires, theta, out, runs_root) -> RunDir:
+    import pathprof
+    rd = _create(out, runs_root)
+    mean_us = _legs_mean_us(stages, n)
+    duration = (first.rd.meta.get("observed") or {}).get("duration_s")
+    notes = [f"merged from {len(hosts)} hosts' runs: " + ", ".join(f"{h.name} ({h.rd.path})" for h in hosts),
+             "per-transaction figures: each host's tables scaled to the first host's transactions (its agents did "
+             "not start and stop at the same instant)",
+             "wire.<receiver> between hosts: the sender's send start -> the receiver's socket ready, corrected by "
+             "the hosts' clock offset (" + "; ".join(f"{o['host_a']} -> {o['host_b']} {o['offset_us']:+.3f} ± "
+                                                     f"{o['bound_us']:.3f} µs" for o in offsets) + ")",
+             "CPU view: see each host's own run (CPU time of several machines does not close against one's)"]
+    notes += [f"{h.name}: {x}" for h in hosts for x in (h.rd.meta.get("probes") or {}).get("notes") or []
+              if x.startswith("lost")]
+    w = dict(first.rd.meta.get("workload") or {})
+    rd.meta["schema"] = MERGED_SCHEMA
+    rd.update(pathprof_version=pathprof.__version__, host=first.rd.meta.get("host") or {},
+              topology={"name": "merged", "source": "pathprof merge", "options": {}, "spec": None},
+              workload={**w, "clients": first.connections},
+              postgres=next((h.rd.meta.get("postgres") for h in hosts if (h.rd.meta.get("postgres") or {}).get("pid")),
+                            {"owned": False}),
+              observed={"source": "merge", "tps": first.tps, "transactions": n, "failed": None,
+                        "latency_ms": {"mean": round(mean_us / 1e3, 6) if mean_us else None}, "duration_s": duration},
+              hosts=[{"name": h.name, "run_dir": str(h.rd.path), "run_id": h.rd.meta.get("run_id"),
+                      "netns": (h.rd.meta.get("scope") or {}).get("netns"),
+                      "hostname": (h.rd.meta.get("scope") or {}).get("hostname"), "transactions": h.txns,
+                      "tps": h.tps, "shift_us": h.shift_ns / 1e3 if h.shift_ns else None,
+                      "clock_offset_us": round(theta.get(h.name, 0.0) / 1e3, 3)} for h in hosts],
+              clock_offsets=offsets, links=link_docs,
+              probes={"level": (first.rd.meta.get("probes") or {}).get("level", "basic"), "notes": notes,
+                      "lost": {}, "schedule": {"window_s": 0.0, "period_s": 0.0, "duty_pct": 100.0,
+                                               "always_on": True}},
+              merged_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), status="complete")
+    rd.write_frame("stages.parquet", stages)
+    rd.write_frame("wire.parquet", wires)
+    tr = _traces(hosts, theta)
+    if tr is not None:
+        rd.write_frame("traces.parquet", tr)
+    rd.write_json("topology.json", _topology(hosts))
+    return rd

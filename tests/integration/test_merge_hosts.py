@@ -1,0 +1,90 @@
+"""Several machines (#21), for real on one kernel: a client "host" and a server "host" (network namespaces joined
+by a veth wire, the server behind a DNAT'ed published port, tests/integration/two_hosts.py), one
+`pathprof attach --netns` per host at the same time on the same pgbench load, then `pathprof merge`.
+
+On one kernel the true clock offset is 0: the estimate's interval must contain it, and a shift applied to
+one host's recorded timestamps must be recovered. The merged path must have both hosts' stages and the wire
+stages, and close against the client's cycle."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from two_hosts import pgbench, two_hosts, wait_connected  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+PP = [str(ROOT / ".venv/bin/pathprof")]
+CLOSURE_PCT = 5.0          # the merged stages against the client's cycle (clients / TPS)
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces and loads BPF: root only")
+
+
+def _attach(args: list[str], runs: Path) -> subprocess.Popen:
+    return subprocess.Popen([*PP, "attach", *args, "-T", "3", "--trace-sample", "2", "--json", "--no-live",
+                             "--runs-dir", str(runs)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _done(p: subprocess.Popen) -> dict:
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err[-2000:]
+    return json.loads(out)
+
+
+def test_two_agents_merge_into_one_path(tmp_path):
+    runs = tmp_path / "runs"
+    with two_hosts() as h:
+        load = pgbench(2, 10, h["tmp"])
+        try:
+            wait_connected(2)
+            srv = _attach(["--netns", h["server_ns"], "--port", str(h["pg_port"])], runs)
+            cli = _attach(["--netns", h["client_ns"], "--remote", h["remote"]], runs)
+            s, c = _done(srv), _done(cli)
+        finally:
+            load.terminate()
+            load.wait(timeout=30)
+    # each agent saw only its own host: the client side no backend, the server side no pgbench
+    assert {x["name"] for x in c["stages"]} >= {"client.pgbench"}
+    assert not any("backend" in x["name"] for x in c["stages"])
+    assert not any("pgbench" in x["name"] for x in s["stages"])
+    scope_s = json.loads((Path(s["run_dir"]) / "run.json").read_text())["scope"]
+    scope_c = json.loads((Path(c["run_dir"]) / "run.json").read_text())["scope"]
+    assert scope_s["host"] == h["server_ns"] and scope_c["host"] == h["client_ns"]
+    assert len(scope_c["leaving_connections"]) == 2 and len(scope_s["leaving_connections"]) == 2
+    # the server's side went through DNAT: conntrack gave the published address the client dialled
+    assert all(x["nat"] and x["wire_local"] == h["remote"] for x in scope_s["leaving_connections"])
+    assert all(not x["nat"] and x["remote"] == h["remote"] for x in scope_c["leaving_connections"])
+
+    merged = tmp_path / "merged"
+    cp = subprocess.run([*PP, "merge", s["run_dir"], c["run_dir"], "-o", str(merged), "--json"],
+                        capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    d = json.loads(cp.stdout)
+    (o,) = d["clock_offsets"]
+    assert (o["host_a"], o["host_b"]) == (h["client_ns"], h["server_ns"])
+    assert abs(o["offset_us"]) <= o["bound_us"], o          # one kernel: the true offset is 0
+    assert o["bound_us"] < 1000 and o["samples_ab"] > 100 and o["samples_ba"] > 100
+    names = {(x["name"], x["leg"]): x["us_per_txn"] for x in d["stages"]}
+    for stage in (("wire.backend", "request"), ("wire.pgbench", "response"), ("backend.execute", "server"),
+                  ("client.pgbench", "client")):
+        assert stage in names, (stage, sorted(names))
+    assert names[("wire.backend", "request")] > 0 and names[("wire.pgbench", "response")] > 0
+    assert d["closure"]["latency_basis"] == "cycle"
+    assert abs(d["closure"]["latency_error_pct"]) <= CLOSURE_PCT, d["closure"]
+    # `report` reads the merged directory like any run
+    rep = subprocess.run([*PP, "report", str(merged), "--json"], capture_output=True, text=True, timeout=60)
+    assert rep.returncode == 0 and json.loads(rep.stdout)["closure"] == d["closure"]
+
+    # an artificial shift of the server's recorded timestamps is recovered within the bound
+    shift_us = 37_000.0
+    cp2 = subprocess.run([*PP, "merge", s["run_dir"], c["run_dir"], "-o", str(tmp_path / "shifted"), "--json",
+                          "--shift", f"{h['server_ns']}={shift_us}"], capture_output=True, text=True, timeout=120)
+    assert cp2.returncode == 0, cp2.stderr
+    (o2,) = json.loads(cp2.stdout)["clock_offsets"]
+    assert abs(o2["offset_us"] - shift_us) <= o2["bound_us"]
+    assert o2["offset_us"] - o["offset_us"] == pytest.approx(shift_us, abs=0.01)

@@ -1,0 +1,149 @@
+"""pathprof merge on constructed hosts' runs (real run directories written from tables whose answer is known):
+connections matched through NAT, messages by TCP sequence number, the clock offset recovered from a shift,
+wire stages never negative, the merged run closing against the client's cycle, and one-line refusals."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from pathprof.analysis.merge import hist_of, merge, parse_shift
+from pathprof.analysis.rundir import RunDir
+from pathprof.analysis.summary import summarize
+from pathprof.errors import UserError
+
+N = 2000                     # transactions each host saw
+CLI, SRV = ("198.18.21.1", 40000), ("198.18.21.2", 5432)
+PUBLISHED = ("198.18.21.2", 15432)     # the client dials the published port; DNAT on the server host
+
+
+def _stage(kind, role, leg, us, count=N):
+    return {"kind": kind, "role": role, "hop": "", "leg": leg, "hook": "", "netns": "", "dev": "", "count": count,
+            "sum_ns": int(us * 1e3 * count), "hist": hist_of(np.full(5, us * 1e3), count / 5)}
+
+
+def _msg(ts, d, role, leg, local, remote, seq):
+    return {"ts_ns": int(ts), "dir": d, "role": role, "leg": leg, "txn": 0, "pid": 1, "tid": 1, "local_ip": local[0],
+            "local_port": local[1], "remote_ip": remote[0], "remote_port": remote[1], "tcp_seq": int(seq)}
+
+
+def _host(root, name, stages, messages, conns, tps):
+    rd = RunDir.create(root, name)
+    rd.update(scope={"host": name, "netns": name, "hostname": "vm", "whole_machine": False,
+                     "leaving_connections": conns},
+              host={"kernel": "6.18", "cpus": 2, "hostname": "vm", "os": "Debian 12"},
+              workload={"clients": 1, "threads": None, "duration_s": 1.0, "mode": None, "script": "observed",
+                        "connect": False, "scale": None, "rate": None}, topology={"name": "attach"},
+              observed={"source": "probes", "tps": tps, "transactions": N, "latency_ms": {"mean": 0.02}})
+    rd.write_frame("stages.parquet", pd.DataFrame(stages))
+    rd.write_frame("messages.parquet", pd.DataFrame(messages))
+    rd.write_json("topology.json", {"chain": [], "unseen": []})
+    return rd.path
+
+
+def two_runs(root, theta_ns=0.0, up_us=6.0, down_us=5.0):
+    """A client host and a server host (its clock theta_ns ahead) of one connection through DNAT: 1 client,
+    cycle = 10 + (2+3+1) response + (2+1) request + 5 server + the two wires."""
+    rng = np.random.default_rng(3)
+    cli_msgs, srv_msgs = [], []
+    t = 1e9
+    for i in range(400):                                  # the sampled messages
+        q = 1000 + 60 * i
+        jit_up, jit_dn = rng.uniform(0, 1000, 2)
+        cli_msgs.append(_msg(t, "send", "pgbench", "request", CLI, PUBLISHED, q))
+        srv_msgs.append(_msg(t + up_us * 1e3 + jit_up + theta_ns, "recv", "backend", "request", SRV, CLI, q))
+        r = 9000 + 70 * i
+        srv_msgs.append(_msg(t + 20e3 + theta_ns, "send", "backend", "response", SRV, CLI, r))
+        cli_msgs.append(_msg(t + 20e3 + down_us * 1e3 + jit_dn, "recv", "pgbench", "response", CLI, PUBLISHED, r))
+        t += 50e3
+    cycle_us = 10 + 6 + 3 + 5 + up_us + 0.5 + down_us + 0.5
+    c = _host(root, "cli", [_stage("proc", "pgbench", "client", 10), _stage("wakeup", "pgbench", "response", 2),
+                            _stage("runqueue", "pgbench", "response", 3), _stage("recv", "pgbench", "response", 1),
+                            _stage("wire", "pgbench", "response", 0.2, count=3)],
+              cli_msgs, [{"side": "client", "pid": 1, "local": "198.18.21.1:40000", "remote": "198.18.21.2:15432",
+                          "wire_local": "198.18.21.1:40000", "wire_remote": "198.18.21.2:15432", "nat": False}],
+              1e6 / cycle_us)
+    s = _host(root, "srv", [_stage("wakeup", "backend", "request", 2), _stage("recv", "backend", "request", 1),
+                            _stage("proc", "backend", "server", 5)],
+              srv_msgs, [{"side": "server", "pid": 2, "local": "198.18.21.2:5432", "remote": "198.18.21.1:40000",
+                          "wire_local": "198.18.21.2:15432", "wire_remote": "198.18.21.1:40000", "nat": True}],
+              1e6 / cycle_us)
+    return c, s, cycle_us
+
+
+@pytest.mark.parametrize("theta_ms", [-50.0, 0.0, 0.7, 50.0])
+def test_merge_recovers_the_offset_places_the_wire_and_closes(tmp_path, theta_ms):
+    c, s, cycle = two_runs(tmp_path, theta_ms * 1e6)
+    rd = merge([s, c], tmp_path / "m", tmp_path)         # any order: the client host comes first
+    d = summarize(RunDir.open(rd.path))
+    (o,) = d["clock_offsets"]
+    assert (o["host_a"], o["host_b"]) == ("cli", "srv")
+    # asymmetric floors (6 vs 5 µs): the estimate is off by half the difference, and the bound covers it
+    assert abs(o["offset_us"] - theta_ms * 1e3) <= o["bound_us"]
+    assert o["bound_us"] == pytest.approx(5.5, abs=0.05)
+    st = {(x["name"], x["leg"]): x["us_per_txn"] for x in d["stages"]}
+    assert st[("wire.backend", "request")] > 0 and st[("wire.pgbench", "response")] > 0
+    # the two wires add up to the true trips (6.5 + 5.5 µs mean); the offset's error moves time between them
+    assert st[("wire.backend", "request")] + st[("wire.pgbench", "response")] == pytest.approx(12.0, abs=0.1)
+    assert ("client.pgbench", "client") in st and ("backend.execute", "server") in st
+    assert abs(d["closure"]["latency_error_pct"]) < 1.0 and d["closure"]["cycle_us"] == pytest.approx(cycle)
+    wire = RunDir.open(rd.path).read_frame("wire.parquet")
+    assert len(wire) == 800 and (wire["wire_ns"] >= 0).all()
+    assert [h["name"] for h in d["hosts"]] == ["cli", "srv"]
+    import jsonschema
+    from pathprof.analysis.schemas import load
+    jsonschema.validate(RunDir.open(rd.path).meta, load("run"))
+    assert RunDir.open(rd.path).meta["schema"] == "pathprof-run/1.1"
+
+
+def test_a_shift_moves_the_estimate_by_exactly_that(tmp_path):
+    c, s, _ = two_runs(tmp_path)
+    a = summarize(merge([c, s], tmp_path / "a", tmp_path))["clock_offsets"][0]
+    b = summarize(merge([c, s], tmp_path / "b", tmp_path, parse_shift(["srv=-12345.5"])))["clock_offsets"][0]
+    assert b["offset_us"] - a["offset_us"] == pytest.approx(-12345.5, abs=0.002)
+    assert b["bound_us"] == a["bound_us"]
+
+
+def test_refusals(tmp_path):
+    c, s, _ = two_runs(tmp_path)
+    with pytest.raises(UserError, match="same host cli"):
+        merge([c, c], None, tmp_path)
+    with pytest.raises(UserError, match="not a run directory"):
+        merge([c, tmp_path], None, tmp_path)
+    other = tmp_path / "o"
+    other.mkdir()
+    c2, s2, _ = two_runs(other)
+    meta = json.loads((s2 / "run.json").read_text())
+    meta["scope"]["host"] = "srv2"
+    for conn in meta["scope"]["leaving_connections"]:
+        conn["wire_remote"] = "198.18.21.9:40000"        # another client: nothing in common with cli
+    (s2 / "run.json").write_text(json.dumps(meta))
+    with pytest.raises(UserError, match="no common connections"):
+        merge([c, s2], None, tmp_path)
+    del meta["scope"]
+    (s2 / "run.json").write_text(json.dumps(meta))
+    with pytest.raises(UserError, match="no `scope`"):
+        merge([c, s2], None, tmp_path)
+    (s / "messages.parquet").unlink()
+    with pytest.raises(UserError, match="--trace-sample"):
+        merge([c, s], None, tmp_path)
+    for bad in (["srv"], ["=5"], ["srv=x"]):
+        with pytest.raises(UserError, match="HOST=MICROSECONDS"):
+            parse_shift(bad)
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    c, _, _ = two_runs(tmp_path)
+    cp = subprocess.run([sys.executable, "-m", "pathprof.agent.cli.main", "merge", str(c), str(c)],
+                        capture_output=True, text=True)
+    assert cp.returncode == 2 and cp.stderr.count("\n") == 1
+    assert cp.stderr.startswith("pathprof: error: two runs of the same host cli")
+
+
+def test_hist_of_matches_the_slot_bounds():
+    from pathprof.analysis.histogram import slot_bounds
+    for v in (0, 3, 4, 7, 8, 1000, 123_456, 2**31 + 5):
+        i = int(np.flatnonzero(hist_of([v]))[0])
+        lo, hi = slot_bounds(i)
+        assert lo <= v < hi
