@@ -300,75 +300,86 @@ def run(netns: str | None, argv: list[str], out_dir: Path, on_progress: Callable
     p = proc.spawn(netns, argv, stdout=stdout_f, stderr=subprocess.PIPE, text=True, bufsize=1, cwd=out_dir, **extra)
     if on_start:
         on_start(p.pid)
-    progress: list[Progress] = []
-    err_lines: list[str] = []
-
-    write_error: list[OSError] = []
-
-    def pump():
-        # keep reading pgbench's stderr whatever happens to the file (a full disk): progress must go on, and
-        # the error is raised in the caller's thread once pgbench is done
-        try:
-            err_f = open(out_dir / "stderr.txt", "w")
-        except OSError as e:
-            err_f, write_error[:] = None, [e]
-        for line in p.stderr:
-            if err_f is not None:
-                try:
-                    err_f.write(line)
-                except OSError as e:
-                    write_error[:] = [e]
-                    err_f = None
-            pr = parse_progress(line)
-            if pr:
-                progress.append(pr)
-                if on_progress:
-                    on_progress(pr)
-            else:
-                err_lines.append(line.rstrip())
-        if err_f is not None:
-            try:
-                err_f.close()
-            except OSError as e:
-                write_error[:] = [e]
-
-    t = threading.Thread(target=pump, daemon=True)
-    t.start()
-    duration = _duration_of(argv)
-    t_start = time.monotonic()
-    deadline = t_start + duration + timeout_s
-    next_look = t_start + duration + OVERRUN_LOOK_S
+    pump = _StderrPump(p, out_dir / "stderr.txt", on_progress)
     try:
-        while p.poll() is None:
-            if should_stop():  # a signal arrived but its KeyboardInterrupt was swallowed somewhere
-                raise KeyboardInterrupt
-            now = time.monotonic()
-            if now > deadline:
-                raise UserError(f"pgbench did not finish within {duration + timeout_s:.0f} s; stopped it")
-            if path_broken is not None and now > next_look:
-                next_look = now + OVERRUN_LOOK_S
-                if path_broken():
-                    raise UserError(f"pgbench did not finish {now - t_start - duration:.0f} s after its "
-                                    f"{duration:.0f} s; stopped it")
-            try:
-                p.wait(timeout=0.5)
-            except subprocess.TimeoutExpired:
-                pass
+        _wait(p, _duration_of(argv), timeout_s, should_stop, path_broken)
     except BaseException:
         proc.stop_process(p)
         raise
     finally:
-        t.join(timeout=5)
+        pump.join(timeout=5)
         stdout_f.close()
-    if write_error:
-        raise write_error[0]
+    if pump.write_error:
+        raise pump.write_error[0]
     result = parse_summary((out_dir / "stdout.txt").read_text())
     result.exit_code = p.returncode
-    result.progress = [asdict(x) for x in progress]
+    result.progress = [asdict(x) for x in pump.progress]
     if p.returncode != 0 and result.transactions == 0:
-        tail = " | ".join(x for x in err_lines[-3:] if x)
+        tail = " | ".join(x for x in pump.err_lines[-3:] if x)
         raise UserError(f"pgbench failed (exit {p.returncode}): {tail or 'no output'}")
     return result
+
+
+class _StderrPump(threading.Thread):
+    """Reads pgbench's stderr into stderr.txt, parsing -P progress lines as they come. Whatever happens to the
+    file (a full disk), reading goes on so progress does; the error is raised in the caller's thread once
+    pgbench is done."""
+
+    def __init__(self, p: subprocess.Popen, path: Path, on_progress: Callable[[Progress], None] | None):
+        super().__init__(daemon=True)
+        self.p, self.path, self.on_progress = p, path, on_progress
+        self.progress: list[Progress] = []
+        self.err_lines: list[str] = []
+        self.write_error: list[OSError] = []
+        self.start()
+
+    def run(self) -> None:
+        try:
+            err_f = open(self.path, "w")
+        except OSError as e:
+            err_f, self.write_error[:] = None, [e]
+        for line in self.p.stderr:
+            if err_f is not None:
+                try:
+                    err_f.write(line)
+                except OSError as e:
+                    self.write_error[:] = [e]
+                    err_f = None
+            pr = parse_progress(line)
+            if pr:
+                self.progress.append(pr)
+                if self.on_progress:
+                    self.on_progress(pr)
+            else:
+                self.err_lines.append(line.rstrip())
+        if err_f is not None:
+            try:
+                err_f.close()
+            except OSError as e:
+                self.write_error[:] = [e]
+
+
+def _wait(p: subprocess.Popen, duration: float, timeout_s: float, should_stop: Callable[[], bool],
+          path_broken: Callable[[], list[str]] | None) -> None:
+    """Until pgbench exits: at most -T + timeout_s, less when the path broke under it."""
+    t_start = time.monotonic()
+    deadline = t_start + duration + timeout_s
+    next_look = t_start + duration + OVERRUN_LOOK_S
+    while p.poll() is None:
+        if should_stop():  # a signal arrived but its KeyboardInterrupt was swallowed somewhere
+            raise KeyboardInterrupt
+        now = time.monotonic()
+        if now > deadline:
+            raise UserError(f"pgbench did not finish within {duration + timeout_s:.0f} s; stopped it")
+        if path_broken is not None and now > next_look:
+            next_look = now + OVERRUN_LOOK_S
+            if path_broken():
+                raise UserError(f"pgbench did not finish {now - t_start - duration:.0f} s after its "
+                                f"{duration:.0f} s; stopped it")
+        try:
+            p.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def _duration_of(argv: list[str]) -> float:
