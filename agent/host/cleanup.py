@@ -135,7 +135,15 @@ def _mark_killed(j: Journal) -> None:
 
 
 def cleanup_all(dry_run: bool = False) -> dict:
+    """Replay the journals of dead runs, then sweep the pp- objects no journal accounts for; what live runs own
+    is left alone. Returns {actions, problems, kept, dry_run}."""
     actions, problems, kept = [], [], []
+    _replay_dead_journals(dry_run, actions, problems, kept)
+    _sweep_leftovers(dry_run, actions, problems)      # the sweep: list first, then read the journals (see above)
+    return {"actions": actions, "problems": problems, "kept": kept, "dry_run": dry_run}
+
+
+def _replay_dead_journals(dry_run: bool, actions: list, problems: list, kept: list) -> None:
     live = live_journals()
     live_paths = {p for p, _, _ in live}
     kept += [f"left alone: {why}" for _, _, why in live]
@@ -167,43 +175,42 @@ def cleanup_all(dry_run: bool = False) -> dict:
                 actions.append(f"journal {path.stem}: remove {describe(e)}")
         if not dry_run:
             problems += j.teardown(keep=owned_by_live_run)
-    # The sweep: list first, then read the journals (see the module docstring).
+
+
+def _sweep_leftovers(dry_run: bool, actions: list, problems: list) -> None:
+    """pp- namespaces, links, iptables rules and chains, and cgroups that no live journal names."""
     namespaces, links = leftover_namespaces(), leftover_links()
     rules, chains = leftover_rules(), leftover_chains()
     from pathprof.agent.host.io_limit import leftover_cgroups, undo_cgroup
     cgroups = leftover_cgroups()
     guarded = protected_names()
+
+    def remove(what: str, argv: list[str] | None, problem: str | None = None, still_there=None) -> None:
+        actions.append(f"remove {what}")
+        if dry_run or argv is None:
+            return
+        if subprocess.run(argv, capture_output=True).returncode != 0 and problem:
+            if still_there is None or still_there():
+                problems.append(problem)
+
     for ns in namespaces:
-        if ns in guarded:
-            continue
-        actions.append(f"remove namespace {ns}")
-        if not dry_run and subprocess.run(["ip", "netns", "del", ns]).returncode != 0:
-            problems.append(f"namespace {ns}")
+        if ns not in guarded:
+            remove(f"namespace {ns}", ["ip", "netns", "del", ns], f"namespace {ns}")
     for link in links:
-        if link in guarded:
-            continue
-        actions.append(f"remove link {link}")
-        if not dry_run and subprocess.run(["ip", "link", "del", link], capture_output=True).returncode != 0:
-            if link in leftover_links():
-                problems.append(f"link {link}")
+        if link not in guarded:
+            remove(f"link {link}", ["ip", "link", "del", link], f"link {link}",
+                   still_there=lambda link=link: link in leftover_links())
     for table, args in rules:
-        if names_in(args) & guarded:
-            continue
-        actions.append(f"remove iptables -t {table} {' '.join(args)}")
-        if not dry_run:
-            subprocess.run(["iptables", "-w", "-t", table, "-D", *args], capture_output=True)
+        if not names_in(args) & guarded:
+            remove(f"iptables -t {table} {' '.join(args)}", ["iptables", "-w", "-t", table, "-D", *args])
     for table, chain in chains:
-        if chain in guarded:
-            continue
-        actions.append(f"remove iptables chain {table}/{chain}")
-        if not dry_run:
-            subprocess.run(["iptables", "-w", "-t", table, "-F", chain], capture_output=True)
-            if subprocess.run(["iptables", "-w", "-t", table, "-X", chain], capture_output=True).returncode:
-                problems.append(f"iptables chain {table}/{chain}")
+        if chain not in guarded:
+            if not dry_run:
+                subprocess.run(["iptables", "-w", "-t", table, "-F", chain], capture_output=True)
+            remove(f"iptables chain {table}/{chain}", ["iptables", "-w", "-t", table, "-X", chain],
+                   f"iptables chain {table}/{chain}")
     for cg in cgroups:
-        if cg.name in guarded:
-            continue
-        actions.append(f"remove cgroup {cg}")
-        if not dry_run and not undo_cgroup(str(cg), None):
-            problems.append(f"cgroup {cg}")
-    return {"actions": actions, "problems": problems, "kept": kept, "dry_run": dry_run}
+        if cg.name not in guarded:
+            actions.append(f"remove cgroup {cg}")
+            if not dry_run and not undo_cgroup(str(cg), None):
+                problems.append(f"cgroup {cg}")
