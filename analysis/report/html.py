@@ -163,48 +163,9 @@ def write_html(summaries: list[dict], path: Path, explanations=None, sweep=None,
         ("tps", "Throughput, measured and predicted", charts.tps_figure(summaries, runs_color, repeats)),
         ("sweep", "Throughput and latency against clients", charts.sweep_figure(sweep)),
     ]
-    imgs = []
-    for name, caption, fig in figures:
-        if fig is None:
-            continue
-        png = charts.png(fig)
-        (path.parent / f"{path.stem}-{name}.png").write_bytes(png)
-        imgs.append(f"<h2>{_e(caption)}</h2><img alt=\"{_e(caption)}\" "
-                    f"src=\"data:image/png;base64,{base64.b64encode(png).decode('ascii')}\">")
-    if imgs:
-        imgs.insert(1, cause_legend(summaries))
-
-    lead = [explain_text(e) for e in explanations or []]
-    if sweep:
-        lead.append(sweep_text(sweep))
-    if not lead and summaries:
-        s = summaries[0]
-        biggest = max(s.get("stages") or [{}], key=lambda st: _num(st.get("us_per_txn")))
-        lead.append(f"{run_label(s)}: {_num(s.get('tps')):,.0f} TPS, {s.get('regime') or 'regime unknown'}"
-                    + (f"; the largest stage is {biggest['name']} ({_num(biggest.get('us_per_txn')):,.1f} µs per "
-                       f"transaction)" if biggest.get("name") else ""))
-    expl_tables = []
-    for e in explanations or []:
-        unit = "CPU µs/txn" if e.get("basis") == "cpu" else "µs/txn"
-        delta = {it["name"]: _num(it["delta_us_per_txn"]) for it in e.get("items") or []}
-        share = {it["name"]: it.get("share_pct") for it in e.get("items") or []}
-
-        def pct(x):
-            return "–" if x is None else f"{_num(x):.1f} %"
-        rows = []
-        for c in e.get("causes") or []:   # each cause, then the items that moved under it
-            if abs(_num(c.get("delta_us_per_txn"))) < 0.05:
-                continue
-            rows.append([f"{c['name']}", f"{_num(c['delta_us_per_txn']):+,.1f}", pct(c.get("share_pct"))])
-            rows += [[f"\u2003{n}", f"{delta[n]:+,.1f}", pct(share.get(n))]
-                     for n in sorted(c.get("items") or [], key=lambda n: -abs(delta.get(n, 0.0)))
-                     if abs(delta.get(n, 0.0)) >= 0.05]
-        total = (["unexplained", "", f"{_num(e.get('unexplained_pct')):.1f} %"]
-                 if e.get("unexplained_pct") is not None else None)
-        expl_tables.append(f"<h3>{_e(e.get('run'))} vs {_e(e.get('baseline', 'baseline'))} "
-                           f"({'CPU' if e.get('basis') == 'cpu' else 'latency'} view)</h3>"
-                           + (f"<p class=\"note\">basis: {_e(e['basis_reason'])}</p>" if e.get("basis_reason") else "")
-                           + _table(["cause / item", f"Δ {unit}", "share of gap"], rows, total))
+    imgs = _figure_sections(figures, path, summaries)
+    lead = _lead(summaries, explanations, sweep)
+    expl_tables = [_explanation_table(e) for e in explanations or []]
     title = "pathprof report — " + ", ".join(dict.fromkeys(run_label(s) for s in summaries))
     doc = "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -223,3 +184,56 @@ def write_html(summaries: list[dict], path: Path, explanations=None, sweep=None,
         f"<script>{SCRIPT}</script>", "</body></html>"])
     path.write_text(doc, encoding="utf-8")
     return path
+
+
+def _figure_sections(figures: list, path: Path, summaries: list[dict]) -> list[str]:
+    """Each figure as a PNG beside the report and inline in it, the causes' legend after the first."""
+    imgs = []
+    for name, caption, fig in figures:
+        if fig is None:
+            continue
+        png = charts.png(fig)
+        (path.parent / f"{path.stem}-{name}.png").write_bytes(png)
+        imgs.append(f"<h2>{_e(caption)}</h2><img alt=\"{_e(caption)}\" "
+                    f"src=\"data:image/png;base64,{base64.b64encode(png).decode('ascii')}\">")
+    if imgs:
+        imgs.insert(1, cause_legend(summaries))
+    return imgs
+
+
+def _lead(summaries: list[dict], explanations, sweep) -> list[str]:
+    """The report's first sentences: each explanation, the sweep, else the first run's headline."""
+    lead = [explain_text(e) for e in explanations or []]
+    if sweep:
+        lead.append(sweep_text(sweep))
+    if not lead and summaries:
+        s = summaries[0]
+        biggest = max(s.get("stages") or [{}], key=lambda st: _num(st.get("us_per_txn")))
+        lead.append(f"{run_label(s)}: {_num(s.get('tps')):,.0f} TPS, {s.get('regime') or 'regime unknown'}"
+                    + (f"; the largest stage is {biggest['name']} ({_num(biggest.get('us_per_txn')):,.1f} µs per "
+                       f"transaction)" if biggest.get("name") else ""))
+    return lead
+
+
+def _explanation_table(e: dict) -> str:
+    """One explanation: each cause, then the items that moved under it, and what is left unexplained."""
+    unit = "CPU µs/txn" if e.get("basis") == "cpu" else "µs/txn"
+    delta = {it["name"]: _num(it["delta_us_per_txn"]) for it in e.get("items") or []}
+    share = {it["name"]: it.get("share_pct") for it in e.get("items") or []}
+
+    def pct(x):
+        return "–" if x is None else f"{_num(x):.1f} %"
+    rows = []
+    for c in e.get("causes") or []:
+        if abs(_num(c.get("delta_us_per_txn"))) < 0.05:
+            continue
+        rows.append([f"{c['name']}", f"{_num(c['delta_us_per_txn']):+,.1f}", pct(c.get("share_pct"))])
+        rows += [[f"\u2003{n}", f"{delta[n]:+,.1f}", pct(share.get(n))]
+                 for n in sorted(c.get("items") or [], key=lambda n: -abs(delta.get(n, 0.0)))
+                 if abs(delta.get(n, 0.0)) >= 0.05]
+    total = (["unexplained", "", f"{_num(e.get('unexplained_pct')):.1f} %"]
+             if e.get("unexplained_pct") is not None else None)
+    return (f"<h3>{_e(e.get('run'))} vs {_e(e.get('baseline', 'baseline'))} "
+            f"({'CPU' if e.get('basis') == 'cpu' else 'latency'} view)</h3>"
+            + (f"<p class=\"note\">basis: {_e(e['basis_reason'])}</p>" if e.get("basis_reason") else "")
+            + _table(["cause / item", f"Δ {unit}", "share of gap"], rows, total))
