@@ -195,7 +195,9 @@ def explain(baseline: dict, other: dict, basis: str | None = None, noise_pct: fl
     return e
 
 
-def _explain_on(baseline: dict, other: dict, basis: str, noise_pct: float) -> dict:
+def _totals_and_gap(baseline: dict, other: dict, basis: str) -> tuple[dict, dict, float, str, bool]:
+    """Each run's per-transaction figures on the basis, the measured gap they must add up to, what that gap is a
+    difference of, and whether the backend's execute is split into its parts."""
     # name the server's waits and I/O at the finest split both runs allow: when both were measured deep, a part
     # one run lacks (its backend never waited) is zero there, not a reason to fall back to backend.execute
     both_deep = baseline.get("probes") == "deep" and other.get("probes") == "deep"
@@ -205,23 +207,20 @@ def _explain_on(baseline: dict, other: dict, basis: str, noise_pct: float) -> di
         # pathprof's own probes are not a cause of the system's gap: out of the items and of the measured gap
         a, b = cpu_totals(baseline), cpu_totals(other)
         pa, pb = a.pop("probes", 0.0), b.pop("probes", 0.0)
-        gap = (measured_cpu_us(other) - pb) - (measured_cpu_us(baseline) - pa)
-        measure = "cpu_us_per_txn"
-    elif opens_connections(baseline) or opens_connections(other):
+        return a, b, (measured_cpu_us(other) - pb) - (measured_cpu_us(baseline) - pa), "cpu_us_per_txn", split
+    if opens_connections(baseline) or opens_connections(other):
         a = {**stage_totals(baseline, split), **connection_totals(baseline)}
         b = {**stage_totals(other, split), **connection_totals(other)}
-        gap = measured_cycle_us(other) - measured_cycle_us(baseline)
-        measure = "client_cycle_us"
-    elif (baseline.get("closure") or {}).get("cycle_us") and (other.get("closure") or {}).get("cycle_us"):
+        return a, b, measured_cycle_us(other) - measured_cycle_us(baseline), "client_cycle_us", split
+    a, b = stage_totals(baseline, split), stage_totals(other, split)
+    if (baseline.get("closure") or {}).get("cycle_us") and (other.get("closure") or {}).get("cycle_us"):
         # The stages tile each connection's timeline, so the measure they add up to is the cycle (clients/TPS).
-        a, b = stage_totals(baseline, split), stage_totals(other, split)
-        gap = measured_cycle_us(other) - measured_cycle_us(baseline)
-        measure = "client_cycle_us"
-    else:
-        a, b = stage_totals(baseline, split), stage_totals(other, split)
-        gap = measured_latency_us(other) - measured_latency_us(baseline)
-        measure = "mean_latency_us"
+        return a, b, measured_cycle_us(other) - measured_cycle_us(baseline), "client_cycle_us", split
+    return a, b, measured_latency_us(other) - measured_latency_us(baseline), "mean_latency_us", split
 
+
+def _explain_on(baseline: dict, other: dict, basis: str, noise_pct: float) -> dict:
+    a, b, gap, measure, split = _totals_and_gap(baseline, other, basis)
     # A stage present in only one run counts fully (missing = 0 µs), e.g. a hop that only one path has.
     names = list(dict.fromkeys([*a, *b]))
     items = []
