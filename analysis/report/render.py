@@ -74,16 +74,7 @@ def header(summary: dict) -> Panel:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
-    tps_line = f"{_fmt(summary.get('tps'), ',.0f')} TPS measured"
-    if summary.get("tps_basis"):
-        tps_line += f" ({summary['tps_basis']}"
-        if summary.get("tps_in_windows") and "outside" in summary["tps_basis"]:
-            tps_line += f"; {_fmt(summary['tps_in_windows'], ',.0f')} inside them, what the stages are divided by"
-        tps_line += ")"
-    if summary.get("driver") == "observed":
-        tps_line = f"{_fmt(summary.get('tps'), ',.0f')} exchanges/s observed by the probes"
-    if summary.get("predicted_tps") is not None:
-        tps_line += f", {_fmt(summary['predicted_tps'], ',.0f')} predicted by the model without probes"
+    tps_line = _throughput_text(summary)
     if summary.get("status") not in (None, "complete"):
         grid.add_row("status", Text(f"{summary['status']}" + (": " + "; ".join(summary["failure"])
                                                               if summary.get("failure") else ""), style="bold red"))
@@ -98,15 +89,7 @@ def header(summary: dict) -> Panel:
     why = {"cpu-bound": "CPUs saturated: the CPU view explains throughput",
            "latency-bound": "CPUs not saturated: the latency view explains throughput"}.get(regime, "")
     grid.add_row("regime", f"{regime}" + (f" ({why})" if why else ""))
-    cost = summary.get("probe_cost_ns_per_txn")
-    if cost is not None:
-        of = {"cpu": "of the CPU per transaction: CPU-bound, so about that share of throughput",
-              "cycle": "of the cycle: latency-bound"}.get(summary.get("probe_cost_share_of"))
-        share = f" ({_num(summary['probe_cost_share_pct']):.2f} % {of})" if of else ""
-        grid.add_row("probe cost", f"{_fmt(cost, ',.0f')} ns per transaction{share}; carved out of the CPU view "
-                                   "as `probes`")
-    else:
-        grid.add_row("probe cost", Text("not measured", style="yellow"))
+    grid.add_row("probe cost", _probe_cost_text(summary))
     grid.add_row("closure", Text.assemble(_closure_text(closure.get("latency_error_pct"), "latency view"), "; ",
                                           _closure_text(closure.get("cpu_error_pct"), "CPU view")))
     gap = closure.get("gap")
@@ -116,13 +99,7 @@ def header(summary: dict) -> Panel:
         if gap.get("evidence"):
             text += f" (probe counters: {gap['evidence']})"
         grid.add_row("where", Text(text, style="yellow"))
-    wl = summary.get("workload") or {}
-    bits = [f"{summary.get('clients', '?')} clients"]
-    bits += [f"{wl['threads']} threads"] if wl.get("threads") else []
-    bits += [str(wl[k]) for k in ("mode", "script") if wl.get(k)]
-    bits += ["new connection per transaction"] if wl.get("connect") else []
-    bits += [f"{_fmt(summary.get('duration_s'), 'g')} s"] if summary.get("duration_s") is not None else []
-    grid.add_row("workload", ", ".join(bits))
+    grid.add_row("workload", _workload_text(summary))
     host = summary.get("host") or {}
     if host:
         grid.add_row("host", ", ".join(f"{k} {host[k]}" for k in ("hostname", "kernel", "cpus") if host.get(k)))
@@ -133,6 +110,42 @@ def header(summary: dict) -> Panel:
     if summary.get("run_dir"):
         grid.add_row("run", str(summary["run_dir"]))
     return Panel(grid, title=f"pathprof — {run_label(summary)}", title_align="left")
+
+
+def _throughput_text(summary: dict) -> str:
+    """TPS and what it was measured on (outside the probe windows, or observed), and the model's figure."""
+    tps_line = f"{_fmt(summary.get('tps'), ',.0f')} TPS measured"
+    if summary.get("tps_basis"):
+        tps_line += f" ({summary['tps_basis']}"
+        if summary.get("tps_in_windows") and "outside" in summary["tps_basis"]:
+            tps_line += f"; {_fmt(summary['tps_in_windows'], ',.0f')} inside them, what the stages are divided by"
+        tps_line += ")"
+    if summary.get("driver") == "observed":
+        tps_line = f"{_fmt(summary.get('tps'), ',.0f')} exchanges/s observed by the probes"
+    if summary.get("predicted_tps") is not None:
+        tps_line += f", {_fmt(summary['predicted_tps'], ',.0f')} predicted by the model without probes"
+    return tps_line
+
+
+def _probe_cost_text(summary: dict) -> str | Text:
+    """The probes' own cost per transaction, as a share of what limits the run (its CPU, or its cycle)."""
+    cost = summary.get("probe_cost_ns_per_txn")
+    if cost is None:
+        return Text("not measured", style="yellow")
+    of = {"cpu": "of the CPU per transaction: CPU-bound, so about that share of throughput",
+          "cycle": "of the cycle: latency-bound"}.get(summary.get("probe_cost_share_of"))
+    share = f" ({_num(summary['probe_cost_share_pct']):.2f} % {of})" if of else ""
+    return f"{_fmt(cost, ',.0f')} ns per transaction{share}; carved out of the CPU view as `probes`"
+
+
+def _workload_text(summary: dict) -> str:
+    wl = summary.get("workload") or {}
+    bits = [f"{summary.get('clients', '?')} clients"]
+    bits += [f"{wl['threads']} threads"] if wl.get("threads") else []
+    bits += [str(wl[k]) for k in ("mode", "script") if wl.get(k)]
+    bits += ["new connection per transaction"] if wl.get("connect") else []
+    bits += [f"{_fmt(summary.get('duration_s'), 'g')} s"] if summary.get("duration_s") is not None else []
+    return ", ".join(bits)
 
 
 def setup_text(setup: dict) -> str:
