@@ -343,6 +343,8 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 			return;
 		}
 		hold_activity(bpf_get_current_task_btf(), now);
+		if (s->leg == PP_LEG_RESPONSE && !off_path)
+			hold_response(s, t);  /* where the request it answers began its forwarding */
 		t->consume_ts = now;
 		t->consume_leg = s->leg;
 		t->consume_seq = s->seq;
@@ -421,19 +423,13 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 		if (s && s->leg == PP_LEG_RESPONSE)
 			e = hold_pop(task, ws, &act);  /* a forward upstream: the oldest request held */
 		else if (s)
-			hold_answered(s);              /* to a client: none of its requests waits any more */
+			hold_answered(s, t, ws);       /* to a client: its request's wait, if it was held */
 		/* a held request's forwarding starts when this send is over (not at its start: the send is this
 		 * message's, and another transaction's chain must not share its start) */
 		hold_activity(task, bpf_ktime_get_ns());
-		if (e) {
+		if (e) {                      /* held while the hop did other work up to act: no server connection */
 			if (act > t->send_ts)
 				act = t->send_ts;
-			if (act > e->ts) {            /* held while the hop did other work: no server connection */
-				struct pp_stage_key k = { .stage = PP_ST_POOLWAIT, .role = t->role, .leg = PP_LEG_REQUEST,
-							  .hop = t->hop };
-				stage_add(&k, act - e->ts);
-				trace_emit(PP_ST_POOLWAIT, t->role, PP_LEG_REQUEST, t->hop, e->ts, act - e->ts, e->seq);
-			}
 			stat_inc(PP_STAT_HOLDS);
 			start = act;
 			leg = PP_LEG_REQUEST;
@@ -456,6 +452,10 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 		 * by a sleep of this thread was forwarded by another one, and must not pair with this later send */
 		if (conn_split && start && t->wake_ts > start)
 			start = 0;
+		/* a request forwarded upstream: its wait in the hop ends where this forward's work began (charged when
+		 * the client is answered, holdq.bpf.h); a forward with no start seen ends it at the send */
+		if (s && s->leg == PP_LEG_RESPONSE)
+			hold_forwarded(s, start && start < t->send_ts ? start : t->send_ts);
 	} else if (s && (s->setup_msg & PP_SETUP_HELLO)) {   /* pgbench's first query: its connection phase */
 		s->setup_msg &= ~PP_SETUP_HELLO;
 		s->pend_done = 0;

@@ -27,6 +27,8 @@ struct pp_task {            /* task-local storage of a tracked thread: its prese
 	__u8  conn_setup;       /* backend (--connect): its connection's setup exchange is not over yet */
 	__u8  consume_setup;    /* hops (--connect): the consume not yet forwarded is a setup message */
 	__u8  pad2[6];
+	__u64 fwd_act;          /* hops: where the forwarding upstream of the request whose response it consumed began
+				 * (from that connection's pp_sock.fwd_act), until it answers the client: holdq.bpf.h */
 };
 
 struct pp_sock {            /* socket-local storage of a socket a tracked thread sent or received on */
@@ -53,8 +55,10 @@ struct pp_sock {            /* socket-local storage of a socket a tracked thread
 	__u64 ready_busy;
 	__u64 pend_busy;
 	__u32 hold_id;          /* a hop's client socket: its slot in `holdts` (0 = none yet) */
-	__u32 hold_pad;
+	__u32 hold_seq;         /* ... and the trace number of its request held there */
 	__u64 last_send;        /* start of the last message sent on this socket (a retransmission's message) */
+	__u64 fwd_act;          /* a hop's server connection: where the hop began forwarding the request it carries
+				 * (its first forward since the last response was taken), 0 = none: holdq.bpf.h */
 };
 
 /* A retransmitted message, from the sender's tcp_retransmit_skb to the receiver's sk_data_ready (`retx`, a

@@ -250,7 +250,7 @@ static __always_inline struct pp_task *task_of(struct task_struct *p, __u64 ws)
 			stat_add(PP_STAT_WINDOW_EDGE, n);
 		t->win = ws;
 		t->in_send = 0;
-		t->send_ts = t->wake_ts = t->oncpu_ts = t->runnable_ts = t->consume_ts = 0;
+		t->send_ts = t->wake_ts = t->oncpu_ts = t->runnable_ts = t->consume_ts = t->fwd_act = 0;
 		t->last_utime = t->last_stime = 0;
 	}
 	return t;

@@ -34,13 +34,12 @@ def _stage(summary: dict, name: str) -> float:
 
 def test_every_pool_size_closes_and_the_wait_is_named(compared):
     _, (full, one, two) = compared
-    for r in (full, two):
+    # every pool size within ±5 %: a pool of one too. Its lock-step "slow mode" (each forward finds one held
+    # request: the requests read before the window opened were never queued) left poolwait short by ~2 round trips
+    # (-12 ... -15 %, -79 % at 1 ms per round trip) while the wait was charged at the queue's pop; it is now
+    # charged when the hop answers that client (holdq.bpf.h)
+    for r in (full, one, two):
         assert abs(r["closure"]["latency_error_pct"]) <= 5, (r["closure"], r["topology_options"])
-    # A pool of one closes within ±0.5 % when it runs fast (~20k TPS here); when it settles into its slow mode
-    # (~7.5k TPS, idle CPUs between the one connection's round trips) poolwait has been short by about two round
-    # trips per transaction (-12.6 % once in a full-suite run, Little's law agreeing): a known, open defect
-    # (#22 closing note). It was -62 % before poolwait existed; this bound still catches a missing stage.
-    assert abs(one["closure"]["latency_error_pct"]) <= 15, (one["closure"], one["topology_options"])
     cycle = lambda r: r["closure"]["cycle_us"]   # noqa: E731
     # a pool as large as the clients: no request waits for a server connection
     assert _stage(full, "poolwait.pgbouncer") < 0.05 * cycle(full), full["stages"]
