@@ -71,6 +71,13 @@ def _number(text: str) -> float:
 
 
 def add_workload_options(p: argparse.ArgumentParser, clients_default: int | None = 16) -> None:
+    """The options every command that drives pgbench shares: the workload, the server and path, the probes."""
+    _add_pgbench_options(p, clients_default)
+    _add_path_options(p)
+    _add_probe_options(p)
+
+
+def _add_pgbench_options(p: argparse.ArgumentParser, clients_default: int | None) -> None:
     g = p.add_argument_group("workload (pgbench)")
     if clients_default is not None:
         g.add_argument("-c", "--clients", type=_positive_int, default=clients_default, metavar="N",
@@ -90,6 +97,9 @@ def add_workload_options(p: argparse.ArgumentParser, clients_default: int | None
                    help="pgbench scale factor for scripts that use its tables; warehouses for tpcc "
                         "(default: %(default)s)")
     g.add_argument("-R", "--rate", type=_number, metavar="TPS", help="throttle to this many transactions per second")
+
+
+def _add_path_options(p: argparse.ArgumentParser) -> None:
     s = p.add_argument_group("server and path")
     s.add_argument("--pg-set", action="append", default=[], metavar="KEY=VALUE",
                    help="a postgresql.conf setting for the owned server (repeatable), e.g. fsync=off")
@@ -116,6 +126,9 @@ def add_workload_options(p: argparse.ArgumentParser, clients_default: int | None
                         "pp-nic-c:delay_us=200 (request leg only); in compare entries nic:link=wire:delay_us=250. "
                         "Delays show as the stage delay.<device> (pathprof's NFQUEUE delay line: this kernel has no "
                         "netem), rate limits as qdisc.<device> (tbf)")
+
+
+def _add_probe_options(p: argparse.ArgumentParser) -> None:
     pr = p.add_argument_group("probes and output")
     pr.add_argument("--probes", choices=["off", "basic", "deep"], default="basic",
                     help="off: pgbench only; basic: scheduler, syscalls, netfilter, devices (default); "
@@ -179,7 +192,24 @@ def build_parser() -> argparse.ArgumentParser:
     import pathprof
     p.add_argument("--version", action="version", version=f"pathprof {pathprof.__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    _add_run(sub, fmt)
+    _add_attach(sub, fmt)
+    from pathprof.agent.cli import merge_cmd
+    merge_cmd.add_parser(sub, fmt)
+    _add_report(sub, fmt)
+    _add_compare(sub, fmt)
+    _add_sweep(sub, fmt)
+    _add_diff(sub, fmt)
+    _add_export(sub, fmt)
+    from pathprof.agent.cli.predict_cmd import add_parser as add_predict
+    add_predict(sub, fmt)
+    _add_doctor(sub, fmt)
+    _add_topology(sub, fmt)
+    _add_cleanup(sub, fmt)
+    return p
 
+
+def _add_run(sub, fmt) -> None:
     r = sub.add_parser("run", help="profile one path", formatter_class=fmt, epilog=RUN_EPILOG,
                        description="Build a path, start pathprof's own PostgreSQL in it, attach the probes, drive "
                                    "pgbench through it, record a run directory, tear everything down, and "
@@ -191,6 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_workload_options(r)
     add_metrics_port(r)
 
+
+def _add_attach(sub, fmt) -> None:
     at = sub.add_parser("attach", help="profile traffic already flowing to a local server (no pgbench)",
                         formatter_class=fmt, epilog=ATTACH_EPILOG,
                         description="Find the path to a PostgreSQL server on this machine (the server, every hop "
@@ -229,9 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     at.add_argument("--no-live", action="store_true", help="plain progress lines instead of the live view")
     add_metrics_port(at)
 
-    from pathprof.agent.cli import merge_cmd
-    merge_cmd.add_parser(sub, fmt)
 
+def _add_report(sub, fmt) -> None:
     rep = sub.add_parser("report", help="report on recorded runs", formatter_class=fmt,
                          description="Print the latency and CPU views of one or more run directories, or write "
                                      "a self-contained HTML report with figures.")
@@ -239,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--html", metavar="FILE", help="write an HTML report (PNG figures are written next to it)")
     rep.add_argument("--json", action="store_true")
 
+
+def _add_compare(sub, fmt) -> None:
     c = sub.add_parser("compare", help="run several topologies or variants and explain their gaps",
                        formatter_class=fmt,
                        description="Run the same workload on each entry (interleaved when --repeat > 1) and explain "
@@ -256,6 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--html", metavar="FILE", help="also write an HTML report")
     add_workload_options(c)
 
+
+def _add_sweep(sub, fmt) -> None:
     sw = sub.add_parser("sweep", help="TPS and stages across client counts", formatter_class=fmt,
                         description="Run one topology at several client counts; find where throughput stops "
                                     "growing and which stage grows with it.")
@@ -266,12 +301,16 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--html", metavar="FILE")
     add_workload_options(sw, clients_default=None)
 
+
+def _add_diff(sub, fmt) -> None:
     d = sub.add_parser("diff", help="explain the gap between two recorded runs", formatter_class=fmt,
                        description="Explain run B against run A, offline; machine and kernel differences first.")
     d.add_argument("run_a", metavar="RUN_A")
     d.add_argument("run_b", metavar="RUN_B")
     d.add_argument("--json", action="store_true")
 
+
+def _add_export(sub, fmt) -> None:
     e = sub.add_parser("export", help="export traces or stage tables", formatter_class=fmt,
                        description="perfetto: Chrome trace-event JSON for ui.perfetto.dev (needs a run made with "
                                    "--trace-sample); csv/parquet: the stage and CPU tables; openmetrics: the run's "
@@ -282,14 +321,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "Prometheus/OpenMetrics text format (default: %(default)s)")
     e.add_argument("-o", "--output", metavar="PATH", help="output file or directory (default: inside the run dir)")
 
-    from pathprof.agent.cli.predict_cmd import add_parser as add_predict
-    add_predict(sub, fmt)
 
+def _add_doctor(sub, fmt) -> None:
     doc = sub.add_parser("doctor", help="check what this machine lets pathprof measure", formatter_class=fmt,
                          description="Probe each kernel capability pathprof uses (BTF, tracepoints, uprobes/USDT, "
                                      "netfilter links, ...) and print a table. Exits 1 if a required one is missing.")
     doc.add_argument("--json", action="store_true")
 
+
+def _add_topology(sub, fmt) -> None:
     t = sub.add_parser("topology", help="list, show, build or remove topologies", formatter_class=fmt,
                        description="list: built-in paths; show NAME: print a spec to copy and edit; up NAME: "
                                    "build it and leave it up (no server); down NAME: remove what up built.")
@@ -300,6 +340,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="up: impair a link, as with `pathprof run --link` (delay lines stay until down)")
     t.add_argument("--json", action="store_true")
 
+
+def _add_cleanup(sub, fmt) -> None:
     cl = sub.add_parser("cleanup", help="remove what a killed run left behind", formatter_class=fmt,
                         description="Replay every journal a killed run left in /var/lib/pathprof/journal, then "
                                     "remove any remaining pp- namespaces, links and PP- iptables chains. Runs still "
@@ -307,7 +349,6 @@ def build_parser() -> argparse.ArgumentParser:
                                     "up` are left alone, with everything their journals name.")
     cl.add_argument("--dry-run", action="store_true", help="say what would be removed")
     cl.add_argument("--json", action="store_true")
-    return p
 
 
 def _port(text: str) -> int:
