@@ -137,6 +137,24 @@ def latency_view(stages: pd.DataFrame, txns: int, measured_mean_us: float, cycle
            "netfilter_packets_per_txn": 0.0, "scheduler": []}
     if stages is None or not len(stages) or not txns:
         return out
+    rows, excl = _collect(stages, txns, out)
+    _wire_exclusive(rows)
+    out["stages"] = [_stage_item(e, txns, excl) for e in rows.values()]
+    if excl:
+        out["execute_split"] = _execute_other(out["stages"])
+    out["stages"].sort(key=lambda s: (LEG_ORDER.get(s["leg"], 9), "parent" in s, "phase" in s, -s["us_per_txn"]))
+    total = sum(s["us_per_txn"] for s in out["stages"] if "parent" not in s)
+    out["total_us"] = round(total, 3)
+    ref, out["closure_basis"] = (cycle_us, "cycle") if cycle_us else (measured_mean_us, "latency")
+    if ref:
+        out["closure_error_pct"] = round((total - ref) / ref * 100.0, 2)
+    out["netfilter_packets_per_txn"] = round(out["netfilter_packets_per_txn"], 2)
+    return out
+
+
+def _collect(stages: pd.DataFrame, txns: int, out: dict) -> tuple[dict, dict]:
+    """Time stages summed by (name, leg); counters (netfilter packets, run-queue waits, retransmissions) into
+    `out`; the backend's exclusive wait and I/O ns by kind."""
     df = stages.fillna({"hop": "", "hook": "", "netns": "", "dev": "", "leg": "", "role": ""})
     rows: dict[tuple, dict] = {}
     excl: dict[str, int] = {}         # exclusive ns of the backend's waits and I/O, by the owning span's kind
@@ -167,39 +185,37 @@ def latency_view(stages: pd.DataFrame, txns: int, measured_mean_us: float, cycle
         e["sum_ns"] += int(r.sum_ns)
         e["count"] += int(r.count)
         e["hists"].append(getattr(r, "hist", None))
-    # wire is reported exclusive of the netfilter/device/qdisc time inside it, leg by leg (shared pro rata
-    # when a leg has several wires, e.g. client -> hop and hop -> backend)
+    return rows, excl
+
+
+def _wire_exclusive(rows: dict) -> None:
+    """Wire is reported exclusive of the netfilter/device/qdisc time inside it, leg by leg (shared pro rata
+    when a leg has several wires, e.g. client -> hop and hop -> backend)."""
     for leg in {k[1] for k in rows}:
         inner = sum(e["sum_ns"] for (n, lg), e in rows.items() if lg == leg and e["kind"] in INSIDE_WIRE)
         wires = [e for (n, lg), e in rows.items() if lg == leg and e["kind"] == "wire"]
         total = sum(e["sum_ns"] for e in wires)
         for e in wires:
             e["excl_ns"] = max(0.0, e["sum_ns"] - inner * e["sum_ns"] / total) if total else 0.0
-    for e in rows.values():
-        h = merge(e["hists"])
-        p50, p99 = quantile(h, 0.5), quantile(h, 0.99)
-        item = {"name": e["name"], "leg": e["leg"], "us_per_txn": round(e.get("excl_ns", e["sum_ns"]) / txns / 1e3, 3),
-                "p50_us": None if p50 is None else round(p50 / 1e3, 2),
-                "p99_us": None if p99 is None else round(p99 / 1e3, 2),
-                "count_per_txn": round(e["count"] / txns, 3)}
-        if e["kind"] in USDT_NAMES:
-            item["parent"] = "backend.execute"
-            if excl and e["kind"] in EXCLUSIVE:
-                item["part"], item["inclusive_us"] = True, item["us_per_txn"]
-                item["us_per_txn"] = round(excl.get(e["kind"], 0) / txns / 1e3, 3)
-            elif excl:
-                item["phase"] = True
-        out["stages"].append(item)
-    if excl:
-        out["execute_split"] = _execute_other(out["stages"])
-    out["stages"].sort(key=lambda s: (LEG_ORDER.get(s["leg"], 9), "parent" in s, "phase" in s, -s["us_per_txn"]))
-    total = sum(s["us_per_txn"] for s in out["stages"] if "parent" not in s)
-    out["total_us"] = round(total, 3)
-    ref, out["closure_basis"] = (cycle_us, "cycle") if cycle_us else (measured_mean_us, "latency")
-    if ref:
-        out["closure_error_pct"] = round((total - ref) / ref * 100.0, 2)
-    out["netfilter_packets_per_txn"] = round(out["netfilter_packets_per_txn"], 2)
-    return out
+
+
+def _stage_item(e: dict, txns: int, excl: dict) -> dict:
+    """One stage's row: µs per transaction, p50/p99 per occurrence, count; USDT stages under backend.execute
+    (its exclusive parts when the waits were split, else phases)."""
+    h = merge(e["hists"])
+    p50, p99 = quantile(h, 0.5), quantile(h, 0.99)
+    item = {"name": e["name"], "leg": e["leg"], "us_per_txn": round(e.get("excl_ns", e["sum_ns"]) / txns / 1e3, 3),
+            "p50_us": None if p50 is None else round(p50 / 1e3, 2),
+            "p99_us": None if p99 is None else round(p99 / 1e3, 2),
+            "count_per_txn": round(e["count"] / txns, 3)}
+    if e["kind"] in USDT_NAMES:
+        item["parent"] = "backend.execute"
+        if excl and e["kind"] in EXCLUSIVE:
+            item["part"], item["inclusive_us"] = True, item["us_per_txn"]
+            item["us_per_txn"] = round(excl.get(e["kind"], 0) / txns / 1e3, 3)
+        elif excl:
+            item["phase"] = True
+    return item
 
 
 def _execute_other(stages: list[dict]) -> dict:
