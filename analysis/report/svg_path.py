@@ -98,32 +98,7 @@ def render(model: dict, baseline: dict | None = None, title: str = "", uid: str 
            f'largest element; figures are µs per transaction of the {total:,.1f} µs cycle</text>']
     out += _hosts(model, x_of, y_proc, proc_h)
     for p in procs:
-        t = abs(p["us"]) / biggest
-        key = ("process", p["id"], "")
-        share = p["us"] / total * 100 if total else 0.0
-        x = x_of[p["id"]]
-        tip = "\n".join([f"{p['label']} ({p.get('process')}, pids {', '.join(map(str, p.get('pids') or [])) or '?'})"]
-                        + [f"{s['name']} [{s['leg']}]: {_fmt_us(s['us'])}" for s in p["stages"]]
-                        + [f"CPU {c['name']}: {_fmt_us(c['us'])}" for c in p["cpu"]])
-        out.append(f'<g class="pp-el" data-element="process" data-kind="{_e(p["kind"])}" data-name="{_e(p["id"])}" '
-                   f'data-us-per-txn="{_attr(p["us"] if measured else None)}" '
-                   f'data-cpu-us-per-txn="{_attr(p["cpu_us"] if p["cpu"] else None)}" '
-                   f'data-share-pct="{f"{share:.1f}" if measured else ""}"><title>{_e(tip)}</title>'
-                   f'<rect x="{x}" y="{y_proc}" width="{COL_W}" height="{proc_h}" rx="8" fill="{ramp(t)}" '
-                   f'stroke="#333" stroke-width="1.2"/>')
-        ink = _ink(t)
-        lines = [(f"{_clip(p['label'], 24)}", 13, "600"),
-                 (f"{_fmt_us(p['us'])} · {share:.1f} %" if measured else "no stage figures", 12, "600")]
-        if base is not None:
-            d = _delta(key, mine, base).strip()
-            lines.append(("not in the baseline" if d == "(new)" else f"{d or 'Δ –'} µs vs baseline", 11, "600"))
-        lines += [
-                  (f"work {_fmt_us(p['own_us'])} · waits {_fmt_us(p['wait_us'])}", 10, "400"),
-                  (f"CPU {_fmt_us(p['cpu_us'])}" if p["cpu"] else "CPU not measured", 10, "400")]
-        for i, (text, size, weight) in enumerate(lines):
-            out.append(f'<text x="{x + 8}" y="{y_proc + 20 + i * 20}" font-size="{size}" font-weight="{weight}" '
-                       f'fill="{ink}">{_e(text)}</text>')
-        out.append("</g>")
+        out += _process_box(p, x_of[p["id"]], y_proc, proc_h, total, biggest, measured, mine, base)
     for leg, segs in legs.items():
         for seg in segs:
             out += _segment(seg, leg, x_of, total, biggest, mine, base,
@@ -134,6 +109,36 @@ def render(model: dict, baseline: dict | None = None, title: str = "", uid: str 
         y += 16
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _process_box(p: dict, x: int, y_proc: int, proc_h: int, total: float, biggest: float, measured: bool,
+                 mine: dict, base: dict | None) -> list[str]:
+    """One process of the path: its box coloured by its share, its figures, the change against the baseline."""
+    t = abs(p["us"]) / biggest
+    key = ("process", p["id"], "")
+    share = p["us"] / total * 100 if total else 0.0
+    tip = "\n".join([f"{p['label']} ({p.get('process')}, pids {', '.join(map(str, p.get('pids') or [])) or '?'})"]
+                    + [f"{s['name']} [{s['leg']}]: {_fmt_us(s['us'])}" for s in p["stages"]]
+                    + [f"CPU {c['name']}: {_fmt_us(c['us'])}" for c in p["cpu"]])
+    out = [f'<g class="pp-el" data-element="process" data-kind="{_e(p["kind"])}" data-name="{_e(p["id"])}" '
+           f'data-us-per-txn="{_attr(p["us"] if measured else None)}" '
+           f'data-cpu-us-per-txn="{_attr(p["cpu_us"] if p["cpu"] else None)}" '
+           f'data-share-pct="{f"{share:.1f}" if measured else ""}"><title>{_e(tip)}</title>'
+           f'<rect x="{x}" y="{y_proc}" width="{COL_W}" height="{proc_h}" rx="8" fill="{ramp(t)}" '
+           f'stroke="#333" stroke-width="1.2"/>']
+    ink = _ink(t)
+    lines = [(f"{_clip(p['label'], 24)}", 13, "600"),
+             (f"{_fmt_us(p['us'])} · {share:.1f} %" if measured else "no stage figures", 12, "600")]
+    if base is not None:
+        d = _delta(key, mine, base).strip()
+        lines.append(("not in the baseline" if d == "(new)" else f"{d or 'Δ –'} µs vs baseline", 11, "600"))
+    lines += [(f"work {_fmt_us(p['own_us'])} · waits {_fmt_us(p['wait_us'])}", 10, "400"),
+              (f"CPU {_fmt_us(p['cpu_us'])}" if p["cpu"] else "CPU not measured", 10, "400")]
+    for i, (text, size, weight) in enumerate(lines):
+        out.append(f'<text x="{x + 8}" y="{y_proc + 20 + i * 20}" font-size="{size}" font-weight="{weight}" '
+                   f'fill="{ink}">{_e(text)}</text>')
+    out.append("</g>")
+    return out
 
 
 def _hosts(model: dict, x_of: dict, y_proc: int, proc_h: int) -> list[str]:
