@@ -126,12 +126,14 @@ def build(traces: pd.DataFrame | None, messages: pd.DataFrame | None, meta: dict
         starts = [(int(cols["ts_ns"][i]), int(col("txn", i, -1))) for i in rows]
         hit = anchors.find(starts)
         if hit:
-            tid = ids.trace_id(*hit)
+            tid = ids.trace_id(hit[0], hit[1])
             out.wire_ids += 1
         else:
             tid = ids.local_trace_id(run_id, res_host, int(col("tid", first, 0)), int(col("txn", first, -1)),
                                      starts[0][0])
-        t0 = starts[0][0] + off
+        # the root starts at the client's request when this host sent it, though the request's wire and the
+        # server's part are another host's spans
+        t0 = min(starts[0][0], hit[2] if hit and hit[2] is not None else starts[0][0]) + off
         t1 = int(cols["ts_ns"][rows[-1]]) + int(cols["dur_ns"][rows[-1]]) + off
         has_client = any(col("role", i) == "pgbench" for i in rows)
         root = ids.root_span_id(tid)

@@ -91,26 +91,33 @@ def client_conn(dir_: str, local: str, remote: str, wires: dict[str, str]) -> st
 
 
 class Anchors:
-    """Request-leg markers of one host's run, looked up by (ts_ns, txn): the start of a span that begins where
-    its message is sent or delivered."""
+    """A host's markers (messages.parquet), looked up by (ts_ns, txn): the start of a span that begins where its
+    message is sent or delivered. A request's marker names its transaction at once; a response's names it
+    through the request marker of the same socket and transaction number (a client's agent whose chain starts at
+    the response's delivery: the request's wire belongs to the other host)."""
 
     def __init__(self, messages: pd.DataFrame | None, meta: dict):
-        self._by = {}
+        self._at: dict[tuple[int, int], tuple[str, int]] = {}
+        self._req: dict[tuple[str, int], tuple[str, int, int | None]] = {}
         if messages is None or not len(messages):
             return
-        m = messages[messages["leg"] == "request"]
         wires = wire_map(meta)
-        for r in m.itertuples(index=False):
-            conn = client_conn(r.dir, f"{r.local_ip}:{r.local_port}", f"{r.remote_ip}:{r.remote_port}", wires)
-            self._by.setdefault((int(r.ts_ns), int(r.txn)), (conn, int(r.tcp_seq)))
+        for r in messages.itertuples(index=False):
+            sock, txn = f"{r.local_ip}:{r.local_port}>{r.remote_ip}:{r.remote_port}", int(r.txn)
+            self._at.setdefault((int(r.ts_ns), txn), (sock, txn))
+            if r.leg == "request":
+                conn = client_conn(r.dir, f"{r.local_ip}:{r.local_port}", f"{r.remote_ip}:{r.remote_port}", wires)
+                self._req.setdefault((sock, txn), (conn, int(r.tcp_seq), int(r.ts_ns) if r.dir == "send" else None))
 
     def __len__(self) -> int:
-        return len(self._by)
+        return len(self._at)
 
-    def find(self, starts: list[tuple[int, int]]) -> tuple[str, int] | None:
-        """(client conn, request tcp_seq) of the earliest span start (ts_ns, txn) a marker names, else None."""
+    def find(self, starts: list[tuple[int, int]]) -> tuple[str, int, int | None] | None:
+        """(client conn, request tcp_seq, the request's send start when this host sent it) of the earliest span
+        start (ts_ns, txn) a marker names, else None."""
         for key in sorted(starts):
-            hit = self._by.get(key)
+            at = self._at.get(key)
+            hit = self._req.get(at) if at else None
             if hit is not None:
                 return hit
         return None

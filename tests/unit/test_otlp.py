@@ -83,6 +83,23 @@ def test_two_hosts_views_of_one_transaction_get_one_trace_id():
     assert set(roots) == {otlp_ids.trace_id(f"{WIRE_CLI}>{WIRE_SRV}", s) for s in (1000, 1060)}
 
 
+def test_a_client_agent_whose_chain_starts_at_the_response_joins_by_its_request():
+    """On the client's own host the request's wire is the server host's: its chain is the response's delivery
+    and pgbench's time; the response marker leads to the request marker of the same socket and number."""
+    traces, msgs, meta = client_host()
+    traces = traces[traces["stage"].isin(["wire.pgbench", "recv.pgbench", "client.pgbench"])].copy()
+    resp = traces[traces["stage"] == "wire.pgbench"]
+    sock = {"local_ip": CLI_SOCK[0], "local_port": CLI_SOCK[1], "remote_ip": PUBLISHED[0], "remote_port": PUBLISHED[1]}
+    rec = pd.DataFrame([{**_msg(int(r.ts_ns), "recv", "pgbench", "response", int(r.txn), CLI_SOCK, PUBLISHED,
+                                555 + i), **sock} for i, r in enumerate(resp.itertuples())])
+    built = otlp.build(traces, pd.concat([msgs, rec], ignore_index=True), meta)
+    roots = {s.context.trace_id: s for s in built.spans if s.parent is None}
+    srv = {s.context.trace_id for s in otlp.build(*server_host()).spans}
+    assert built.wire_ids == 2 and set(roots) <= srv
+    sends = sorted(int(t) + WALL for t in msgs["ts_ns"])
+    assert sorted(r.start_time for r in roots.values()) == sends        # the root opens at the request's send
+
+
 def test_different_transactions_and_connections_differ():
     conn = f"{WIRE_CLI}>{WIRE_SRV}"
     other = f"198.18.21.1:40001>{WIRE_SRV}"
