@@ -308,13 +308,16 @@ static __always_inline void trace_emit(__u8 stage, __u8 role, __u8 leg, __u32 ho
 
 /* --trace-sample: a marker of a TCP message crossing this host's edge (PP_ST_XSEND at the sender's send start,
  * PP_ST_XRECV at its delivery), for joining hosts' runs (pathprof.analysis.merge). Sampled by a hash of the TCP
- * sequence number, which every host sees identically (the per-socket numbers are each agent's own). IPv4 only. */
+ * sequence number, which every host sees identically (the per-socket numbers are each agent's own), and also
+ * for every message of a traced transaction (seq % trace_every == 0, as trace_emit), so each sampled
+ * transaction knows its connection's tuple and sequence numbers (its OTLP trace id,
+ * pathprof.analysis.export.otlp_ids). IPv4 only. */
 static __always_inline void mark_emit(__u8 stage, __u8 role, __u8 leg, __u32 hop, struct sock *sk, __u64 ts,
 				      __u32 tcp_seq, __u32 seq)
 {
 	if (!trace_every || sk->__sk_common.skc_family != 2 /* AF_INET */)
 		return;
-	if (((tcp_seq * 2654435761u) >> 16) % trace_every)
+	if (((tcp_seq * 2654435761u) >> 16) % trace_every && (!seq || seq % trace_every))
 		return;
 	struct pp_trace *e = bpf_ringbuf_reserve(&traces, sizeof(*e), 0);
 	if (!e) {

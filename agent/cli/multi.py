@@ -175,6 +175,10 @@ def export(a) -> int:
     rd = RunDir.open(a.run)
     if a.format == "openmetrics":
         return _export_openmetrics(rd, a.output)
+    if a.format == "otlp":
+        return _export_otlp(rd, getattr(a, "endpoint", None), a.output)
+    if getattr(a, "endpoint", None):
+        raise UserError("--endpoint is for --format otlp")
     if a.format == "perfetto":
         traces = rd.read_frame("traces.parquet")
         if traces is None or not len(traces):
@@ -205,4 +209,20 @@ def _export_openmetrics(rd, output: str | None) -> int:
         print(output)
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def _export_otlp(rd, endpoint: str | None, output: str | None) -> int:
+    from pathprof.analysis.export import otlp, otlp_send
+    built = otlp.build_from_run(rd)
+    what = (f"{built.traces} traces ({built.complete} complete transactions), {len(built.spans)} spans; "
+            f"{built.wire_ids} trace ids from the wire")
+    if endpoint:
+        n = otlp_send.send(built.spans, endpoint)
+        print(f"pathprof: sent {what} to {otlp_send.traces_url(endpoint)} in {n} request(s)", file=sys.stderr)
+    if output or not endpoint:
+        out = Path(output or rd.path / "trace.otlp.pb")
+        size = otlp_send.write(built.spans, out)
+        print(f"pathprof: wrote {what} ({size} bytes)", file=sys.stderr)
+        print(out)
     return 0

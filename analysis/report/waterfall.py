@@ -38,18 +38,18 @@ def partial_chains(traces: pd.DataFrame | None) -> list[dict]:
     return [t for t in chains if cover(t) == best]
 
 
-def _chains(traces) -> tuple[list[dict], list[dict]]:
-    """(complete transactions, every other chain of two spans or more)."""
+def chain_rows(traces: pd.DataFrame | None) -> tuple[pd.DataFrame, list[tuple[list[int], bool]]]:
+    """The spans sorted by start (a frame indexed 0..n-1) and its chains: [(row positions in time order,
+    complete)], complete when the chain covers every leg (request, server, response, client), else a chain of
+    two spans or more that is not (a host's agent sees only its part of the path). Spans in no chain of two
+    are in none of them."""
     if traces is None or not len(traces) or not {"ts_ns", "dur_ns", "stage"} <= set(traces.columns):
-        return [], []
-    df = traces.dropna(subset=["ts_ns", "dur_ns"]).sort_values("ts_ns", kind="stable")
+        return pd.DataFrame(), []
+    df = traces.dropna(subset=["ts_ns", "dur_ns"]).sort_values("ts_ns", kind="stable").reset_index(drop=True)
     ts = df["ts_ns"].astype("int64").tolist()
     dur = df["dur_ns"].astype("int64").tolist()
-    stage = df["stage"].astype(str).tolist()
-    role = (df["role"].astype(str) if "role" in df else df["stage"].astype(str).str.split(".").str[-1]).tolist()
     leg = (df["leg"].fillna("").astype(str) if "leg" in df else pd.Series([""] * len(df))).tolist()
     txn = df["txn"].tolist() if "txn" in df else [None] * len(df)
-    pid = df["pid"].tolist() if "pid" in df else [None] * len(df)
     starts: dict[int, list[int]] = {}
     for i, t in enumerate(ts):
         starts.setdefault(t, []).append(i)
@@ -61,7 +61,7 @@ def _chains(traces) -> tuple[list[dict], list[dict]]:
             same = [j for j in nxt if txn[j] == txn[i]]
             succ[i] = (same or nxt)[0]
             has_pred.add(succ[i])
-    out, partial = [], []
+    out: list[tuple[list[int], bool]] = []
     for i in range(len(ts)):
         if i in has_pred:
             continue
@@ -73,12 +73,28 @@ def _chains(traces) -> tuple[list[dict], list[dict]]:
             cur.append(j)
             if leg[j] == "client":
                 if LEGS <= {leg[k] for k in cur}:
-                    out.append(_txn(cur, ts, dur, stage, role, leg, pid))
+                    out.append((cur, True))
                 elif len(cur) > 1:
-                    partial.append(_txn(cur, ts, dur, stage, role, leg, pid))
+                    out.append((cur, False))
                 cur = []
         if len(cur) > 1:
-            partial.append(_txn(cur, ts, dur, stage, role, leg, pid))
+            out.append((cur, False))
+    return df, out
+
+
+def _chains(traces) -> tuple[list[dict], list[dict]]:
+    """(complete transactions, every other chain of two spans or more)."""
+    df, chains = chain_rows(traces)
+    if not chains:
+        return [], []
+    ts = df["ts_ns"].astype("int64").tolist()
+    dur = df["dur_ns"].astype("int64").tolist()
+    stage = df["stage"].astype(str).tolist()
+    role = (df["role"].astype(str) if "role" in df else df["stage"].astype(str).str.split(".").str[-1]).tolist()
+    leg = (df["leg"].fillna("").astype(str) if "leg" in df else pd.Series([""] * len(df))).tolist()
+    pid = df["pid"].tolist() if "pid" in df else [None] * len(df)
+    out = [_txn(c, ts, dur, stage, role, leg, pid) for c, complete in chains if complete]
+    partial = [_txn(c, ts, dur, stage, role, leg, pid) for c, complete in chains if not complete]
     return out, partial
 
 

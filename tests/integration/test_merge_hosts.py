@@ -25,8 +25,8 @@ CLOSURE_PCT = 5.0          # the merged stages against the client's cycle (clien
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces and loads BPF: root only")
 
 
-def _attach(args: list[str], runs: Path) -> subprocess.Popen:
-    return subprocess.Popen([*PP, "attach", *args, "-T", "3", "--trace-sample", "2", "--json", "--no-live",
+def _attach(args: list[str], runs: Path, sample: int = 2) -> subprocess.Popen:
+    return subprocess.Popen([*PP, "attach", *args, "-T", "3", "--trace-sample", str(sample), "--json", "--no-live",
                              "--runs-dir", str(runs)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

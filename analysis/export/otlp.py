@@ -1,0 +1,166 @@
+"""`pathprof export RUN --format otlp`: each sampled transaction of a run (--trace-sample) as an OpenTelemetry
+trace, sent to an OTLP/HTTP endpoint (protobuf, POST /v1/traces) or written as that request's body.
+
+One trace per transaction (a chain of the probes' back-to-back spans, pathprof.analysis.report.waterfall):
+- the root span `transaction` (from the first stage's start to the last one's end), sent by the host that holds
+  the client's part; a host that does not (a server's agent) sends a span `host <name>` under the root's id;
+- one child span per stage, named as the report names it (`wire.backend`, `runqueue.pgbench`, ...), with its
+  start and duration as the probes measured them.
+Trace and span ids: pathprof.analysis.export.otlp_ids (the same transaction seen by agents on two hosts gets
+one trace id). Times are the run's CLOCK_MONOTONIC stamps moved to wall-clock time by the offset the agent
+recorded at its measurement windows (run.json probes.windows); a merged run's traces are already on its first
+host's clock.
+
+Span attributes: `pathprof.stage`, `pathprof.leg`, `pathprof.role`, `pathprof.host` (the topology's host of the
+process, or the agent's host), `process.pid`, `thread.id`, `pathprof.txn` (the agent's own transaction number).
+Resource: `service.name` = pathprof, `service.version`, `host.name`, `pathprof.host`, `pathprof.run_id`,
+`pathprof.topology`. Uses the OpenTelemetry SDK's span model and its OTLP exporter and encoder.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+import pandas as pd
+from pathprof.analysis.export import otlp_ids as ids
+from pathprof.errors import UserError
+
+SCOPE_NAME = "pathprof"
+
+
+@dataclass
+class Built:
+    spans: list = field(default_factory=list)     # opentelemetry.sdk.trace.ReadableSpan
+    traces: int = 0
+    wire_ids: int = 0                             # traces whose id comes from the wire (join across hosts)
+    complete: int = 0
+    left_out: int = 0                             # spans in no chain of two
+
+
+def wall_offset_ns(meta: dict) -> int:
+    """Wall-clock minus CLOCK_MONOTONIC, from the pairs the agent stamped at its windows (0 when absent:
+    a merged run's or an old run's traces are then placed at their monotonic time)."""
+    pairs = []
+    for w in ((meta or {}).get("probes") or {}).get("windows") or []:
+        for k in ("attach", "start", "end", "detached"):
+            rt, mono = w.get(f"{k}_realtime_ns"), w.get(f"{k}_mono_ns")
+            if rt and mono:
+                pairs.append(int(rt) - int(mono))
+    return int(statistics.median(pairs)) if pairs else 0
+
+
+def run_host(meta: dict) -> str:
+    """The name of the host a run stands for: attach's scope.host, else the machine's hostname."""
+    return ((meta.get("scope") or {}).get("host") or (meta.get("host") or {}).get("hostname") or "host")
+
+
+def process_hosts(topology: dict | None) -> dict[str, str]:
+    """role/hop name -> the topology host it runs on (topology.json chain: pgbench, hops, postgres -> backend)."""
+    out = {}
+    for e in (topology or {}).get("chain") or []:
+        if not e.get("host"):
+            continue
+        if e.get("process") == "pgbench":
+            out["pgbench"] = e["host"]
+        elif e.get("process") == "postgres":
+            out["backend"] = out["postmaster"] = e["host"]
+        elif e.get("hop"):
+            out[str(e["hop"]).removeprefix("hop.")] = e["host"]
+    return out
+
+
+def _resource(meta: dict, host: str):
+    import pathprof
+    from opentelemetry.sdk.resources import Resource
+    topo = (meta.get("topology") or {}).get("name") or ""
+    return Resource({"service.name": "pathprof", "service.version": str(meta.get("pathprof_version")
+                                                                         or pathprof.__version__),
+                     "host.name": host, "pathprof.host": host, "pathprof.run_id": str(meta.get("run_id") or ""),
+                     "pathprof.topology": str(topo)})
+
+
+def _span(name, tid, sid, parent_sid, start, end, attrs, resource, scope):
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.trace import SpanContext, TraceFlags
+    ctx = SpanContext(tid, sid, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    parent = (SpanContext(tid, parent_sid, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+              if parent_sid else None)
+    return ReadableSpan(name, context=ctx, parent=parent, resource=resource, attributes=attrs,
+                        start_time=int(start), end_time=int(end), instrumentation_scope=scope)
+
+
+def build(traces: pd.DataFrame | None, messages: pd.DataFrame | None, meta: dict,
+          topology: dict | None = None) -> Built:
+    """The spans of every chain of sampled spans (complete transactions, and a host's part of one)."""
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from pathprof.analysis.report.waterfall import chain_rows
+    run_id = str(meta.get("run_id") or "")
+    if traces is None or not len(traces):
+        raise UserError(f"run {run_id or '?'} has no sampled traces (traces.parquet): record them with "
+                        "`pathprof run --trace-sample N` (or `attach --trace-sample N`)")
+    df, chains = chain_rows(traces)
+    if not chains:
+        raise UserError(f"run {run_id or '?'}: none of its {len(traces)} sampled spans forms a transaction "
+                        "(no two spans chain end to start)")
+    import pathprof
+    scope = InstrumentationScope(SCOPE_NAME, str(meta.get("pathprof_version") or pathprof.__version__))
+    agent_host = run_host(meta)
+    where = process_hosts(topology)
+    anchors = ids.Anchors(messages, meta)
+    off = wall_offset_ns(meta)
+    has_host = "host" in df.columns
+    resources: dict[str, object] = {}
+    cols = {c: df[c].tolist() for c in ("ts_ns", "dur_ns", "stage", "role", "leg", "txn", "pid", "tid")
+            if c in df.columns}
+    hosts = df["host"].astype(str).tolist() if has_host else None
+    out = Built(left_out=len(df) - sum(len(c) for c, _ in chains))
+
+    def col(name, i, default=None):
+        v = cols.get(name)
+        return default if v is None or pd.isna(v[i]) else v[i]
+
+    for rows, complete in chains:
+        first = rows[0]
+        res_host = hosts[first] if hosts else agent_host
+        resource = resources.get(res_host) or resources.setdefault(res_host, _resource(meta, res_host))
+        starts = [(int(cols["ts_ns"][i]), int(col("txn", i, -1))) for i in rows]
+        hit = anchors.find(starts)
+        if hit:
+            tid = ids.trace_id(hit[0], hit[1])
+            out.wire_ids += 1
+        else:
+            tid = ids.local_trace_id(run_id, res_host, int(col("tid", first, 0)), int(col("txn", first, -1)),
+                                     starts[0][0])
+        # the root starts at the client's request when this host sent it, though the request's wire and the
+        # server's part are another host's spans
+        t0 = min(starts[0][0], hit[2] if hit and hit[2] is not None else starts[0][0]) + off
+        t1 = int(cols["ts_ns"][rows[-1]]) + int(cols["dur_ns"][rows[-1]]) + off
+        has_client = any(col("role", i) == "pgbench" for i in rows)
+        root = ids.root_span_id(tid)
+        txn_attrs = {"pathprof.host": res_host, "pathprof.complete": bool(complete),
+                     "pathprof.trace_id.source": "wire" if hit else "local", "pathprof.spans": len(rows)}
+        if hit:
+            txn_attrs.update({"pathprof.connection": hit[0], "pathprof.tcp_seq": int(hit[1])})
+        if has_client:
+            parent = root
+            out.spans.append(_span("transaction", tid, root, None, t0, t1, txn_attrs, resource, scope))
+        else:
+            parent = ids.host_span_id(tid, res_host)
+            out.spans.append(_span(f"host {res_host}", tid, parent, root, t0, t1, txn_attrs, resource, scope))
+        for i in rows:
+            role, stage = str(col("role", i, "unknown")), str(col("stage", i, "span"))
+            ts, dur, thread = int(cols["ts_ns"][i]), max(int(col("dur_ns", i, 0)), 0), int(col("tid", i, 0))
+            attrs = {"pathprof.stage": stage, "pathprof.leg": str(col("leg", i, "")), "pathprof.role": role,
+                     "pathprof.host": (hosts[i] if hosts else where.get(role, agent_host)),
+                     "process.pid": int(col("pid", i, 0)), "thread.id": thread,
+                     "pathprof.txn": int(col("txn", i, -1))}
+            sid = ids.span_id(tid, res_host, stage, ts, thread)
+            out.spans.append(_span(stage, tid, sid, parent, ts + off, ts + off + dur, attrs, resource, scope))
+        out.traces += 1
+        out.complete += bool(complete)
+    return out
+
+
+def build_from_run(rd) -> Built:
+    return build(rd.read_frame("traces.parquet"), rd.read_frame("messages.parquet"), rd.meta,
+                 rd.read_json("topology.json"))

@@ -1,0 +1,61 @@
+"""OTLP from two agents: a client host and a server host (namespaces, DNAT on the server's side,
+tests/integration/two_hosts.py), one `attach --netns --trace-sample 1` each, both runs exported to one OTLP
+receiver without merging: the server's spans join the client's traces (same trace id, parented on the
+client's root span)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import PATHPROF
+from otlp_receiver import Receiver
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_merge_hosts import _attach, _done  # noqa: E402
+from two_hosts import pgbench, two_hosts, wait_connected  # noqa: E402
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces and loads BPF: root only")]
+
+
+def test_two_agents_traces_join_in_the_receiver(tmp_path):
+    runs = tmp_path / "runs"
+    with two_hosts() as h:
+        load = pgbench(2, 10, h["tmp"])
+        try:
+            wait_connected(2)
+            srv = _attach(["--netns", h["server_ns"], "--port", str(h["pg_port"])], runs, sample=1)
+            cli = _attach(["--netns", h["client_ns"], "--remote", h["remote"]], runs, sample=1)
+            s, c = _done(srv), _done(cli)
+        finally:
+            load.terminate()
+            load.wait(timeout=30)
+    with Receiver() as r:
+        for run in (c["run_dir"], s["run_dir"]):
+            p = subprocess.run([*PATHPROF, "export", run, "--format", "otlp", "--endpoint", r.url],
+                               capture_output=True, text=True, timeout=300)
+            assert p.returncode == 0, p.stderr[-3000:]
+        spans = r.spans()
+    by_host: dict[str, list] = {}
+    for sp in spans:
+        by_host.setdefault(sp["resource"]["host.name"], []).append(sp)
+    assert set(by_host) == {h["client_ns"], h["server_ns"]}
+    cli_roots = {sp["trace_id"]: sp for sp in by_host[h["client_ns"]] if not sp["parent"]}
+    srv_tops = {sp["trace_id"]: sp for sp in by_host[h["server_ns"]] if sp["name"] == f"host {h['server_ns']}"}
+    wire = sum(sp["attrs"]["pathprof.trace_id.source"] == "wire" for sp in srv_tops.values())
+    assert wire >= 0.99 * len(srv_tops)
+    # the client's wire tuple as the server's agent derives it through its DNAT: the published address
+    assert {sp["attrs"]["pathprof.connection"].split(">")[1] for sp in srv_tops.values()
+            if "pathprof.connection" in sp["attrs"]} == {h["remote"]}
+    joined = set(cli_roots) & set(srv_tops)
+    # both agents overlap for most of their 3 s; every sampled transaction seen by both should join
+    assert len(joined) >= 0.5 * min(len(cli_roots), len(srv_tops)) and len(joined) > 100, \
+        (len(cli_roots), len(srv_tops), len(joined))
+    for tid in joined:
+        root, top = cli_roots[tid], srv_tops[tid]
+        assert top["parent"] == root["span_id"]
+        # one kernel, one clock: the server's part lies inside the client's transaction (±50 µs of wall-clock
+        # conversion, each agent's own)
+        assert root["start"] - 50_000 <= top["start"] <= top["end"] <= root["end"] + 50_000
+    assert Path(c["run_dir"]).exists() and Path(s["run_dir"]).exists()
