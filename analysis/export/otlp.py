@@ -119,10 +119,10 @@ def build(traces: pd.DataFrame | None, messages: pd.DataFrame | None, meta: dict
         v = cols.get(name)
         return default if v is None or pd.isna(v[i]) else v[i]
 
+    plans = []
     for rows, complete in chains:
         first = rows[0]
         res_host = hosts[first] if hosts else agent_host
-        resource = resources.get(res_host) or resources.setdefault(res_host, _resource(meta, res_host))
         starts = [(int(cols["ts_ns"][i]), int(col("txn", i, -1))) for i in rows]
         hit = anchors.find(starts)
         if hit:
@@ -135,18 +135,32 @@ def build(traces: pd.DataFrame | None, messages: pd.DataFrame | None, meta: dict
         # server's part are another host's spans
         t0 = min(starts[0][0], hit[2] if hit and hit[2] is not None else starts[0][0]) + off
         t1 = int(cols["ts_ns"][rows[-1]]) + int(cols["dur_ns"][rows[-1]]) + off
-        has_client = any(col("role", i) == "pgbench" for i in rows)
+        plans.append((rows, complete, res_host, hit, tid, t0, t1, any(col("role", i) == "pgbench" for i in rows)))
+    # A transaction whose spans came out as two chains on one host (a gap in the sampled spans at a window's
+    # edge) keeps one root, spanning both, instead of a second detached part under a root the trace already has.
+    span_of: dict[tuple, list] = {}
+    for rows, complete, res_host, hit, tid, t0, t1, has_client in plans:
+        iv = span_of.setdefault((tid, res_host), [t0, t1, False])
+        iv[0], iv[1], iv[2] = min(iv[0], t0), max(iv[1], t1), iv[2] or has_client
+    rooted: set = set()
+    for rows, complete, res_host, hit, tid, t0, t1, has_client in plans:
+        resource = resources.get(res_host) or resources.setdefault(res_host, _resource(meta, res_host))
         root = ids.root_span_id(tid)
+        t0, t1, host_has_client = span_of[(tid, res_host)]
         txn_attrs = {"pathprof.host": res_host, "pathprof.complete": bool(complete),
                      "pathprof.trace_id.source": "wire" if hit else "local", "pathprof.spans": len(rows)}
         if hit:
             txn_attrs.update({"pathprof.connection": hit[0], "pathprof.tcp_seq": int(hit[1])})
-        if has_client:
+        if host_has_client:
             parent = root
-            out.spans.append(_span("transaction", tid, root, None, t0, t1, txn_attrs, resource, scope))
+            if (tid, res_host) not in rooted:
+                rooted.add((tid, res_host))
+                out.spans.append(_span("transaction", tid, root, None, t0, t1, txn_attrs, resource, scope))
         else:
             parent = ids.host_span_id(tid, res_host)
-            out.spans.append(_span(f"host {res_host}", tid, parent, root, t0, t1, txn_attrs, resource, scope))
+            if (tid, res_host) not in rooted:
+                rooted.add((tid, res_host))
+                out.spans.append(_span(f"host {res_host}", tid, parent, root, t0, t1, txn_attrs, resource, scope))
         for i in rows:
             role, stage = str(col("role", i, "unknown")), str(col("stage", i, "span"))
             ts, dur, thread = int(cols["ts_ns"][i]), max(int(col("dur_ns", i, 0)), 0), int(col("tid", i, 0))
@@ -156,8 +170,8 @@ def build(traces: pd.DataFrame | None, messages: pd.DataFrame | None, meta: dict
                      "pathprof.txn": int(col("txn", i, -1))}
             sid = ids.span_id(tid, res_host, stage, ts, thread)
             out.spans.append(_span(stage, tid, sid, parent, ts + off, ts + off + dur, attrs, resource, scope))
-        out.traces += 1
         out.complete += bool(complete)
+    out.traces = len(rooted)          # transactions: chains of one transaction on one host count once
     return out
 
 

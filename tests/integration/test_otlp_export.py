@@ -1,4 +1,4 @@
-"""OTLP for real: a 3 s `run --trace-sample` on the nic path (client and server namespaces over a veth wire),
+"""OTLP for real: a 3 s `run --trace-sample 50` on the nic path (client and server namespaces over a veth wire),
 exported with `pathprof export --format otlp` to an OTLP/HTTP receiver on 127.0.0.1 (tests/otlp_receiver.py:
 http.server and opentelemetry-proto's own decoder), and the decoded spans checked against traces.parquet."""
 import json
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.integration,
 def test_a_sampled_run_exports_one_trace_per_transaction(tmp_path):
     env = {**os.environ, "PATHPROF_RUNS": str(tmp_path / "runs")}
     p = subprocess.run([*PATHPROF, "run", "--topology", "nic", "--clients", "2", "--duration", "3",
-                        "--trace-sample", "10", "--no-live", "--json"], capture_output=True, text=True, env=env,
+                        "--trace-sample", "50", "--no-live", "--json"], capture_output=True, text=True, env=env,
                        stdin=subprocess.DEVNULL, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     run_dir = json.loads(p.stdout)["run_dir"]

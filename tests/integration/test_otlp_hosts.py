@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.integration,
 def test_two_agents_traces_join_in_the_receiver(tmp_path):
     runs = tmp_path / "runs"
     with two_hosts() as h:
-        load = pgbench(2, 10, h["tmp"])
+        load = pgbench(2, 10, h["tmp"], rate=2000)   # thousands of traces are plenty: exporting 50k took 40 s
         try:
             wait_connected(2)
             srv = _attach(["--netns", h["server_ns"], "--port", str(h["pg_port"])], runs, sample=1)

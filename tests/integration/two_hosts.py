@@ -72,13 +72,14 @@ def two_hosts():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def pgbench(clients: int, seconds: int, tmp: str) -> subprocess.Popen:
-    """select 1 (prepared) from the client namespace through the published port."""
+def pgbench(clients: int, seconds: int, tmp: str, rate: int | None = None) -> subprocess.Popen:
+    """select 1 (prepared) from the client namespace through the published port (at most `rate` TPS)."""
     script = os.path.join(tmp, "select1.sql")
     with open(script, "w") as f:
         f.write("select 1;\n")
     return subprocess.Popen(["ip", "netns", "exec", CLI, f"{PG_BIN}/pgbench", "-n", "-M", "prepared", "-f", script,
-                             "-c", str(clients), "-j", "1", "-T", str(seconds), "-h", SRV_IP, "-p", str(PUBLISHED),
+                             "-c", str(clients), "-j", "1", "-T", str(seconds), *(["-R", str(rate)] if rate else []),
+                             "-h", SRV_IP, "-p", str(PUBLISHED),
                              "-U", "postgres", "postgres"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
 
