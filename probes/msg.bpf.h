@@ -26,6 +26,7 @@ static __always_inline __u32 send_number(struct sock *sk, struct pp_task *t)
  * exchange (SSLRequest and its 1-byte refusal, the startup packet, the server's hello up to ReadyForQuery) are
  * left out of the per-message stages, or they would be counted twice. The client's work after reading the
  * hello (-> its first query) stays: the connection probe's split ends at that read. */
+#define PP_TCP_ESTABLISHED 1   /* enum tcp_state: the FIN of the peer moves it to CLOSE_WAIT */
 #define PP_SETUP_READY 1   /* the message pending on the socket (ready, not consumed) is a setup message */
 #define PP_SETUP_PEND  2   /* the consumed message kept in pend_* is one */
 #define PP_SETUP_LAST  4   /* ... and it was the server's hello: the client's next send is its first query */
@@ -289,9 +290,13 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 		s->copied = c;
 	}
 	/* --connect, a hop: a setup message, or the client's Terminate ('X' + length: 5 bytes), which the client does
-	 * not wait for (it closes and goes on): neither its wait here nor its forwarding is on the client's path */
+	 * not wait for (it closes and goes on): neither its wait here nor its forwarding is on the client's path. Read
+	 * together with the FIN that follows it at once (a hop woken late, Go's docker-proxy) it moves 6: the FIN
+	 * takes a sequence number of its own, and the socket is past ESTABLISHED; read after it, the FIN alone moves 1 */
+	int fin = tcp && sk->__sk_common.skc_state != PP_TCP_ESTABLISHED;
+	int terminate = moved == 5 || (fin && (moved == 6 || moved == 1));
 	int off_path = conn_split && is_hop_role(t->role) &&
-		       ((s->setup_msg & PP_SETUP_READY) || (moved == 5 && s->leg == PP_LEG_REQUEST));
+		       ((s->setup_msg & PP_SETUP_READY) || (terminate && s->leg == PP_LEG_REQUEST));
 	if (conn_split && !is_hop_role(t->role)) {
 		/* a setup message read: left out at the next send; a client's read of more than the 1-byte SSL
 		 * refusal is the server's hello, which ends the setup */
