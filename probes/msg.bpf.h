@@ -72,6 +72,15 @@ static __always_inline int setup_message(struct sock *sk, struct pp_sock *s, str
 		return 0;
 	if (s->setup)                     /* into a backend that has not sent its hello yet */
 		return 1;
+	/* a pooler's own message on its server connection (pgbouncer's reset query when a client leaves, the SETs
+	 * that give the next client its parameters), and the backend's answer to it: no client waits for them, they
+	 * run while pgbench connects again (delivery inside the sender's send: loopback, veth) */
+	if (sender && sender->in_send) {
+		if (s->role == PP_ROLE_BACKEND && is_hop_role(sender->role) && sender->own_msg)
+			return 1;
+		if (is_hop_role(s->role) && sender->role == PP_ROLE_BACKEND && sender->setup_reply)
+			return 1;
+	}
 	if (s->role == PP_ROLE_BACKEND)
 		return 0;
 	if (sk->sk_protocol == IPPROTO_TCP_NUM) {
@@ -97,6 +106,25 @@ static __always_inline int setup_message(struct sock *sk, struct pp_sock *s, str
  * TCP send start: the first tcp_sendmsg_locked of the send (a few hundred ns after the syscall entry; syscall
  * tracepoints would put every syscall of every process on the slow path). AF_UNIX has no such tracepoint: its
  * send start is taken at the receiver's sk_data_ready. */
+/* --connect: is the send starting a hop's own message upstream (nothing held or read from a client to forward:
+ * its reset after a client left, its SETs for the next one), or a backend's answer to a setup message or to such
+ * a message? setup_message() reads it at the delivery, inside this send */
+static __always_inline void own_or_reply(const struct sock *sk, struct pp_task *t)
+{
+	struct pp_sock *u = bpf_sk_storage_get(&socks, (struct sock *)sk, 0, 0);
+	t->own_msg = 0;
+	t->setup_reply = 0;
+	if (!u)
+		return;
+	if (is_hop_role(t->role) && u->leg == PP_LEG_RESPONSE) {
+		struct pp_holdq *q = bpf_task_storage_get(&holdq, bpf_get_current_task_btf(), 0, 0);
+		int held = q && q->tail != q->head;
+		t->own_msg = !held && (t->consume_setup || !t->consume_ts);
+	} else if (t->role == PP_ROLE_BACKEND) {
+		t->setup_reply = (u->setup_msg & PP_SETUP_PEND) && !(u->setup_msg & PP_SETUP_LAST);
+	}
+}
+
 SEC("tp_btf/tcp_sendmsg_locked")
 int BPF_PROG(pp_tcp_send, const struct sock *sk, const struct msghdr *msg, const struct sk_buff *skb, int goal)
 {
@@ -123,6 +151,8 @@ int BPF_PROG(pp_tcp_send, const struct sock *sk, const struct msghdr *msg, const
 			t->consume_ts = t->cont_ts;
 			stat_inc(PP_STAT_HOP_CONTINUED);
 		}
+		if (conn_split)
+			own_or_reply(sk, t);
 	}
 	return 0;
 }

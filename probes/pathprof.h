@@ -26,7 +26,9 @@ struct pp_task {            /* task-local storage of a tracked thread: its prese
 	__u64 cont_ts;          /* hops: when its last send was delivered (sk_data_ready in its send) */
 	__u8  conn_setup;       /* backend (--connect): its connection's setup exchange is not over yet */
 	__u8  consume_setup;    /* hops (--connect): the consume not yet forwarded is a setup message */
-	__u8  pad2[6];
+	__u8  own_msg;          /* hops (--connect): the send upstream under way is the hop's own (a reset, a SET) */
+	__u8  setup_reply;      /* backend (--connect): the send under way answers a setup or a pooler's own message */
+	__u8  pad2[4];
 	__u64 fwd_act;          /* hops: where the forwarding upstream of the request whose response it consumed began
 				 * (from that connection's pp_sock.fwd_act), until it answers the client: holdq.bpf.h */
 };
