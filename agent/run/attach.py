@@ -270,17 +270,13 @@ def _watch(probes, path, duration_s: float, ui: Reporter) -> None:
 
 
 def _breakdown(frames, n: int, busy_ns: float, elapsed_ns: float) -> dict:
-    """The live view's stage/CPU tables so far; {} when there is nothing yet or it cannot be computed (the live
-    view is a convenience: the run must not depend on it)."""
+    """The live view's stage/CPU tables so far (agent.probing.live_breakdown.breakdown over the exchanges the
+    probes counted); {} when there is nothing yet or it cannot be computed (the live view is a convenience: the
+    run must not depend on it)."""
     if not frames or not n:
         return {}
-    from pathprof.agent.probing import frames as F
-    from pathprof.analysis import stages as views
-    stages, cpu, stats = frames
+    from pathprof.agent.probing.live_breakdown import breakdown
     try:
-        lv = views.latency_view(stages, n, 0.0)
-        cv = views.cpu_view(cpu, n, busy_ns, elapsed_ns, os.cpu_count() or 1)
+        return breakdown(frames, n, busy_ns, elapsed_ns)
     except Exception:
         return {}
-    return {"stages": [x for x in lv["stages"] if not x.get("parent")], "cpu": cv["components"],
-            "lost_events": sum(v for k, v in stats.items() if k in F.LOSS)}
