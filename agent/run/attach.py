@@ -17,13 +17,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import pathprof
-from pathprof.agent.discovery import profiled_path
-from pathprof.agent.host.machine import host_info
 from pathprof.agent.postgres.conninfo import redact
 from pathprof.agent.postgres.pgbench import Progress
 from pathprof.agent.run.options import Reporter
 from pathprof.agent.run.outcome import recording
+from pathprof.agent.run.pipeline import DiscoveredSource, LiveFeed, Measurement, record_head
 from pathprof.agent.run.signals import sigterm_as_interrupt
 from pathprof.analysis.rundir import RunDir
 from pathprof.errors import UserError
@@ -111,65 +109,70 @@ def _is_local(host: str) -> bool:
 
 
 def execute_attach(opts: AttachOptions, ui: Reporter) -> RunDir:
+    """The pipeline with a discovered path as the source and the traffic already flowing as the load driver."""
     from pathprof.agent.probing import doctor
-    from pathprof.agent.probing.session import ProbeSession
-    from pathprof.agent.run import recorder
     if opts.probes == "off":
         raise UserError("attach measures with the probes: --probes off leaves nothing to measure")
     if not 1 <= opts.duration_s <= 24 * 3600:
         raise UserError(f"--duration must be between 1 s and 24 h, not {opts.duration_s:g}")
     capabilities = doctor.require(opts.probes)
     ui.phase("discovering the path")
-    table, path = resolve(opts)
-    for line in profiled_path.summary_lines(table, path):
-        ui.note(f"path: {line}")
+    source = DiscoveredSource(*resolve(opts))
+    table, path = source.table, source.path
+    source.announce(ui)
     # always on: with no pgbench log there is no outside-the-windows rate to compare against anyway
-    probes = ProbeSession(profiled_path.probe_config(table, path, opts.probes, opts.trace_sample, 0.0, 0.0))
+    probes = source.session(opts.probes, opts.trace_sample, 0.0, 0.0)
     rd = RunDir.create(opts.runs_dir, "attach")
-    source = (f"--port {opts.port}" if opts.port else f"--server-pid {opts.server_pid}" if opts.server_pid
-              else f"--remote {opts.remote}" if opts.remote else f"--dsn {redact(opts.dsn)}")
-    source += f" --netns {opts.netns}" if opts.netns else ""
+    target = _source_text(opts)
     from pathprof.agent.discovery import edge
     scope = edge.scope_doc(table, opts.netns, opts.host_name)
     scope["leaving_connections"] = edge.leaving(table, edge.path_pids(table, path))
-    rd.update(pathprof_version=pathprof.__version__, host=host_info(),
-              topology={"name": "attach", "source": source, "options": {}, "spec": None},
-              workload={"clients": path.client_connections, "threads": None, "duration_s": opts.duration_s,
-                        "mode": None, "script": "observed", "connect": False, "scale": None, "rate": None},
-              postgres={"owned": False, "pid": path.postmaster}, scope=scope, status="running")
+    record_head(rd, {"name": "attach", "source": target, "options": {}, "spec": None},
+                {"clients": path.client_connections, "threads": None, "duration_s": opts.duration_s,
+                 "mode": None, "script": "observed", "connect": False, "scale": None, "rate": None},
+                postgres={"owned": False, "pid": path.postmaster}, scope=scope, status="running")
     with recording(rd):
-        rd.write_json("topology.json", profiled_path.topology_doc(table, path, f"attach {source}"))
-        presult = _measure(opts, probes, path, ui)
-        meta = recorder.save_probe_result(rd, presult, capabilities)
-        meta.update(level=opts.probes, schedule={"window_s": 0.0, "period_s": 0.0, "duty_pct": 100.0,
-                                                 "always_on": True}, windows=presult.windows)
-        meta["notes"] = list(meta.get("notes") or []) + [
-            "attach: a transaction is one request/response exchange on a client connection, counted by the probes "
-            "(a multi-statement transaction counts each statement's exchange); the probes were on for the whole "
-            "interval, so these figures include their cost"] + [f"discovered path: {x}"
-                                                                 for x in profiled_path.summary_lines(table, path)]
-        left = clients_left_note(opts, path)
-        if left:
-            meta["notes"].append(left)
-        observed, cpu = observed_result(presult, path)
-        rd.update(observed=observed, cpu=cpu, probes=meta)
+        source.write_topology(rd, f"attach {target}")
+        presult = _measure(opts, probes, source, ui)
+        _record_observed(opts, rd, presult, capabilities, source)
     return rd
 
 
-def _measure(opts: AttachOptions, probes, path, ui: Reporter):
+def _source_text(opts: AttachOptions) -> str:
+    """run.json topology.source: the target as the user named it (a DSN without its secrets)."""
+    source = (f"--port {opts.port}" if opts.port else f"--server-pid {opts.server_pid}" if opts.server_pid
+              else f"--remote {opts.remote}" if opts.remote else f"--dsn {redact(opts.dsn)}")
+    return source + (f" --netns {opts.netns}" if opts.netns else "")
+
+
+def _record_observed(opts: AttachOptions, rd: RunDir, presult, capabilities, source: DiscoveredSource) -> None:
+    """The observed load driver's results: the probes' tables, the always-on schedule, run.json `observed` and
+    `cpu` from the probes alone."""
+    from pathprof.agent.run import recorder
+    meta = recorder.save_probe_result(rd, presult, capabilities)
+    meta.update(level=opts.probes, schedule={"window_s": 0.0, "period_s": 0.0, "duty_pct": 100.0,
+                                             "always_on": True}, windows=presult.windows)
+    meta["notes"] = list(meta.get("notes") or []) + [
+        "attach: a transaction is one request/response exchange on a client connection, counted by the probes "
+        "(a multi-statement transaction counts each statement's exchange); the probes were on for the whole "
+        "interval, so these figures include their cost"] + source.notes()
+    left = clients_left_note(opts, source.path)
+    if left:
+        meta["notes"].append(left)
+    observed, cpu = observed_result(presult, source.path)
+    rd.update(observed=observed, cpu=cpu, probes=meta)
+
+
+def _measure(opts: AttachOptions, probes, source: DiscoveredSource, ui: Reporter):
     """Probes on, always on, for the duration; their result. The probes are closed on every way out."""
     try:
         with sigterm_as_interrupt():
-            ui.phase(f"loading probes ({opts.probes})")
-            probes.start()
-            profiled_path.track(probes, path)
-            probes.reset()
-            probes.start_windows(opts.duration_s)
-            ui.phase(f"attached: {path.client_connections} client connections, {opts.duration_s:g} s")
-            _watch(probes, path, opts.duration_s, ui)
-            probes.stop_windows()
-            ui.phase("reading results")
-            return probes.stop()
+            source.attach_probes(probes, ui, opts.probes)
+            m = Measurement(probes, ui, opts.duration_s)
+            m.open_probes()
+            ui.phase(f"attached: {source.path.client_connections} client connections, {opts.duration_s:g} s")
+            _watch(probes, source.path, opts.duration_s, ui)
+            return m.read()
     finally:
         probes.close()
 
@@ -249,6 +252,7 @@ def _watch(probes, path, duration_s: float, ui: Reporter) -> None:
     """Progress once a second from the probes' own exchange count (the live view's TPS line), with the stage
     and CPU breakdown so far (the probes are always on here: no window to wait for)."""
     from pathprof.agent.host.machine import cpu_busy_ns
+    feed = LiveFeed(probes, ui)
     t0, (busy0, _) = time.monotonic(), cpu_busy_ns()
     last_n, last_t = 0, t0
     while True:
@@ -265,8 +269,8 @@ def _watch(probes, path, duration_s: float, ui: Reporter) -> None:
             mean_us = leg_mean_us(frames[0], n, path.client_connections, n / (t - t0)) if frames else None
         except Exception:
             mean_us = None
-        snap = {**probes.snapshot(), **_breakdown(frames, n, cpu_busy_ns()[0] - busy0, (t - t0) * 1e9)}
-        ui.progress(Progress(elapsed_s=round(t - t0, 1), tps=tps, latency_ms=(mean_us or 0.0) / 1e3), snap)
+        feed(Progress(elapsed_s=round(t - t0, 1), tps=tps, latency_ms=(mean_us or 0.0) / 1e3),
+             _breakdown(frames, n, cpu_busy_ns()[0] - busy0, (t - t0) * 1e9))
 
 
 def _breakdown(frames, n: int, busy_ns: float, elapsed_ns: float) -> dict:
