@@ -5,7 +5,7 @@ breakdown stays at the last window's figures. Transactions inside the windows ar
 per-second progress; the final report divides by the exact count from pgbench's per-transaction log.
 
 `breakdown` is the one computation of the live tables (stages, CPU, lost events) for every command: `run`'s
-windows (LiveBreakdown, here) and `attach`'s always-on probes (agent.run.attach) both call it, and what it returns
+windows (LiveBreakdown, here) and `attach`'s always-on probes (agent.run.observed) both call it, and what it returns
 is what the terminal, the --metrics-port endpoint and the progress line show (agent.run.pipeline.LiveFeed).
 """
 from __future__ import annotations

@@ -19,7 +19,7 @@ rate: pgbench, or the traffic already flowing), around one core. Read side by si
                    (+ pooler counters, -C probe)    its environment                 of the probes' own counts
   interval opens   pgbench's start                  pgbench's start                 once the path is tracked
   live             status.json, LiveBreakdown,      LiveBreakdown, progress         exchanges counted by the
-                   progress                                                         probes, attach._breakdown
+                   progress                                                         probes (observed.py)
   interval closes  CPU, TCP counters, windows, read CPU, windows, read              windows, read
   results          pgbench logs -> percentiles,     the same + discovered-path      save_probe_result, always-on
                    window_meta, save_probe_result;  notes                           schedule, observed_result
@@ -31,13 +31,22 @@ What was common is here, once: the run.json head (`record_head`), the measured i
 the load starts, the CPU clock, close and read the probes), the one live snapshot (`LiveFeed`: each tick writes
 status.json when the run keeps one, computes the probes' breakdown with agent.probing.live_breakdown.breakdown and
 hands the same snapshot to the Reporter, which the terminal and the --metrics-port endpoint both render), the
-pgbench results phase (`pgbench_results`), a discovered path (`DiscoveredSource`), and the way out
+pgbench results phase (`pgbench_logs`, `pgbench_results`), a discovered path (`DiscoveredSource`), and the way out
 (agent.run.outcome.recording, with the built path's teardown as its `cleanup`).
 
+The sources and drivers, and the three commands as compositions of them:
+
+  path sources     built.py (BuiltPath: preflight, claim, build, teardown)   DiscoveredSource (here)
+  load drivers     pgbench: owned.py _drive/_results, dsn.py _measure         observed.py (watch, observed_result)
+  run              built.BuiltPath + owned._drive (pgbench) + Measurement + LiveFeed(status.json) + pgbench_results
+  run --dsn        DiscoveredSource(clients=False) + dsn._measure (pgbench) + Measurement + LiveFeed + pgbench_results
+  attach           DiscoveredSource + Measurement.open_probes + observed.watch (LiveFeed) + observed_result
+
 What differs stays with its command, on purpose: building, starting and tearing down a path, the pooler counters,
-the -C probe and the broken-path checks belong to a path pathprof owns (owned.py); a DSN's connection check and
-its pgbench command line (dsn.py); resolving an attach target, counting observed exchanges and the leg-sum latency
-(attach.py).
+the -C probe, status.json and the broken-path checks belong to a path pathprof owns (built.py, owned.py); a DSN's
+connection check and its pgbench command line (dsn.py); resolving an attach target and the second look at its
+clients (attach.py). pgbench is still started in two places (owned._drive, dsn._measure): the built path's run
+adds hooks at its start (pooler counters, -C probe, TCP counters) and a broken-path check, which dsn has not.
 """
 from __future__ import annotations
 
