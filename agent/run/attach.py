@@ -13,17 +13,15 @@ import ipaddress
 import os
 import socket
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import pathprof
-from pathprof.agent.discovery import profiled_path
-from pathprof.agent.host.machine import host_info
 from pathprof.agent.postgres.conninfo import redact
-from pathprof.agent.postgres.pgbench import Progress
+from pathprof.agent.run.observed import observed_result
+from pathprof.agent.run.observed import watch as _watch
 from pathprof.agent.run.options import Reporter
 from pathprof.agent.run.outcome import recording
+from pathprof.agent.run.pipeline import DiscoveredSource, Measurement, record_head
 from pathprof.agent.run.signals import sigterm_as_interrupt
 from pathprof.analysis.rundir import RunDir
 from pathprof.errors import UserError
@@ -111,65 +109,70 @@ def _is_local(host: str) -> bool:
 
 
 def execute_attach(opts: AttachOptions, ui: Reporter) -> RunDir:
+    """The pipeline with a discovered path as the source and the traffic already flowing as the load driver."""
     from pathprof.agent.probing import doctor
-    from pathprof.agent.probing.session import ProbeSession
-    from pathprof.agent.run import recorder
     if opts.probes == "off":
         raise UserError("attach measures with the probes: --probes off leaves nothing to measure")
     if not 1 <= opts.duration_s <= 24 * 3600:
         raise UserError(f"--duration must be between 1 s and 24 h, not {opts.duration_s:g}")
     capabilities = doctor.require(opts.probes)
     ui.phase("discovering the path")
-    table, path = resolve(opts)
-    for line in profiled_path.summary_lines(table, path):
-        ui.note(f"path: {line}")
+    source = DiscoveredSource(*resolve(opts))
+    table, path = source.table, source.path
+    source.announce(ui)
     # always on: with no pgbench log there is no outside-the-windows rate to compare against anyway
-    probes = ProbeSession(profiled_path.probe_config(table, path, opts.probes, opts.trace_sample, 0.0, 0.0))
+    probes = source.session(opts.probes, opts.trace_sample, 0.0, 0.0)
     rd = RunDir.create(opts.runs_dir, "attach")
-    source = (f"--port {opts.port}" if opts.port else f"--server-pid {opts.server_pid}" if opts.server_pid
-              else f"--remote {opts.remote}" if opts.remote else f"--dsn {redact(opts.dsn)}")
-    source += f" --netns {opts.netns}" if opts.netns else ""
+    target = _source_text(opts)
     from pathprof.agent.discovery import edge
     scope = edge.scope_doc(table, opts.netns, opts.host_name)
     scope["leaving_connections"] = edge.leaving(table, edge.path_pids(table, path))
-    rd.update(pathprof_version=pathprof.__version__, host=host_info(),
-              topology={"name": "attach", "source": source, "options": {}, "spec": None},
-              workload={"clients": path.client_connections, "threads": None, "duration_s": opts.duration_s,
-                        "mode": None, "script": "observed", "connect": False, "scale": None, "rate": None},
-              postgres={"owned": False, "pid": path.postmaster}, scope=scope, status="running")
+    record_head(rd, {"name": "attach", "source": target, "options": {}, "spec": None},
+                {"clients": path.client_connections, "threads": None, "duration_s": opts.duration_s,
+                 "mode": None, "script": "observed", "connect": False, "scale": None, "rate": None},
+                postgres={"owned": False, "pid": path.postmaster}, scope=scope, status="running")
     with recording(rd):
-        rd.write_json("topology.json", profiled_path.topology_doc(table, path, f"attach {source}"))
-        presult = _measure(opts, probes, path, ui)
-        meta = recorder.save_probe_result(rd, presult, capabilities)
-        meta.update(level=opts.probes, schedule={"window_s": 0.0, "period_s": 0.0, "duty_pct": 100.0,
-                                                 "always_on": True}, windows=presult.windows)
-        meta["notes"] = list(meta.get("notes") or []) + [
-            "attach: a transaction is one request/response exchange on a client connection, counted by the probes "
-            "(a multi-statement transaction counts each statement's exchange); the probes were on for the whole "
-            "interval, so these figures include their cost"] + [f"discovered path: {x}"
-                                                                 for x in profiled_path.summary_lines(table, path)]
-        left = clients_left_note(opts, path)
-        if left:
-            meta["notes"].append(left)
-        observed, cpu = observed_result(presult, path)
-        rd.update(observed=observed, cpu=cpu, probes=meta)
+        source.write_topology(rd, f"attach {target}")
+        presult = _measure(opts, probes, source, ui)
+        _record_observed(opts, rd, presult, capabilities, source)
     return rd
 
 
-def _measure(opts: AttachOptions, probes, path, ui: Reporter):
+def _source_text(opts: AttachOptions) -> str:
+    """run.json topology.source: the target as the user named it (a DSN without its secrets)."""
+    source = (f"--port {opts.port}" if opts.port else f"--server-pid {opts.server_pid}" if opts.server_pid
+              else f"--remote {opts.remote}" if opts.remote else f"--dsn {redact(opts.dsn)}")
+    return source + (f" --netns {opts.netns}" if opts.netns else "")
+
+
+def _record_observed(opts: AttachOptions, rd: RunDir, presult, capabilities, source: DiscoveredSource) -> None:
+    """The observed load driver's results: the probes' tables, the always-on schedule, run.json `observed` and
+    `cpu` from the probes alone."""
+    from pathprof.agent.run import recorder
+    meta = recorder.save_probe_result(rd, presult, capabilities)
+    meta.update(level=opts.probes, schedule={"window_s": 0.0, "period_s": 0.0, "duty_pct": 100.0,
+                                             "always_on": True}, windows=presult.windows)
+    meta["notes"] = list(meta.get("notes") or []) + [
+        "attach: a transaction is one request/response exchange on a client connection, counted by the probes "
+        "(a multi-statement transaction counts each statement's exchange); the probes were on for the whole "
+        "interval, so these figures include their cost"] + source.notes()
+    left = clients_left_note(opts, source.path)
+    if left:
+        meta["notes"].append(left)
+    observed, cpu = observed_result(presult, source.path)
+    rd.update(observed=observed, cpu=cpu, probes=meta)
+
+
+def _measure(opts: AttachOptions, probes, source: DiscoveredSource, ui: Reporter):
     """Probes on, always on, for the duration; their result. The probes are closed on every way out."""
     try:
         with sigterm_as_interrupt():
-            ui.phase(f"loading probes ({opts.probes})")
-            probes.start()
-            profiled_path.track(probes, path)
-            probes.reset()
-            probes.start_windows(opts.duration_s)
-            ui.phase(f"attached: {path.client_connections} client connections, {opts.duration_s:g} s")
-            _watch(probes, path, opts.duration_s, ui)
-            probes.stop_windows()
-            ui.phase("reading results")
-            return probes.stop()
+            source.attach_probes(probes, ui, opts.probes)
+            m = Measurement(probes, ui, opts.duration_s)
+            m.open_probes()
+            ui.phase(f"attached: {source.path.client_connections} client connections, {opts.duration_s:g} s")
+            _watch(probes, source.path, opts.duration_s, ui)
+            return m.read()
     finally:
         probes.close()
 
@@ -201,86 +204,3 @@ def _connections_now(opts: AttachOptions, path) -> int:
     port = next((int(a.rsplit(":", 1)[1]) for a in (path.hops[0].listen if path.hops else path.postgres_listen)
                  if not a.startswith("unix:")), None)
     return discovery.from_entry(t, entry, port).client_connections
-
-
-def exchanges(stages) -> int:
-    """Request/response exchanges: requests the backends consumed and answered (else, with the server out of
-    sight, the first hop's)."""
-    if stages is None or not len(stages):
-        return 0
-    proc = stages[stages["kind"] == "proc"]
-    n = int(proc[proc["role"] == "backend"]["count"].sum())
-    if not n:
-        hop = proc[(proc["leg"] == "request") & (proc["hop"] != "")]
-        n = int(hop.groupby("hop")["count"].sum().max()) if len(hop) else 0
-    if not n:                 # the clients' host of a remote server (--remote): the clients' own work per exchange
-        n = int(proc[proc["role"] == "pgbench"]["count"].sum())
-    return n
-
-
-def observed_result(presult, path) -> tuple[dict, dict]:
-    """run.json `observed` (what pgbench's result holds for a driven run) and `cpu`, from the probes alone."""
-    wins = presult.windows or []
-    elapsed = sum(w.get("elapsed_ns", 0) for w in wins)
-    busy = sum(w.get("busy_ns", 0) for w in wins)
-    n = exchanges(presult.stages)
-    tps = n / (elapsed / 1e9) if elapsed else 0.0
-    mean_us = leg_mean_us(presult.stages, n, path.client_connections, tps)
-    observed = {"source": "probes", "tps": round(tps, 2), "transactions": n, "failed": None,
-                "latency_ms": {"mean": round(mean_us / 1e3, 6) if mean_us else None},
-                "duration_s": round(elapsed / 1e9, 3)}
-    return observed, {"busy_ns": busy, "elapsed_ns": elapsed, "ncpu": os.cpu_count()}
-
-
-def leg_mean_us(stages, n: int, connections: int, tps: float) -> float | None:
-    """attach's transaction latency, µs: the request, server and response legs per exchange (the client's own
-    time between exchanges is the rest of the cycle). One definition for the live view and the final report."""
-    from pathprof.analysis import stages as views
-    if not n or not tps:
-        return None
-    cycle = connections * 1e6 / tps
-    lv = views.latency_view(stages, n, cycle, cycle_us=cycle)
-    legs = [s["us_per_txn"] for s in lv["stages"] if s["leg"] in ("request", "server", "response")
-            and "parent" not in s]
-    return sum(legs) if legs else None
-
-
-def _watch(probes, path, duration_s: float, ui: Reporter) -> None:
-    """Progress once a second from the probes' own exchange count (the live view's TPS line), with the stage
-    and CPU breakdown so far (the probes are always on here: no window to wait for)."""
-    from pathprof.agent.host.machine import cpu_busy_ns
-    t0, (busy0, _) = time.monotonic(), cpu_busy_ns()
-    last_n, last_t = 0, t0
-    while True:
-        now = time.monotonic()
-        if now - t0 >= duration_s:
-            return
-        time.sleep(min(1.0, duration_s - (now - t0)))
-        frames = probes.frames()
-        n = exchanges(frames[0]) if frames else 0
-        t = time.monotonic()
-        tps = (n - last_n) / (t - last_t) if t > last_t else 0.0
-        last_n, last_t = n, t
-        try:      # the live view is a convenience: a figure it cannot compute yet is 0, the run goes on
-            mean_us = leg_mean_us(frames[0], n, path.client_connections, n / (t - t0)) if frames else None
-        except Exception:
-            mean_us = None
-        snap = {**probes.snapshot(), **_breakdown(frames, n, cpu_busy_ns()[0] - busy0, (t - t0) * 1e9)}
-        ui.progress(Progress(elapsed_s=round(t - t0, 1), tps=tps, latency_ms=(mean_us or 0.0) / 1e3), snap)
-
-
-def _breakdown(frames, n: int, busy_ns: float, elapsed_ns: float) -> dict:
-    """The live view's stage/CPU tables so far; {} when there is nothing yet or it cannot be computed (the live
-    view is a convenience: the run must not depend on it)."""
-    if not frames or not n:
-        return {}
-    from pathprof.agent.probing import frames as F
-    from pathprof.analysis import stages as views
-    stages, cpu, stats = frames
-    try:
-        lv = views.latency_view(stages, n, 0.0)
-        cv = views.cpu_view(cpu, n, busy_ns, elapsed_ns, os.cpu_count() or 1)
-    except Exception:
-        return {}
-    return {"stages": [x for x in lv["stages"] if not x.get("parent")], "cpu": cv["components"],
-            "lost_events": sum(v for k, v in stats.items() if k in F.LOSS)}

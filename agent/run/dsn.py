@@ -2,15 +2,19 @@
 from __future__ import annotations
 
 import os
-import time
 
-import pathprof
-from pathprof.agent.discovery import profiled_path
-from pathprof.agent.host.machine import cpu_busy_ns, host_info
 from pathprof.agent.postgres import pgbench
 from pathprof.agent.postgres.conninfo import redact, split_secret
 from pathprof.agent.run.options import Reporter, RunOptions
 from pathprof.agent.run.outcome import recording
+from pathprof.agent.run.pipeline import (
+    DiscoveredSource,
+    LiveFeed,
+    Measurement,
+    pgbench_logs,
+    pgbench_results,
+    record_head,
+)
 from pathprof.agent.run.signals import sigterm_as_interrupt
 from pathprof.analysis.rundir import RunDir
 from pathprof.errors import UserError
@@ -41,28 +45,27 @@ def execute_dsn(opts: RunOptions, ui: Reporter) -> RunDir:
         raise UserError(f"--clients {opts.workload.clients} exceeds what the server allows now "
                         f"({free} free of max_connections={max_conn})")
     probes, capabilities = None, []
-    if path is not None:
-        for line in profiled_path.summary_lines(table, path):
-            ui.note(f"path: {line}")
+    source = DiscoveredSource(table, path) if path is not None else None
+    if source is not None:
+        source.announce(ui)
         if not (path.postmaster or path.hops):
             ui.note("--dsn: no part of the path beyond pgbench is on this machine; the probes see pgbench only")
-        probes, capabilities = _probe_session(opts, table, path)
+        probes, capabilities = _probe_session(opts, source)
     rd = RunDir.create(opts.runs_dir, "dsn")
-    rd.update(pathprof_version=pathprof.__version__, host=host_info(),
-              topology={"name": "dsn", "source": "--dsn", "options": {}, "spec": None},
-              workload=opts.workload.to_dict(), status="running")
+    record_head(rd, {"name": "dsn", "source": "--dsn", "options": {}, "spec": None}, opts.workload.to_dict(),
+                status="running")
     with recording(rd):
-        _record(opts, rd, version, max_conn, (probes, capabilities), (table, path), ui)
+        _record(opts, rd, version, max_conn, (probes, capabilities), source, ui)
     return rd
 
 
-def _record(opts: RunOptions, rd: RunDir, version: str, max_conn: int, probing: tuple, found: tuple,
-            ui: Reporter) -> None:
+def _record(opts: RunOptions, rd: RunDir, version: str, max_conn: int, probing: tuple,
+            source: DiscoveredSource | None, ui: Reporter) -> None:
     """pgbench's command, the server and the path into the run directory, then the measurement. probing:
     (the probe session or None, the doctor's capabilities)."""
     import psycopg
     probes = probing[0]
-    table, path = found
+    path = source.path if source is not None else None
     log_dir = rd.file("pgbench") / "log"
     log_dir.mkdir(parents=True)
     conninfo = psycopg.conninfo.conninfo_to_dict(opts.dsn)
@@ -75,11 +78,11 @@ def _record(opts: RunOptions, rd: RunDir, version: str, max_conn: int, probing: 
     rd.update(pgbench={"argv": argv, "version": pgbench.pgbench_version()},
               postgres={"owned": False, "version": version, "settings": {"max_connections": str(max_conn)},
                         "pid": path.postmaster if path else None})
-    if path is not None:
-        rd.write_json("topology.json", profiled_path.topology_doc(table, path, f"--dsn {redact(opts.dsn)}"))
+    if source is not None:
+        source.write_topology(rd, f"--dsn {redact(opts.dsn)}")
     try:
         with sigterm_as_interrupt():
-            _measure(opts, rd, argv, probing, (table, path), ui, secret_env)
+            _measure(opts, rd, argv, probing, source, ui, secret_env)
     finally:
         if probes is not None:
             probes.close()
@@ -92,63 +95,29 @@ def _discover(sock_fd: int):
     return table, discovery.from_client_socket(os.fstat(sock_fd).st_ino, table)
 
 
-def _probe_session(opts: RunOptions, table, path):
+def _probe_session(opts: RunOptions, source: DiscoveredSource):
     from pathprof.agent.probing import doctor
-    from pathprof.agent.probing.session import ProbeSession
     capabilities = doctor.require(opts.probes)
-    return ProbeSession(profiled_path.probe_config(table, path, opts.probes, opts.trace_sample,
-                                                   opts.probe_window_s, opts.probe_period_s)), capabilities
+    return source.session(opts.probes, opts.trace_sample, opts.probe_window_s, opts.probe_period_s), capabilities
 
 
-def _measure(opts: RunOptions, rd: RunDir, argv: list[str], probing: tuple, found: tuple, ui: Reporter,
-             secret_env: dict | None = None) -> None:
-    from pathprof.agent.probing.windows import window_meta
-    from pathprof.agent.run import recorder
+def _measure(opts: RunOptions, rd: RunDir, argv: list[str], probing: tuple, source: DiscoveredSource | None,
+             ui: Reporter, secret_env: dict | None = None) -> None:
+    """The pipeline with a discovered path as the source and pgbench as the load driver."""
     w = opts.workload
-    table, path = found
     probes, capabilities = probing
     if probes is not None:
-        ui.phase(f"loading probes ({opts.probes})")
-        probes.start()
-        profiled_path.track(probes, path, clients=False)
-    clock: dict = {}
-    history: list = []
-    live: dict = {}
-
-    def started(pid: int) -> None:
-        if probes is not None:
-            probes.track(pid, "pgbench")
-            probes.reset()
-            probes.start_windows(w.duration_s)
-        clock.update(cpu0=cpu_busy_ns(), t0=time.monotonic_ns())
-
-    def on_progress(pr) -> None:
-        history.append(pr)
-        snap = None
-        if probes is not None:
-            from pathprof.agent.probing.live_breakdown import LiveBreakdown
-            live.setdefault("b", LiveBreakdown(probes, clock["t0"]))
-            snap = {**probes.snapshot(), **live["b"].refresh(history)}
-        ui.progress(pr, snap)
-
+        source.attach_probes(probes, ui, opts.probes, clients=False)   # pgbench is the client to follow
+    m = Measurement(probes, ui, w.duration_s)
+    feed = LiveFeed(probes, ui, t0=lambda: m.t0)
     ui.phase(f"pgbench: {w.clients} clients, {w.duration_s} s")
     log_dir = rd.file("pgbench") / "log"
-    result = pgbench.run(None, argv, rd.file("pgbench"), on_progress=on_progress, on_start=started,
-                         env=secret_env)
-    (busy1, total1), t1 = cpu_busy_ns(), time.monotonic_ns()
-    if probes is not None:
-        probes.stop_windows()
-    ui.phase("reading results")
-    presult = probes.stop() if probes is not None else None
-    logs = pgbench.log_stats(log_dir, presult.windows if presult is not None else [])   # one streaming pass
-    pgbench.finish(result, log_dir, percentiles=logs.percentiles())
+    result = pgbench.run(None, argv, rd.file("pgbench"), on_progress=feed, on_start=m.open, env=secret_env)
+    cpu = m.cpu()
+    presult = m.read()
+    logs = pgbench_logs(result, log_dir, presult)
     meta_probes: dict = {"level": "off" if probes is None else opts.probes}
+    pgbench_results(rd, log_dir, presult, logs, meta_probes, capabilities, (opts.probe_window_s, opts.probe_period_s))
     if presult is not None:
-        meta_probes.update(recorder.save_probe_result(rd, presult, capabilities))
-        meta_probes.update(window_meta(presult.windows, logs, opts.probe_window_s, opts.probe_period_s))
-        meta_probes["notes"] = list(meta_probes.get("notes") or []) + [
-            f"discovered path: {line}" for line in profiled_path.summary_lines(table, path)]
-    (busy0, total0) = clock["cpu0"]
-    rd.update(pgbench={**rd.meta["pgbench"], "result": result.to_dict()},
-              cpu={"busy_ns": busy1 - busy0, "elapsed_ns": t1 - clock["t0"], "ncpu": os.cpu_count(),
-                   "total_ns": total1 - total0}, probes=meta_probes)
+        meta_probes["notes"] = list(meta_probes.get("notes") or []) + source.notes()
+    rd.update(pgbench={**rd.meta["pgbench"], "result": result.to_dict()}, cpu=cpu, probes=meta_probes)

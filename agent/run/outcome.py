@@ -9,9 +9,11 @@ from pathprof.errors import Interrupted, UserError
 
 
 @contextmanager
-def recording(rd: RunDir, interrupted: str = "interrupted"):
+def recording(rd: RunDir, interrupted: str = "interrupted", cleanup=None):
     """`complete` when the block ends normally; `interrupted` on Ctrl-C or SIGTERM (re-raised as Interrupted
-    with the message `interrupted`); `failed` with `error` (what the user is told) on anything else, re-raised."""
+    with the message `interrupted`); `failed` with `error` (what the user is told) on anything else, re-raised.
+    `cleanup()` (a built path's teardown) runs on every way out: after the status of a run that failed or was
+    interrupted is written, before a complete one is called complete."""
     try:
         yield
     except KeyboardInterrupt:
@@ -20,6 +22,9 @@ def recording(rd: RunDir, interrupted: str = "interrupted"):
     except BaseException as e:
         rd.update(status="failed", error=error_text(e))
         raise
+    finally:
+        if cleanup is not None:
+            cleanup()
     rd.update(status="complete")
 
 
