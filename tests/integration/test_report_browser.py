@@ -63,7 +63,7 @@ def dom_of(url: str, tmp: Path) -> tuple[Elements, str]:
 
 def _start_run(runs_dir: Path, port_file: Path) -> subprocess.Popen:
     env = {**os.environ, "PATHPROF_RUNS": str(runs_dir)}
-    return subprocess.Popen([*PATHPROF, "run", "--topology", "pgbouncer", "--clients", "2", "--duration", "4",
+    return subprocess.Popen([*PATHPROF, "run", "--topology", "pgbouncer", "--clients", "2", "--duration", "5",
                              "--trace-sample", "20", "--metrics-port", "0", "--no-live", "--json",
                              "--probe-lo-device"],    # lo timed, so the drawing has devices to check
                             stdout=subprocess.PIPE, stderr=open(port_file, "w"), stdin=subprocess.DEVNULL, env=env,
