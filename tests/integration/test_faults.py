@@ -163,7 +163,9 @@ def test_sigkill_during_teardown_then_cleanup_restores_the_machine(runs_dir, rem
         if "tearing down" in line and procs:
             if removing_path:             # its servers are gone, its namespaces not yet: the journal is replaying
                 deadline = time.monotonic() + 10
-                while time.monotonic() < deadline and any(pid_start_time(pid) == st for pid, st in procs.items()):
+                # gone = exited: a zombie that pathprof reaps only later is gone already (pid_alive)
+                while time.monotonic() < deadline and any(pid_start_time(pid) == st and pid_alive(pid)
+                                                          for pid, st in procs.items()):
                     time.sleep(0.002)
             p.send_signal(signal.SIGKILL)
             break
