@@ -44,7 +44,8 @@ def test_foreign_cpu_load_removes_idle_exits_and_is_explained_on_latency(runs_di
     assert _per_txn(loaded, "idle_exit") < 0.25 * _per_txn(alone, "idle_exit"), loaded["stages"]
     cpu = {c["component"]: c["us_per_txn"] for c in loaded["cpu"]}
     assert max(cpu, key=cpu.get) == "other", cpu
-    assert loaded["tps"] > alone["tps"]
+    # TPS itself may go either way: the busy loops remove the idle exits but also take CPU time from pgbench and
+    # the backend (8.3k -> 24.4k TPS once on this VM; 16.4k -> 15.7k on 2026-11-25): not asserted
     d = json.loads(run_pathprof("diff", alone["run_dir"], loaded["run_dir"], "--json", check=True).stdout)
     e = d["explanations"][0]
     assert e["basis"] == "latency" and "other processes' CPU load" in e["basis_reason"], e["basis_reason"]
