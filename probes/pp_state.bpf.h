@@ -278,21 +278,19 @@ static __always_inline int is_hop_role(__u8 r)
 	return r == PP_ROLE_POOLER || r == PP_ROLE_PROXY || r == PP_ROLE_QEMU || r == PP_ROLE_OTHER;
 }
 
-/* lat_add, plus one span event when the message is sampled. trace_every is a load-time constant: with
- * --trace-sample off the verifier drops this branch entirely. */
-static __always_inline void trace_emit(__u8 stage, __u8 role, __u8 leg, __u32 hop, __u64 start, __u64 ns,
-				       __u32 seq)
+/* One event of the `traces` ring: a span (dur > 0) or a marker (its socket's tuple filled by the caller);
+ * 0 when the ring is full (counted). */
+static __always_inline struct pp_trace *trace_reserve(__u8 stage, __u8 role, __u8 leg, __u32 hop, __u64 ts,
+						      __u64 dur, __u32 seq)
 {
-	if (!trace_every || !seq || seq % trace_every)
-		return;
 	struct pp_trace *e = bpf_ringbuf_reserve(&traces, sizeof(*e), 0);
 	if (!e) {
 		stat_inc(PP_STAT_TRACE_LOST);
-		return;
+		return 0;
 	}
 	__u64 id = bpf_get_current_pid_tgid();
-	e->ts = start;
-	e->dur = ns;
+	e->ts = ts;
+	e->dur = dur;
 	e->pid = id >> 32;
 	e->tid = (__u32)id;
 	e->seq = seq;
@@ -300,6 +298,19 @@ static __always_inline void trace_emit(__u8 stage, __u8 role, __u8 leg, __u32 ho
 	e->role = role;
 	e->leg = leg;
 	e->hop = hop;
+	return e;
+}
+
+/* lat_add, plus one span event when the message is sampled. trace_every is a load-time constant: with
+ * --trace-sample off the verifier drops this branch entirely. */
+static __always_inline void trace_emit(__u8 stage, __u8 role, __u8 leg, __u32 hop, __u64 start, __u64 ns,
+				       __u32 seq)
+{
+	if (!trace_every || !seq || seq % trace_every)
+		return;
+	struct pp_trace *e = trace_reserve(stage, role, leg, hop, start, ns, seq);
+	if (!e)
+		return;
 	e->laddr = e->raddr = e->tcp_seq = 0;
 	e->lport = e->rport = 0;
 	bpf_ringbuf_submit(e, 0);
@@ -319,21 +330,9 @@ static __always_inline void mark_emit(__u8 stage, __u8 role, __u8 leg, __u32 hop
 		return;
 	if (((tcp_seq * 2654435761u) >> 16) % trace_every && (!seq || seq % trace_every))
 		return;
-	struct pp_trace *e = bpf_ringbuf_reserve(&traces, sizeof(*e), 0);
-	if (!e) {
-		stat_inc(PP_STAT_TRACE_LOST);
+	struct pp_trace *e = trace_reserve(stage, role, leg, hop, ts, 0, seq);
+	if (!e)
 		return;
-	}
-	__u64 id = bpf_get_current_pid_tgid();
-	e->ts = ts;
-	e->dur = 0;
-	e->pid = id >> 32;
-	e->tid = (__u32)id;
-	e->seq = seq;
-	e->stage = stage;
-	e->role = role;
-	e->leg = leg;
-	e->hop = hop;
 	e->laddr = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
 	e->raddr = BPF_CORE_READ(sk, __sk_common.skc_daddr);
 	e->lport = BPF_CORE_READ(sk, __sk_common.skc_num);

@@ -97,12 +97,7 @@ def foreign_path():
         postmaster = int(open(os.path.join(data, "postmaster.pid")).readline())
         yield {"port": port, "pg_port": 5432, "postmaster": postmaster, "netns": NS}
     finally:
-        for p in reversed(procs):
-            p.terminate()
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
         _sh("ip", "netns", "del", NS, check=False)
         _sh("ip", "link", "del", HOST_IF, check=False)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -130,3 +125,13 @@ def wait_connected(port: int, n: int, timeout: float = 30.0) -> None:
             return
         time.sleep(0.2)
     raise AssertionError(f"pgbench did not connect {n} clients to port {port}")
+
+
+def stop_processes(procs: list) -> None:
+    """Terminate what a hand-built path started, newest first; kill what does not exit within 20 s."""
+    for p in reversed(procs):
+        p.terminate()
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()

@@ -11,6 +11,8 @@ import tempfile
 import time
 from contextlib import contextmanager
 
+from foreign_path import stop_processes  # tests/integration is on sys.path, as for this module
+
 PG_BIN = "/usr/lib/postgresql/15/bin"
 CLI, SRV = "pp-h21-cli", "pp-h21-srv"
 CLI_IF, SRV_IF = "pp-h21-c", "pp-h21-s"
@@ -61,12 +63,7 @@ def two_hosts():
         yield {"client_ns": CLI, "server_ns": SRV, "remote": f"{SRV_IP}:{PUBLISHED}", "pg_port": PG_PORT,
                "tmp": tmp}
     finally:
-        for p in reversed(procs):
-            p.terminate()
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
         for ns in (CLI, SRV):
             sh("ip", "netns", "del", ns, check=False)
         shutil.rmtree(tmp, ignore_errors=True)
