@@ -28,6 +28,8 @@ Everything here is a pure function of an explanation's items.
 """
 from __future__ import annotations
 
+from pathprof.analysis.run_model import Summary
+
 KERNEL_NETWORK = ("network stack", "devices", "netfilter")
 # deep runs' exclusive parts of backend.execute that are the server's own I/O: the WAL flush (fsync), data
 # reads on shared_buffers misses, dirty buffers written out to make room, full WAL buffers
@@ -69,10 +71,11 @@ def cause_of(name: str, hops: set[str]) -> str:
     return "other stages"
 
 
-def hop_names(summary: dict) -> set[str]:
+def hop_names(summary: dict | Summary) -> set[str]:
     """Hops of a run, from its stage and CPU names (hop.<name>[.user|.sys])."""
-    names = [s.get("name", "") for s in summary.get("stages") or []]
-    names += [c.get("component", "") for c in summary.get("cpu") or []]
+    summary = Summary.of(summary)
+    names = [s.name if s.name is not None else "" for s in summary.stages]
+    names += [c.component if c.component is not None else "" for c in summary.cpu]
     return {n.split(".")[1] for n in names if n.startswith(("hop.", "poolwait.")) and n.count(".") >= 1}
 
 

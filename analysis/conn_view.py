@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import pandas as pd
 from pathprof.analysis.histogram import quantile as hist_quantile
+from pathprof.analysis.run_model import LoadResult
 
 SETUP_STEPS = ["connect.tcp_handshake", "connect.accept", "connect.fork", "connect.first_run",
                "connect.backend_init_auth", "connect.ready_delivery", "connect.thread_wait"]
@@ -146,9 +147,10 @@ def add_connection_setup(summary: dict, rd) -> None:
     frame = rd.read_frame("connect.parquet")
     if frame is None or not len(frame):
         return
-    res = (rd.meta.get("pgbench") or {}).get("result") or {}
+    run = rd.run
+    res = run.pgbench.result or LoadResult()
     # pgbench -C opens one connection per transaction (failed ones included)
-    connections = int((res.get("transactions") or 0) + (res.get("failed") or 0))
+    connections = int((res.transactions or 0) + (res.failed or 0))
     counters = probe_counters(frame)
     # aggregates (cpu.postmaster) are per connection sampled, when the probe sampled inside windows
     per_total = (counters.get("sampled", 0) + counters.get("unpaired_sampled", 0)) or connections
@@ -164,14 +166,14 @@ def add_connection_setup(summary: dict, rd) -> None:
         "coverage_pct": round(matched / connections * 100, 1) if connections else None,
         "lost": {k: v for k, v in counters.items() if k in LOSS_STATS and v},
         "counters": counters,
-        "cost_ns_per_conn": ((rd.meta.get("probes") or {}).get("conn_cost") or {}).get("run_time_ns", 0)
+        "cost_ns_per_conn": ((run.probes.conn_cost.run_time_ns if run.probes.conn_cost else None) or 0)
         / connections if connections else None,
     }
     # pgbench's connection time is its connects and closes; the wait for its thread between them is not in it
     total = sum(s["us_per_conn"] for s in setup if s["name"] not in NOT_IN_PGBENCH_CONNECTION_TIME)
     closure = summary.setdefault("closure", {})
     closure["connection_setup_us"] = round(total, 2)
-    measured_ms = res.get("connection_time_ms")
+    measured_ms = res.connection_time_ms
     closure["connection_measured_us"] = None if measured_ms is None else measured_ms * 1000.0
     closure["connection_error_pct"] = (round((total - measured_ms * 1000.0) / (measured_ms * 1000.0) * 100, 1)
                                        if measured_ms else None)

@@ -1,7 +1,9 @@
 """Explaining the gap between two runs, from their summary documents alone.
 
 Everything here is a pure function of DESIGN.md `--json` summaries, so `pathprof diff` a month later prints
-what `pathprof compare` printed live. Optional keys may be missing; nothing here raises on a sparse summary.
+what `pathprof compare` printed live. They are read through the typed run model (analysis.run_model.Summary;
+a summary dict is accepted and read through it); optional keys may be missing; nothing here raises on a sparse
+summary.
 
 Sign conventions (shared with analysis.summary):
 - `tps_delta_pct` = (other − baseline) / baseline × 100, so a slower run has a negative value.
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Iterable
 
 from pathprof.analysis.causes import group, hop_names
+from pathprof.analysis.run_model import Summary
 
 # Below this many µs per transaction two runs are "the same" and shares would only amplify noise.
 _MIN_GAP_US = 1e-6
@@ -33,27 +36,29 @@ _SENTENCE_MIN_SHARE = 2.0
 _SENTENCE_MAX_ITEMS = 4
 
 
-def run_label(summary: dict) -> str:
+def run_label(summary: dict | Summary) -> str:
     """The short name a run goes by in tables and sentences: an explicit label, else its topology."""
-    return str(summary.get("label") or summary.get("topology") or Path(str(summary.get("run_dir", "run"))).name)
+    s = Summary.of(summary)
+    return str(s.label or s.topology or Path(str(s.run_dir or "run")).name)
 
 
-def _distinct_label(base: dict, other: dict) -> str:
+def _distinct_label(base: dict | Summary, other: dict | Summary) -> str:
     """Label of `other`, disambiguated when both runs share a topology (diff of two runs, sweeps, repeats)."""
+    base, other = Summary.of(base), Summary.of(other)
     label = run_label(other)
     if label != run_label(base):
         return label
     if opens_connections(other) != opens_connections(base):
         return f"{label} ({'new connection per transaction' if opens_connections(other) else 'long connections'})"
-    if other.get("clients") != base.get("clients") and other.get("clients") is not None:
-        return f"{label} ({other['clients']} clients)"
-    if other.get("run_dir"):
-        return f"{label} ({Path(str(other['run_dir'])).name})"
+    if other.clients != base.clients and other.clients is not None:
+        return f"{label} ({other.clients} clients)"
+    if other.run_dir:
+        return f"{label} ({Path(str(other.run_dir)).name})"
     return f"{label} (other)"
 
 
-def is_cpu_bound(summary: dict) -> bool:
-    return summary.get("regime") == "cpu-bound"
+def is_cpu_bound(summary: dict | Summary) -> bool:
+    return Summary.of(summary).regime == "cpu-bound"
 
 
 def _num(value, default: float = 0.0) -> float:
@@ -65,87 +70,96 @@ def _num(value, default: float = 0.0) -> float:
     return x if math.isfinite(x) else default
 
 
-def has_execute_parts(summary: dict) -> bool:
+def has_execute_parts(summary: dict | Summary) -> bool:
     """Deep runs with exclusive parts of backend.execute (its waits and I/O + backend.execute.other)."""
-    return any(st.get("part") for st in summary.get("stages") or [])
+    return any(st.part for st in Summary.of(summary).stages)
 
 
-def stage_totals(summary: dict, split_execute: bool = False) -> dict[str, float]:
+def _stage_name(name, missing: str = "?") -> str:
+    return missing if name is None else str(name)
+
+
+def stage_totals(summary: dict | Summary, split_execute: bool = False) -> dict[str, float]:
     """µs per transaction per stage name, summed over legs (a hop appears on the request and response leg, and a
     DBA asks about "the docker-proxy hop", not about one of its legs). Parts of a stage (backend.execute's USDT
     split) are not counted again -- unless `split_execute` and the run has exclusive parts: then backend.execute
     is replaced by them (they add up to it), so a gap inside the server is named by its wait or I/O."""
+    summary = Summary.of(summary)
     split = split_execute and has_execute_parts(summary)
     out: dict[str, float] = {}
-    for st in summary.get("stages") or []:
-        if split and st.get("part"):
+    for st in summary.stages:
+        if split and st.part:
             pass
-        elif st.get("parent") or (split and st.get("name") == "backend.execute"):
+        elif st.parent or (split and st.name == "backend.execute"):
             continue
-        name = str(st.get("name", "?"))
-        if split_execute and not split and name == "backend.execute" and summary.get("probes") == "deep":
+        name = _stage_name(st.name)
+        if split_execute and not split and name == "backend.execute" and summary.probes == "deep":
             name = "backend.execute.other"    # measured, and no wait or I/O happened: every part but this is 0
-        out[name] = out.get(name, 0.0) + _num(st.get("us_per_txn"))
+        out[name] = out.get(name, 0.0) + _num(st.us_per_txn)
     return out
 
 
-def cpu_totals(summary: dict) -> dict[str, float]:
+def cpu_totals(summary: dict | Summary) -> dict[str, float]:
     out: dict[str, float] = {}
-    for c in summary.get("cpu") or []:
-        name = str(c.get("component", "?"))
-        out[name] = out.get(name, 0.0) + _num(c.get("us_per_txn"))
+    for c in Summary.of(summary).cpu:
+        name = _stage_name(c.component)
+        out[name] = out.get(name, 0.0) + _num(c.us_per_txn)
     return out
 
 
-def measured_latency_us(summary: dict) -> float:
-    return _num((summary.get("latency_ms") or {}).get("mean")) * 1000.0
+def measured_latency_us(summary: dict | Summary) -> float:
+    return _num(Summary.of(summary).latency_ms.mean) * 1000.0
 
 
-def opens_connections(summary: dict) -> bool:
-    return bool(summary.get("connection_setup")) or bool((summary.get("workload") or {}).get("connect"))
+def opens_connections(summary: dict | Summary) -> bool:
+    s = Summary.of(summary)
+    return bool(s.connection_setup) or bool(s.workload.connect)
 
 
-def connection_totals(summary: dict) -> dict[str, float]:
+def connection_totals(summary: dict | Summary) -> dict[str, float]:
     """Connection-setup steps as per-transaction items: with a new connection per transaction, µs per connection
     is µs per transaction. Prefixed `connect.` so a step never merges with a same-named latency stage."""
     out: dict[str, float] = {}
-    for step in summary.get("connection_setup") or []:
-        name = str(step.get("name", "?"))
+    for step in Summary.of(summary).connection_setup:
+        name = _stage_name(step.name)
         name = name if name.startswith("connect.") else f"connect.{name}"
-        out[name] = out.get(name, 0.0) + _num(step.get("us_per_conn"))
+        out[name] = out.get(name, 0.0) + _num(step.us_per_conn)
     return out
 
 
-def cycle_us(summary: dict) -> float:
+def cycle_us(summary: dict | Summary) -> float:
     """Time one client spends per transaction, connection setup and teardown included: clients / TPS. pgbench's
     per-transaction latency starts *after* connecting under -C, so only this measure contains what -C costs."""
-    tps, clients = _num(summary.get("tps")), _num(summary.get("clients"), default=1.0) or 1.0
+    s = Summary.of(summary)
+    tps, clients = _num(s.tps), _num(s.clients, default=1.0) or 1.0
     return clients * 1e6 / tps if tps > 0 else 0.0
 
 
-def measured_cycle_us(summary: dict) -> float:
+def measured_cycle_us(summary: dict | Summary) -> float:
     """The cycle the stages were measured against: the in-window one when the run used probe windows (the
     stages come from those windows), else clients / TPS of the whole run."""
-    c = (summary.get("closure") or {}).get("cycle_us")
+    summary = Summary.of(summary)
+    c = summary.closure.cycle_us
     return _num(c) if c else cycle_us(summary)
 
 
-def measured_cpu_us(summary: dict) -> float:
+def measured_cpu_us(summary: dict | Summary) -> float:
     """Measured CPU µs per transaction (busy CPU time / transactions), independent of the component sum where the
     summary allows it, so the unexplained remainder means something."""
-    if summary.get("cpu_us_per_txn") is not None:
-        return _num(summary["cpu_us_per_txn"])
-    busy, tps = _num(summary.get("busy_cpus")), _num(summary.get("tps"))
+    summary = Summary.of(summary)
+    if summary.cpu_us_per_txn is not None:
+        return _num(summary.cpu_us_per_txn)
+    busy, tps = _num(summary.busy_cpus), _num(summary.tps)
     if busy > 0 and tps > 0:
         return busy * 1e6 / tps       # busy CPU-seconds per second / transactions per second
     total = sum(cpu_totals(summary).values())
-    err = (summary.get("closure") or {}).get("cpu_error_pct")
+    err = summary.closure.cpu_error_pct
     if err is not None and total and _num(err, default=math.nan) > -100:
         return total / (1.0 + _num(err) / 100.0)
     return total
 
 
-def limiter(summary: dict) -> str:
+def limiter(summary: dict | Summary) -> str:
     """What limited a run: "cpu" (its own work saturated the CPUs), "foreign-cpu" (saturated, but a large share
     of the CPU went to processes that are not the run's) or "latency" (CPUs left idle: clients waited)."""
     if not is_cpu_bound(summary):
@@ -159,7 +173,7 @@ _LIMITER_WORDS = {"cpu": "limited by its own CPU work", "foreign-cpu": "limited 
                   "latency": "latency-bound (CPUs left idle)"}
 
 
-def choose_basis(baseline: dict, other: dict) -> tuple[str, str]:
+def choose_basis(baseline: dict | Summary, other: dict | Summary) -> tuple[str, str]:
     """(basis, why). The CPU basis only when both runs were limited by their own CPU work (then TPS = busy CPUs /
     CPU per transaction, and CPU per transaction is what moves throughput); otherwise the latency basis (TPS ≈
     clients / cycle), said plainly when the two runs were limited by different things."""
@@ -173,7 +187,8 @@ def choose_basis(baseline: dict, other: dict) -> tuple[str, str]:
                        "transaction's time went")
 
 
-def explain(baseline: dict, other: dict, basis: str | None = None, noise_pct: float = NOISE_TPS_PCT) -> dict:
+def explain(baseline: dict | Summary, other: dict | Summary, basis: str | None = None,
+            noise_pct: float = NOISE_TPS_PCT) -> dict:
     """Why `other`'s TPS differs from `baseline`'s: causes and per-stage or per-component items with their shares.
 
     The basis is choose_basis()'s unless given. The answer is ranked only when it can be: a gap within the noise,
@@ -181,6 +196,7 @@ def explain(baseline: dict, other: dict, basis: str | None = None, noise_pct: fl
     on the CPU basis such a gap is tried on the latency basis first.
     """
     why = None
+    baseline, other = Summary.of(baseline), Summary.of(other)
     if basis is None:
         basis, why = choose_basis(baseline, other)
     e = _explain_on(baseline, other, basis, noise_pct)
@@ -195,12 +211,12 @@ def explain(baseline: dict, other: dict, basis: str | None = None, noise_pct: fl
     return e
 
 
-def _totals_and_gap(baseline: dict, other: dict, basis: str) -> tuple[dict, dict, float, str, bool]:
+def _totals_and_gap(baseline: Summary, other: Summary, basis: str) -> tuple[dict, dict, float, str, bool]:
     """Each run's per-transaction figures on the basis, the measured gap they must add up to, what that gap is a
     difference of, and whether the backend's execute is split into its parts."""
     # name the server's waits and I/O at the finest split both runs allow: when both were measured deep, a part
     # one run lacks (its backend never waited) is zero there, not a reason to fall back to backend.execute
-    both_deep = baseline.get("probes") == "deep" and other.get("probes") == "deep"
+    both_deep = baseline.probes == "deep" and other.probes == "deep"
     split = (has_execute_parts(baseline) and has_execute_parts(other)) or (
         both_deep and (has_execute_parts(baseline) or has_execute_parts(other)))
     if basis == "cpu":
@@ -213,13 +229,13 @@ def _totals_and_gap(baseline: dict, other: dict, basis: str) -> tuple[dict, dict
         b = {**stage_totals(other, split), **connection_totals(other)}
         return a, b, measured_cycle_us(other) - measured_cycle_us(baseline), "client_cycle_us", split
     a, b = stage_totals(baseline, split), stage_totals(other, split)
-    if (baseline.get("closure") or {}).get("cycle_us") and (other.get("closure") or {}).get("cycle_us"):
+    if baseline.closure.cycle_us and other.closure.cycle_us:
         # The stages tile each connection's timeline, so the measure they add up to is the cycle (clients/TPS).
         return a, b, measured_cycle_us(other) - measured_cycle_us(baseline), "client_cycle_us", split
     return a, b, measured_latency_us(other) - measured_latency_us(baseline), "mean_latency_us", split
 
 
-def _explain_on(baseline: dict, other: dict, basis: str, noise_pct: float) -> dict:
+def _explain_on(baseline: Summary, other: Summary, basis: str, noise_pct: float) -> dict:
     a, b, gap, measure, split = _totals_and_gap(baseline, other, basis)
     # A stage present in only one run counts fully (missing = 0 µs), e.g. a hop that only one path has.
     names = list(dict.fromkeys([*a, *b]))
@@ -235,7 +251,7 @@ def _explain_on(baseline: dict, other: dict, basis: str, noise_pct: float) -> di
     else:
         unexplained = 0.0
 
-    base_tps, other_tps = _num(baseline.get("tps")), _num(other.get("tps"))
+    base_tps, other_tps = _num(baseline.tps), _num(other.tps)
     tps_delta = (other_tps - base_tps) / base_tps * 100.0 if base_tps else 0.0
     causes = group(items, gap if abs(gap) > _MIN_GAP_US else 0.0, hop_names(baseline), hop_names(other))
     verdict = _verdict(items, causes, gap, tps_delta, noise_pct)
@@ -263,7 +279,7 @@ def _explain_on(baseline: dict, other: dict, basis: str, noise_pct: float) -> di
 IO_STAGES = ("backend.wal_flush", "backend.data_read", "backend.dirty_write", "backend.wal_buffers_full")
 
 
-def _io_moves(baseline: dict, other: dict) -> list[dict]:
+def _io_moves(baseline: Summary, other: Summary) -> list[dict]:
     """On the CPU basis the server's I/O waits are not what moved throughput (other clients' CPU work filled
     them), but a DBA asking "was it the fsync?" wants them named: their moves in the latency view."""
     a, b = stage_totals(baseline, True), stage_totals(other, True)
@@ -430,9 +446,11 @@ _HOST_FIELDS = [
 ]
 
 
-def host_differences(a: dict, b: dict) -> list[str]:
+def host_differences(a: dict | Summary, b: dict | Summary) -> list[str]:
     """Human lines such as "kernel: 6.1.0-18-amd64 → 6.18.0" for every machine/version/workload fact that differs.
-    A fact missing on one side is reported ("unknown"), since it may hide a difference."""
+    A fact missing on one side is reported ("unknown"), since it may hide a difference. Read by the dotted paths
+    above (they name the document's own layout and older ones), over the document as it was written."""
+    a, b = Summary.of(a).doc, Summary.of(b).doc
     out = []
     for label, paths in _HOST_FIELDS:
         va, vb = _dig(a, *paths), _dig(b, *paths)
@@ -446,9 +464,9 @@ def host_differences(a: dict, b: dict) -> list[str]:
 # ---------------------------------------------------------------------------------------------------------------
 # Repeats: is a gap real or noise?
 
-def spread(summaries: Iterable[dict]) -> dict:
+def spread(summaries: Iterable[dict | Summary]) -> dict:
     """TPS spread of repeated runs of one configuration: n, mean, min, max, stdev (sample; 0 for one run)."""
-    tps = [_num(s.get("tps")) for s in summaries]
+    tps = [_num(Summary.of(s).tps) for s in summaries]
     if not tps:
         return {"n": 0, "mean": 0.0, "min": 0.0, "max": 0.0, "stdev": 0.0}
     return {
@@ -480,7 +498,7 @@ def cause_spread(expl: dict, repeats: list[dict]) -> dict:
     return expl
 
 
-def is_real_gap(base_runs: list[dict], other_runs: list[dict]) -> bool:
+def is_real_gap(base_runs: list[dict | Summary], other_runs: list[dict | Summary]) -> bool:
     """True when the TPS gap exceeds the run-to-run spread: the two sets' [min, max] ranges do not overlap.
 
     With fewer than two runs on a side there is no measure of noise, so the gap is *not shown* to be real

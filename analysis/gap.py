@@ -10,6 +10,8 @@ unpaired-event counters say why (a send with no read before it, a delivery with 
 of a summary document."""
 from __future__ import annotations
 
+from pathprof.analysis.run_model import Stage, Summary
+
 ARRIVAL = ("queued", "wakeup", "idle_exit")     # exactly one of them per message, at its receiver
 PROCESSING = {"hop": "its processing up to the forward", "backend": "the backend's execute up to its reply",
               "client": "pgbench's work up to its next transaction"}
@@ -19,14 +21,14 @@ STAT_MEANING = {"proc_unpaired": "a send with no read before it to pair with",
                 "hold_stale": "a held request the hop never forwarded"}
 
 
-def _links(stages: list[dict]) -> dict[tuple[str, str], dict[str, float]]:
+def _links(stages: list[Stage]) -> dict[tuple[str, str], dict[str, float]]:
     """{(leg, receiver): {"wire": count/txn, "arrival": count/txn, "processing": count/txn}}"""
     out: dict[tuple[str, str], dict[str, float]] = {}
     for s in stages:
-        if s.get("parent") or s.get("count_per_txn") is None or "." not in str(s.get("name")):
+        if s.parent or s.count_per_txn is None or "." not in str(s.name):
             continue
-        kind, who = str(s["name"]).split(".", 1)
-        leg = s.get("leg") or ""
+        kind, who = str(s.name).split(".", 1)
+        leg = s.leg or ""
         if kind == "wire":
             link = "wire"
         elif kind in ARRIVAL:
@@ -36,15 +38,15 @@ def _links(stages: list[dict]) -> dict[tuple[str, str], dict[str, float]]:
         else:
             continue
         d = out.setdefault((leg, who), {})
-        d[link] = d.get(link, 0.0) + float(s["count_per_txn"])
+        d[link] = d.get(link, 0.0) + float(s.count_per_txn)
     return out
 
 
-def locate_gap(summary: dict, threshold_pct: float = 5.0) -> dict | None:
+def locate_gap(summary: dict | Summary, threshold_pct: float = 5.0) -> dict | None:
     """{leg, receiver, interval, count_per_txn, expected_per_txn, short_us_per_txn, evidence} for the link of the
     chain that broke, or a statement that no link is short; None when the view closes within threshold_pct."""
-    closure = summary.get("closure") or {}
-    err, cycle = closure.get("latency_error_pct"), closure.get("cycle_us")
+    summary = Summary.of(summary)
+    err, cycle = summary.closure.latency_error_pct, summary.closure.cycle_us
     if err is None or cycle is None or abs(err) <= threshold_pct:
         return None
     short_us = round(-err / 100.0 * cycle, 1)
@@ -53,7 +55,7 @@ def locate_gap(summary: dict, threshold_pct: float = 5.0) -> dict | None:
                 "statement": ("the stages add up to more than the cycle: a span is counted twice, or the "
                               "measurement windows saw slower transactions than the run as a whole"),
                 "evidence": None}
-    links = _links(summary.get("stages") or [])
+    links = _links(summary.stages)
     worst = None
     for (leg, who), d in links.items():
         # deliveries are the anchor: one wire per message that arrived (a link counted more often than that is
@@ -63,8 +65,8 @@ def locate_gap(summary: dict, threshold_pct: float = 5.0) -> dict | None:
             missing = expected - count
             if expected > 0 and missing > 0.05 * expected and (worst is None or missing > worst[0]):
                 worst = (missing, leg, who, link, count, expected)
-    losses = [x for x in summary.get("losses") or [] if x.get("name") in STAT_MEANING and x.get("count")]
-    evidence = "; ".join(f"{x['count']:,} × {STAT_MEANING[x['name']]} ({x['name']})" for x in losses[:3])
+    losses = [x for x in summary.losses if x.name in STAT_MEANING and x.count]
+    evidence = "; ".join(f"{x.count:,} × {STAT_MEANING[x.name]} ({x.name})" for x in losses[:3])
     if worst is None:
         return {"short_us_per_txn": short_us, "leg": None, "interval": None,
                 "statement": ("every link of the chain occurs as often as its neighbours: the shortfall is inside "

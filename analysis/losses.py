@@ -4,6 +4,7 @@ read before them ... the latency view is short by the time before them" tells th
 from __future__ import annotations
 
 import pandas as pd
+from pathprof.analysis.run_model import Probes
 
 # counter -> (what it is out of, what happened, what it means for the figures)
 MEANINGS = {
@@ -103,10 +104,10 @@ def notes(items: list[dict], run_cnt: int | None) -> list[str]:
     return [head + "; each kind, with its share of the events of that kind:"] + [i["text"] for i in items]
 
 
-def add_to_summary(out: dict, probes: dict, stages: pd.DataFrame | None, cpu: pd.DataFrame | None) -> None:
+def add_to_summary(out: dict, probes: Probes, stages: pd.DataFrame | None, cpu: pd.DataFrame | None) -> None:
     """out["losses"] and the worded notes, in place of the recorder's bare "lost/unpaired events: k=v" note."""
-    run_cnt = (probes.get("cost") or {}).get("run_cnt")
-    items = describe(probes.get("lost") or {}, probes.get("counters") or {}, stages, cpu, run_cnt)
+    run_cnt = probes.cost.run_cnt if probes.cost else None
+    items = describe(probes.lost or {}, probes.counters or {}, stages, cpu, run_cnt)
     out["losses"] = items
     if items:
         out["notes"] = [n for n in out["notes"] if not n.startswith("lost/unpaired events:")] + notes(items, run_cnt)

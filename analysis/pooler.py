@@ -7,6 +7,8 @@ Both sides are measured independently (pgbouncer counts its queue; the probes ti
 check says whether poolwait is what the pooler calls waiting. Pure functions of run.json and the summary."""
 from __future__ import annotations
 
+from pathprof.analysis.run_model import RunMeta, Summary
+
 
 def _in_windows(samples: list[dict], windows: list[dict]) -> list[dict]:
     if not windows:
@@ -15,14 +17,16 @@ def _in_windows(samples: list[dict], windows: list[dict]) -> list[dict]:
     return [s for s in samples if any(a <= s.get("mono_ns", 0) <= b for a, b in spans)]
 
 
-def pooler_check(meta: dict, summary: dict) -> list[dict]:
+def pooler_check(meta: dict | RunMeta, summary: dict | Summary) -> list[dict]:
     """[{hop, source, samples, cl_waiting_mean, cl_waiting_max, maxwait_ms, poolwait_us_per_txn,
     expected_waiting}] for every hop whose counters were sampled; [] when none were."""
-    counters = meta.get("pooler_counters") or {}
-    windows = (meta.get("probes") or {}).get("windows") or []
-    always_on = ((meta.get("probes") or {}).get("schedule") or {}).get("always_on")
-    tps = ((summary.get("windows") or {}).get("tps_in") if not always_on else None) or summary.get("tps")
-    stages = {s.get("name"): s for s in summary.get("stages") or [] if not s.get("parent")}
+    run = meta if isinstance(meta, RunMeta) else RunMeta.of(meta)
+    summary = Summary.of(summary)
+    counters = run.pooler_counters or {}
+    windows = run.probes.windows or []
+    always_on = run.probes.schedule.always_on if run.probes.schedule else None
+    tps = ((summary.windows.tps_in if summary.windows else None) if not always_on else None) or summary.tps
+    stages = {s.name: s for s in summary.stages if not s.parent}
     out = []
     for hop, c in sorted(counters.items()):
         samples = _in_windows(c.get("samples") or [], [] if always_on else windows)
@@ -35,7 +39,7 @@ def pooler_check(meta: dict, summary: dict) -> list[dict]:
             row["cl_waiting_max"] = max(waiting)
             row["maxwait_ms"] = round(max(s.get("maxwait_us", 0) for s in samples) / 1000.0, 3)
         pw = stages.get(f"poolwait.{hop}")
-        row["poolwait_us_per_txn"] = round(float(pw["us_per_txn"]), 1) if pw else 0.0
+        row["poolwait_us_per_txn"] = round(float(pw.us_per_txn), 1) if pw else 0.0
         if tps:
             row["expected_waiting"] = round(tps * row["poolwait_us_per_txn"] / 1e6, 2)
         out.append(row)

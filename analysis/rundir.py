@@ -1,4 +1,6 @@
-"""The run directory: the only thing analysis reads, so a report made a month later says what the run said."""
+"""The run directory: the only thing analysis reads, so a report made a month later says what the run said.
+It is where run.json is opened and checked, and where the typed run model (analysis.run_model) is loaded from:
+`RunDir.run` (run.json) and `RunDir.summary()` (the report document)."""
 from __future__ import annotations
 
 import json
@@ -6,6 +8,7 @@ import os
 import time
 from pathlib import Path
 
+from pathprof.analysis.run_model import RunMeta, Summary
 from pathprof.errors import UserError
 
 SCHEMA = "pathprof-run/1.0"
@@ -57,6 +60,17 @@ class RunDir:
             raise UserError(f"{meta_path}: schema '{meta['schema']}' is not supported by this pathprof "
                             f"(it reads {SCHEMA}); use a matching pathprof version")
         return cls(path, meta)
+
+    @property
+    def run(self) -> RunMeta:
+        """run.json as the typed run model (analysis.run_model), read from the document as it is now."""
+        return RunMeta.of(self.meta)
+
+    def summary(self) -> Summary:
+        """The run/report document (analysis.summary.summarize) as the typed run model; `.doc` is what
+        `--json` prints."""
+        from pathprof.analysis.summary import summarize
+        return Summary.of(summarize(self))
 
     def save(self) -> None:
         """Atomically: run.json is either the old document or the new one, never a torn one."""

@@ -1,135 +1,132 @@
-"""The run/report document of DESIGN.md, built from a run directory alone."""
+"""The run/report document of DESIGN.md, built from a run directory alone: run.json is read through the typed
+run model (RunDir.run), the document is written as the dict `--json` prints (analysis.run_model.Summary reads it)."""
 from __future__ import annotations
 
+from pathprof.analysis.run_model import LoadResult, Probes, RunMeta, WindowFigures, load
 from pathprof.analysis.rundir import RunDir
 
 
 def summarize(rd: RunDir) -> dict:
     """The run document (docs/REPORTS.md): the run's headline figures, then the latency and CPU views over the
     transactions the probes measured, then the checks made on them."""
-    m = rd.meta
-    out = _headline(m, rd)
-    _notes_from_meta(out, m)
-    probes = m.get("probes") or {}
-    basis = _basis(m, out, probes)
+    run = rd.run
+    out = _headline(run, rd)
+    _notes_from_meta(out, run)
+    probes = run.probes
+    basis = _basis(run, out)
     stages, cpu = rd.read_frame("stages.parquet"), rd.read_frame("cpu.parquet")
     from pathprof.analysis.losses import add_to_summary as add_losses
     add_losses(out, probes, stages, cpu)
-    w = m.get("workload") or {}
+    w = run.workload
     if basis["txns"] and (stages is not None or cpu is not None):
-        clients = w.get("clients") or 1
+        clients = w.clients or 1
         # The stages tile each connection's timeline, so they must add up to the cycle (clients / TPS);
         # pgbench's own mean latency leaves out its work between transactions (shown as the client leg).
         cycle_us = clients * 1e6 / basis["tps"] if basis["tps"] else None
         if stages is not None and basis["mean_ms"]:
             _add_latency_view(out, rd, stages, basis, cycle_us)
-        cost = probes.get("cost") or {}
-        if cost.get("run_time_ns") is not None:
-            out["probe_cost_ns_per_txn"] = cost["run_time_ns"] / basis["txns"]
+        if probes.cost and probes.cost.run_time_ns is not None:
+            out["probe_cost_ns_per_txn"] = probes.cost.run_time_ns / basis["txns"]
         if cpu is not None and basis["busy"]:
             _add_cpu_view(out, cpu, basis, clients, probes)
     busy, elapsed, ncpu = basis["busy"], basis["elapsed"], basis["ncpu"]
     if out["regime"] is None and busy and elapsed:
         # Without probes the regime still follows from busy time: near all CPUs busy means CPU-bound.
         out["regime"] = "cpu-bound" if busy / elapsed >= 0.9 * ncpu else "latency-bound"
-    if w.get("connect") and "connection_setup" not in out and rd.file("connect.parquet").exists():
+    if w.connect and "connection_setup" not in out and rd.file("connect.parquet").exists():
         from pathprof.analysis.conn_view import add_connection_setup
         add_connection_setup(out, rd)     # no latency view to fold it into (probes off, no transactions)
     out.update(probe_cost_share(out))
-    _add_checks(out, m)
+    _add_checks(out, run)
     return out
 
 
-def _headline(m: dict, rd: RunDir) -> dict:
+def _headline(run: RunMeta, rd: RunDir) -> dict:
     """What the run was and what pgbench (or, attached, the probes) measured; the views' keys empty."""
     # a driven run has pgbench's result; an attached one what the probes observed (pathprof.agent.run.attach)
-    res = (m.get("pgbench") or {}).get("result") or m.get("observed") or {}
-    w = m.get("workload") or {}
-    probes = m.get("probes") or {}
-    lat = res.get("latency_ms") or {}
+    res = run.load_result or LoadResult()
+    w, probes, lat = run.workload, run.probes, res.latency_ms
     return {
-        "topology": (m.get("topology") or {}).get("name"),
-        "clients": w.get("clients"),
-        "threads": w.get("threads"),
-        "duration_s": w.get("duration_s"),
-        "workload": {k: w.get(k) for k in ("mode", "script", "connect", "scale", "rate")},
-        "tps": res.get("tps"),
-        "transactions": res.get("transactions"),
-        "failed": res.get("failed"),
-        "latency_ms": {k: lat.get(k) for k in ("mean", "p50", "p95", "p99")},
-        "connection_time_ms": res.get("connection_time_ms"),
-        "scripts": res.get("scripts") or [],
+        "topology": run.topology.name,
+        "clients": w.clients,
+        "threads": w.threads,
+        "duration_s": w.duration_s,
+        "workload": {"mode": w.mode, "script": w.script, "connect": w.connect, "scale": w.scale, "rate": w.rate},
+        "tps": res.tps,
+        "transactions": res.transactions,
+        "failed": res.failed,
+        "latency_ms": {"mean": lat.mean, "p50": lat.p50, "p95": lat.p95, "p99": lat.p99},
+        "connection_time_ms": res.connection_time_ms,
+        "scripts": res.scripts or [],
         "regime": None,
         "predicted_tps": None,
         "stages": [],
         "cpu": [],
         "closure": {"latency_error_pct": None, "cpu_error_pct": None},
         "probe_cost_ns_per_txn": None,
-        "probe_overhead_pct": probes.get("probe_overhead_pct"),
-        "probes": probes.get("level", "off"),
-        "lost_events": probes.get("lost") or {},
-        "host": m.get("host") or {},
-        "topology_options": (m.get("topology") or {}).get("options") or {},
-        "postgres_version": (m.get("postgres") or {}).get("version"),
-        "pathprof_version": m.get("pathprof_version"),
-        "status": m.get("status"),
-        "setup_s": m.get("setup_s"),
-        "notes": list(probes.get("notes") or []),
+        "probe_overhead_pct": probes.probe_overhead_pct,
+        "probes": probes.level,
+        "lost_events": probes.lost or {},
+        "host": run.host.doc,
+        "topology_options": run.topology.options or {},
+        "postgres_version": run.postgres.version,
+        "pathprof_version": run.pathprof_version,
+        "status": run.status,
+        "setup_s": run.setup_s,
+        "notes": list(probes.notes or []),
         "run_dir": str(rd.path),
         # who drove the load: pgbench (run), or clients pathprof only watched (attach: exchanges the probes counted)
-        "driver": "observed" if not (m.get("pgbench") or {}).get("result") and m.get("observed") else "pgbench",
+        "driver": run.driver,
     }
 
 
-def _notes_from_meta(out: dict, m: dict) -> None:
+def _notes_from_meta(out: dict, run: RunMeta) -> None:
     """A merged run's hosts and clocks, a broken path, checkpoints inside the run, the guest's accelerator: said
     where the figures are read."""
-    if m.get("clock_offsets") is not None:     # a merged run (pathprof.analysis.merge): its hosts and clocks
+    if run.clock_offsets is not None:     # a merged run (pathprof.analysis.merge): its hosts and clocks
         out["hosts"] = [{k: h.get(k) for k in ("name", "run_dir", "transactions", "tps", "clock_offset_us")}
-                        for h in m.get("hosts") or []]
-        out["clock_offsets"] = [{k: v for k, v in o.items()} for o in m["clock_offsets"]]
-    if m.get("failure"):
-        out["failure"] = list(m["failure"])
-        out["notes"].insert(0, "THE PATH BROKE DURING THIS RUN: " + "; ".join(m["failure"]) + " — its figures "
+                        for h in run.hosts or []]
+        out["clock_offsets"] = [{k: v for k, v in o.items()} for o in run.clock_offsets]
+    if run.failure:
+        out["failure"] = list(run.failure)
+        out["notes"].insert(0, "THE PATH BROKE DURING THIS RUN: " + "; ".join(run.failure) + " — its figures "
                             "cover a broken system")
-    cps = ((m.get("postgres") or {}).get("checkpoints") or {})
-    if cps.get("during_run"):
-        out["checkpoints"] = cps
-        out["notes"].append(f"{cps['during_run']} checkpoint(s) ran during the measured interval ({cps['timed']} "
-                            f"timed, {cps['requested']} requested by WAL volume): their writes and fsyncs are in "
+    cps = run.postgres.checkpoints
+    if cps.during_run:
+        out["checkpoints"] = cps.doc
+        out["notes"].append(f"{cps.during_run} checkpoint(s) ran during the measured interval ({cps.timed} "
+                            f"timed, {cps.requested} requested by WAL volume): their writes and fsyncs are in "
                             "these figures")
-    for svc in m.get("services") or []:
-        if svc.get("accelerator"):
-            out["accelerator"] = svc["accelerator"]
-            out["vhost"] = svc.get("vhost")
+    for svc in run.services:
+        if svc.accelerator:
+            out["accelerator"] = svc.accelerator
+            out["vhost"] = svc.vhost
 
 
-def _basis(m: dict, out: dict, probes: dict) -> dict:
+def _basis(run: RunMeta, out: dict) -> dict:
     """What the views are divided by and closed against: the whole run's transactions, rate, latency and busy
     CPU time, or, with probe windows, those of the windows alone. Also sets the headline TPS figures."""
-    res = (m.get("pgbench") or {}).get("result") or m.get("observed") or {}
-    cpu_meta = m.get("cpu") or {}
-    b = {"txns": res.get("transactions") or 0, "tps": res.get("tps") or 0,
-         "mean_ms": (res.get("latency_ms") or {}).get("mean"),
-         "busy": cpu_meta.get("busy_ns"), "elapsed": cpu_meta.get("elapsed_ns"),
-         "ncpu": cpu_meta.get("ncpu") or (m.get("host") or {}).get("cpus") or 1}
+    res, cpu_time = run.load_result or LoadResult(), run.cpu
+    b = {"txns": res.transactions or 0, "tps": res.tps or 0, "mean_ms": res.latency_ms.mean,
+         "busy": cpu_time.busy_ns, "elapsed": cpu_time.elapsed_ns,
+         "ncpu": cpu_time.ncpu or run.host.cpus or 1}
     if b["busy"] and b["elapsed"]:
         out["busy_cpus"] = b["busy"] / b["elapsed"]
-    win = _windows(probes, out)
-    out.update(headline_tps(res.get("tps"), probes))
+    win = _windows(run.probes, out)
+    out.update(headline_tps(res.tps, run.probes))
     if win:
         # The probe tables cover only the measurement windows (analysis.windows): divide by the
         # transactions that ended inside them, close against their rate and latency and the CPUs' busy
         # time while they were open.
-        b.update(txns=win["txns"], tps=win["tps"] or 0, mean_ms=win["latency_ms_mean"] or b["mean_ms"],
-                 busy=win.get("busy_ns") or b["busy"], elapsed=win.get("elapsed_ns") or b["elapsed"])
+        b.update(txns=win.txns, tps=win.tps or 0, mean_ms=win.latency_ms_mean or b["mean_ms"],
+                 busy=win.busy_ns or b["busy"], elapsed=win.elapsed_ns or b["elapsed"])
     return b
 
 
 def _add_latency_view(out: dict, rd: RunDir, stages, basis: dict, cycle_us: float | None) -> None:
     """The stages per transaction and their closure against the cycle; retransmissions, disk, -C setup."""
     from pathprof.analysis import stages as views
-    m, txns, mean_ms = rd.meta, basis["txns"], basis["mean_ms"]
+    run, txns, mean_ms = rd.run, basis["txns"], basis["mean_ms"]
     lv = views.latency_view(stages, txns, mean_ms * 1000.0, cycle_us=cycle_us)
     out["stages"] = lv["stages"]
     out["closure"]["latency_error_pct"] = lv.get("closure_error_pct")
@@ -139,7 +136,7 @@ def _add_latency_view(out: dict, rd: RunDir, stages, basis: dict, cycle_us: floa
     out["scheduler"] = lv.get("scheduler")
     if lv.get("tcp_retransmits"):
         out["tcp_retransmits"] = tcp_retransmits(lv["tcp_retransmits"], out["stages"], txns)
-        kernel = m.get("tcp_counters") or {}
+        kernel = run.tcp_counters or {}
         if kernel:       # the kernel's own count in the path's namespaces, over the same run
             out["tcp_retransmits"]["kernel_retrans_segs"] = sum(v.get("RetransSegs", 0) for v in kernel.values())
     out["disk"] = views.disk_view(stages, txns)
@@ -152,11 +149,11 @@ def _add_latency_view(out: dict, rd: RunDir, stages, basis: dict, cycle_us: floa
             f"allows (cycle {cycle_us:.1f} µs, of which {client_us:.1f} µs is pgbench's own work): pgbench "
             "takes timestamps lazily, so very short transactions are logged too short. Trust the cycle and "
             "the latency view's request/server/response legs.")
-    if (m.get("workload") or {}).get("connect") and rd.file("connect.parquet").exists():
+    if run.workload.connect and rd.file("connect.parquet").exists():
         _add_connection_setup(out, rd)
 
 
-def _add_cpu_view(out: dict, cpu, basis: dict, clients: int, probes: dict) -> None:
+def _add_cpu_view(out: dict, cpu, basis: dict, clients: int, probes: Probes) -> None:
     """CPU per transaction per component, its closure against busy time, the regime and the model's TPS."""
     from pathprof.analysis import stages as views
     txns, busy, mean_ms = basis["txns"], basis["busy"], basis["mean_ms"]
@@ -175,15 +172,15 @@ def _add_cpu_view(out: dict, cpu, basis: dict, clients: int, probes: dict) -> No
     out["prediction"] = _prediction(out["predicted_tps"], probes)
 
 
-def _add_checks(out: dict, m: dict) -> None:
+def _add_checks(out: dict, run: RunMeta) -> None:
     """Where the latency view falls short, and the pooler's own counters against its timed wait."""
     from pathprof.analysis.gap import locate_gap
     gap = locate_gap(out)
     if gap:
         out["closure"]["gap"] = gap
-    if m.get("pooler_counters"):
+    if run.pooler_counters:
         from pathprof.analysis.pooler import pooler_check
-        out["pooler_counters"] = pooler_check(m, out)
+        out["pooler_counters"] = pooler_check(run, out)
 
 
 def tcp_retransmits(counts: list[dict], stages: list[dict], txns: int) -> dict:
@@ -240,45 +237,49 @@ def _add_connection_setup(out: dict, rd: RunDir) -> None:
                             "close it")
 
 
-def headline_tps(whole_run: float | None, probes: dict) -> dict:
+def headline_tps(whole_run: float | None, probes: dict | Probes) -> dict:
     """The run's TPS is the unprobed system's: with measurement windows, the rate outside them, where nothing was
     attached (the probes cost the in-window transactions time, and two paths with different probe costs must not
     be compared on it). The in-window rate is what the stage figures are divided by; the whole run's is pgbench's
     own. Always-on runs can only say their TPS is the probed one."""
-    schedule = probes.get("schedule") or {}
-    inside, outside = probes.get("in_windows") or {}, probes.get("outside_windows") or {}
-    out = {"tps_whole_run": whole_run, "tps_in_windows": inside.get("tps")}
-    if probes.get("level") in (None, "off") or (not probes.get("windows") and not schedule):
+    probes = _probes(probes)
+    schedule, inside, outside = probes.schedule, probes.in_windows, probes.outside_windows
+    out = {"tps_whole_run": whole_run, "tps_in_windows": inside.tps if inside else None}
+    if probes.level in (None, "off") or (not probes.windows and not schedule):
         return {**out, "tps": whole_run, "tps_basis": "whole run, no probes attached"}
-    if schedule.get("always_on"):
+    if schedule and schedule.always_on:
         return {**out, "tps": whole_run, "tps_basis": "whole run, probes always attached (the probed system's)"}
-    if outside.get("tps") and outside.get("txns"):
-        return {**out, "tps": outside["tps"], "tps_basis": "outside the probe windows, nothing attached"}
+    if outside and outside.tps and outside.txns:
+        return {**out, "tps": outside.tps, "tps_basis": "outside the probe windows, nothing attached"}
     return {**out, "tps": whole_run, "tps_basis": "whole run, half probed (no transaction outside the windows)"}
 
 
-def _prediction(unprobed_tps: float | None, probes: dict) -> dict:
+def _probes(probes: dict | Probes) -> Probes:
+    return probes if isinstance(probes, Probes) else load(Probes, probes)
+
+
+def _prediction(unprobed_tps: float | None, probes: Probes) -> dict:
     """The run's truth check on itself: the model's TPS without probes next to the TPS measured outside the
     measurement windows, where nothing was attached (None when the probes were always on)."""
-    outside = (probes.get("outside_windows") or {}).get("tps")
-    always_on = (probes.get("schedule") or {}).get("always_on")
+    outside = probes.outside_windows.tps if probes.outside_windows else None
+    always_on = probes.schedule.always_on if probes.schedule else None
     measured = None if always_on or not outside else outside
     err = round((unprobed_tps - measured) / measured * 100.0, 1) if unprobed_tps and measured else None
     return {"unprobed_tps": unprobed_tps, "measured_outside_tps": measured, "error_pct": err}
 
 
-def _windows(probes: dict, out: dict) -> dict | None:
+def _windows(probes: Probes, out: dict) -> WindowFigures | None:
     """The in-window figures when the run used measurement windows (None for older runs / no probes);
     also fills out["windows"] with what a reader needs to judge them."""
-    inside = probes.get("in_windows")
-    if not inside or not probes.get("windows"):
+    inside = probes.in_windows
+    if not inside or not probes.windows:
         return None
-    outside = probes.get("outside_windows") or {}
-    out["windows"] = {"count": len(probes["windows"]), **(probes.get("schedule") or {}),
-                      "txns_in": inside.get("txns"), "tps_in": inside.get("tps"),
-                      "txns_out": outside.get("txns"), "tps_out": outside.get("tps"),
-                      "probe_overhead_run_pct": probes.get("probe_overhead_run_pct")}
-    if not inside.get("txns"):
+    outside = probes.outside_windows or WindowFigures()
+    out["windows"] = {"count": len(probes.windows), **(probes.schedule.doc if probes.schedule else {}),
+                      "txns_in": inside.txns, "tps_in": inside.tps,
+                      "txns_out": outside.txns, "tps_out": outside.tps,
+                      "probe_overhead_run_pct": probes.probe_overhead_run_pct}
+    if not inside.txns:
         out["notes"].append("no transaction ended inside a measurement window: the probe tables are not "
                             "divided per transaction")
         return None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 from pathprof.analysis.histogram import slot_bounds
+from pathprof.analysis.run_model import Summary
 
 CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
@@ -65,23 +66,23 @@ def _num(x):
     return v if math.isfinite(v) else None
 
 
-def render(summaries: list[dict], histograms: dict[str, list[dict]] | None = None) -> str:
+def render(summaries: list[dict | Summary], histograms: dict[str, list[dict]] | None = None) -> str:
     """OpenMetrics text for one or more summaries (analysis.summary or a live snapshot of the same shape).
     histograms: run label -> stage_histograms() of that run, when the stage tables are at hand."""
     doc = _Doc()
-    runs = [(_run_labels(s), s) for s in summaries if s]
+    runs = [(_run_labels(s), s) for s in map(Summary.of, filter(None, summaries))]
     if not runs:
         return doc.text()
     doc.family("pathprof_run", "info", "the run this series belongs to")
     for lb, s in runs:
-        doc.sample("pathprof_run_info", {**lb, "regime": s.get("regime") or "unknown",
-                                         "pathprof_version": s.get("pathprof_version") or ""}, 1)
-    scalar = [("pathprof_clients", "pgbench clients", None, lambda s: s.get("clients"), 1.0),
-              ("pathprof_tps", "measured transactions per second", None, lambda s: s.get("tps"), 1.0),
+        doc.sample("pathprof_run_info", {**lb, "regime": s.regime or "unknown",
+                                         "pathprof_version": s.pathprof_version or ""}, 1)
+    scalar = [("pathprof_clients", "pgbench clients", None, lambda s: s.clients, 1.0),
+              ("pathprof_tps", "measured transactions per second", None, lambda s: s.tps, 1.0),
               ("pathprof_predicted_tps", "the model's TPS without the probes", None,
-               lambda s: s.get("predicted_tps"), 1.0),
+               lambda s: s.predicted_tps, 1.0),
               ("pathprof_probe_cost_per_transaction_seconds", "the probes' own run time per transaction", "seconds",
-               lambda s: s.get("probe_cost_ns_per_txn"), 1e-9)]
+               lambda s: s.probe_cost_ns_per_txn, 1e-9)]
     for name, help_text, unit, get, factor in scalar:
         values = [(lb, _num(get(s))) for lb, s in runs]
         if any(v is not None for _, v in values):
@@ -97,13 +98,13 @@ def render(summaries: list[dict], histograms: dict[str, list[dict]] | None = Non
     return doc.text()
 
 
-def _run_labels(s: dict) -> dict:
-    run = s.get("run_id") or (str(s.get("run_dir") or "").rstrip("/").rsplit("/", 1)[-1]) or "live"
-    return {"run": run, "topology": s.get("topology") or "unknown"}
+def _run_labels(s: Summary) -> dict:
+    run = s.run_id or (str(s.run_dir or "").rstrip("/").rsplit("/", 1)[-1]) or "live"
+    return {"run": run, "topology": s.topology or "unknown"}
 
 
 def _latency(doc: _Doc, runs) -> None:
-    rows = [(lb, k, _num((s.get("latency_ms") or {}).get(k))) for lb, s in runs for k in ("mean", "p50", "p95", "p99")]
+    rows = [(lb, k, _num(getattr(s.latency_ms, k))) for lb, s in runs for k in ("mean", "p50", "p95", "p99")]
     rows = [r for r in rows if r[2] is not None]
     if rows:
         doc.family("pathprof_latency_seconds", "gauge", "pgbench's transaction latency", "seconds")
@@ -115,13 +116,13 @@ def _per_txn(doc: _Doc, runs) -> None:
     stage_rows, cpu_rows = [], []
     for lb, s in runs:
         merged: dict[tuple, float] = {}
-        for st in s.get("stages") or []:
-            if st.get("parent"):
+        for st in s.stages:
+            if st.parent:
                 continue        # USDT parts of backend.execute: inside it, not added again
-            key = (str(st.get("name")), str(st.get("leg") or ""))
-            merged[key] = merged.get(key, 0.0) + (_num(st.get("us_per_txn")) or 0.0)
+            key = (str(st.name), str(st.leg or ""))
+            merged[key] = merged.get(key, 0.0) + (_num(st.us_per_txn) or 0.0)
         stage_rows += [(lb, k, v) for k, v in merged.items()]
-        cpu_rows += [(lb, str(c.get("component")), _num(c.get("us_per_txn")) or 0.0) for c in s.get("cpu") or []]
+        cpu_rows += [(lb, str(c.component), _num(c.us_per_txn) or 0.0) for c in s.cpu]
     if stage_rows:
         doc.family("pathprof_stage_per_transaction_seconds", "gauge",
                    "latency view: mean time per transaction in each stage of each leg", "seconds")
@@ -135,8 +136,8 @@ def _per_txn(doc: _Doc, runs) -> None:
 
 
 def _closure(doc: _Doc, runs) -> None:
-    rows = [(lb, view, _num((s.get("closure") or {}).get(key)))
-            for lb, s in runs for view, key in (("latency", "latency_error_pct"), ("cpu", "cpu_error_pct"))]
+    rows = [(lb, view, _num(value)) for lb, s in runs
+            for view, value in (("latency", s.closure.latency_error_pct), ("cpu", s.closure.cpu_error_pct))]
     rows = [r for r in rows if r[2] is not None]
     if rows:
         doc.family("pathprof_closure_error_ratio", "gauge",
