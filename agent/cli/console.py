@@ -68,7 +68,8 @@ def make_reporter(a, duration_s: float):
     yield PlainReporter(sys.stderr, duration_s)
 
 
-def print_report(summary: dict, stream=sys.stdout) -> None:
+def print_report(summary, stream=sys.stdout) -> None:
+    """One run's report (a Summary of analysis.run_model, or a summary dict) as the terminal view."""
     try:
         from pathprof.analysis.report.render import render_to_string, report_view
     except ImportError:
@@ -77,17 +78,19 @@ def print_report(summary: dict, stream=sys.stdout) -> None:
     stream.write(render_to_string(report_view(summary)))
 
 
-def plain_report(s: dict) -> str:
-    lat = s.get("latency_ms") or {}
+def plain_report(summary) -> str:
+    from pathprof.analysis.run_model import Summary
+    s = Summary.of(summary)
+    lat = s.latency_ms
 
     def fmt(v):
         return "-" if v is None else f"{v:.3f}"
-    lines = [f"topology {s['topology']}  clients {s['clients']}  duration {s['duration_s']} s",
-             f"tps {s['tps']:.1f}  latency ms: mean {fmt(lat.get('mean'))}  p50 {fmt(lat.get('p50'))}  "
-             f"p95 {fmt(lat.get('p95'))}  p99 {fmt(lat.get('p99'))}",
-             f"regime {s.get('regime')}  run dir {s['run_dir']}"]
-    for st in s.get("stages") or []:
-        lines.append(f"  {st['leg']:<9} {st['name']:<28} {st['us_per_txn']:10.2f} us/txn")
-    for c in s.get("cpu") or []:
-        lines.append(f"  cpu {c['component']:<28} {c['us_per_txn']:10.2f} us/txn")
+    lines = [f"topology {s.topology}  clients {s.clients}  duration {s.duration_s} s",
+             f"tps {s.tps:.1f}  latency ms: mean {fmt(lat.mean)}  p50 {fmt(lat.p50)}  "
+             f"p95 {fmt(lat.p95)}  p99 {fmt(lat.p99)}",
+             f"regime {s.regime}  run dir {s.run_dir}"]
+    for st in s.stages:
+        lines.append(f"  {st.leg:<9} {st.name:<28} {st.us_per_txn:10.2f} us/txn")
+    for c in s.cpu:
+        lines.append(f"  cpu {c.component:<28} {c.us_per_txn:10.2f} us/txn")
     return "\n".join(lines) + "\n"

@@ -42,10 +42,9 @@ def cmd_attach(a) -> int:
 
 def _print_summary(a, rd) -> int:
     """A finished run's report on stdout: the JSON document with --json, else the terminal view."""
-    from pathprof.analysis.summary import summarize
-    summary = summarize(rd)
+    summary = rd.summary()
     if a.json:
-        _print_json(summary)
+        _print_json(summary.doc)
     else:
         from pathprof.agent.cli.console import print_report
         print_report(summary)
@@ -54,15 +53,15 @@ def _print_summary(a, rd) -> int:
 
 def cmd_report(a) -> int:
     from pathprof.analysis.rundir import RunDir
-    from pathprof.analysis.summary import summarize
     rundirs = [RunDir.open(p) for p in a.runs]
-    summaries = [summarize(rd) for rd in rundirs]
+    summaries = [rd.summary() for rd in rundirs]
+    docs = [s.doc for s in summaries]
     if a.html:
         from pathprof.analysis.report.html import write_html
-        path = write_html(summaries, Path(a.html), latency_samples=latency_samples(rundirs, summaries))
+        path = write_html(docs, Path(a.html), latency_samples=latency_samples(rundirs, summaries))
         print(f"wrote {path}", file=sys.stderr)
     if a.json:
-        _print_json(summaries[0] if len(summaries) == 1 else {"runs": summaries})
+        _print_json(docs[0] if len(docs) == 1 else {"runs": docs})
     elif not a.html:
         from pathprof.agent.cli.console import print_report
         for s in summaries:

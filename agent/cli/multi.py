@@ -22,7 +22,6 @@ def _one_run(a, topology: str, clients: int | None, label: str, own_options: dic
              run_label: str | None = None) -> dict:
     from pathprof.agent.cli.console import PlainReporter
     from pathprof.agent.run import owned as runmod
-    from pathprof.analysis.summary import summarize
     from pathprof.topologies import spec
     opts = cli_args.run_options(a, topology, clients)
     # Command-wide --userland-proxy/--target apply to the topologies that declare them, the others ignore them;
@@ -31,20 +30,22 @@ def _one_run(a, topology: str, clients: int | None, label: str, own_options: dic
     opts.topo_options = {k: v for k, v in opts.topo_options.items() if k in declared or k in (own_options or {})}
     ui = PlainReporter(sys.stderr, opts.workload.duration_s, every_s=5.0)
     ui.phase(f"--- {label} ---")
-    s = summarize(runmod.execute(opts, ui))
+    s = runmod.execute(opts, ui).summary().doc
     if run_label:
         s["label"] = run_label
     return s
 
 
 def _median_run(runs: list[dict]) -> dict:
-    ordered = sorted(runs, key=lambda s: s.get("tps") or 0)
+    from pathprof.analysis.run_model import Summary
+    ordered = sorted(runs, key=lambda s: Summary.of(s).tps or 0)
     return ordered[(len(ordered) - 1) // 2]
 
 
 def compare(a) -> int:
     from pathprof.agent.cli.variants import apply, parse_variant
     from pathprof.analysis.explain import cause_spread, explain, is_real_gap, spread
+    from pathprof.analysis.run_model import Summary
     from pathprof.topologies import spec
     if len(a.topologies) < 2:
         raise UserError("compare needs at least two entries (the first is the baseline)")
@@ -86,7 +87,7 @@ def compare(a) -> int:
         print(f"pathprof: wrote {a.html}", file=sys.stderr)
     if a.json:
         _out_json({"runs": chosen, "baseline": labels[0], "explanations": explanations,
-                   "spread": spreads, "all_runs": {lb: [r["run_dir"] for r in rs] for lb, rs in runs.items()},
+                   "spread": spreads, "all_runs": {lb: [Summary.of(r).run_dir for r in rs] for lb, rs in runs.items()},
                    "predictions": predictions})
     else:
         from pathprof.analysis.report.render import compare_view, predictions_view
@@ -107,7 +108,7 @@ def predictions_from_first(summaries: list[dict]) -> list[dict]:
         if row is None:
             row = {"tps": None, "reason": "not a scenario of the first run (another path, or a change the model "
                                           "does not represent)"}
-        row["run"] = s.get("label") or run_label(s)
+        row["run"] = run_label(s)      # its label, else its topology
         out.append(row)
     return out
 
@@ -123,6 +124,7 @@ def parse_clients(text: str) -> list[int]:
 
 
 def sweep(a) -> int:
+    from pathprof.analysis.run_model import Summary
     from pathprof.analysis.sweep import sweep_analysis
     from pathprof.topologies import spec
     counts = parse_clients(a.clients)
@@ -140,7 +142,7 @@ def sweep(a) -> int:
         p["predicted_from_first"] = pred
     if repeat > 1:
         for p in analysis["points"]:
-            tps = [r.get("tps") or 0.0 for r in runs.get(p["clients"], [])]
+            tps = [Summary.of(r).tps or 0.0 for r in runs.get(p["clients"], [])]
             p.update(tps_min=min(tps), tps_max=max(tps), tps_runs=tps)
     if a.html:
         from pathprof.analysis.report.html import write_html
@@ -156,12 +158,11 @@ def sweep(a) -> int:
 def diff(a) -> int:
     from pathprof.analysis.explain import explain, host_differences
     from pathprof.analysis.rundir import RunDir
-    from pathprof.analysis.summary import summarize
-    sa, sb = summarize(RunDir.open(a.run_a)), summarize(RunDir.open(a.run_b))
+    sa, sb = RunDir.open(a.run_a).summary(), RunDir.open(a.run_b).summary()
     expl = explain(sa, sb)
     hosts = host_differences(sa, sb)
     if a.json:
-        _out_json({"runs": [sa, sb], "baseline": sa["run_dir"], "host_differences": hosts,
+        _out_json({"runs": [sa.doc, sb.doc], "baseline": sa.run_dir, "host_differences": hosts,
                    "explanations": [expl]})
     else:
         from pathprof.analysis.report.render import diff_view
@@ -201,9 +202,9 @@ def export(a) -> int:
 
 def _export_openmetrics(rd, output: str | None) -> int:
     from pathprof.analysis.export.openmetrics import render, stage_histograms
-    from pathprof.analysis.summary import summarize
-    summary = {**summarize(rd), "run_id": rd.meta.get("run_id") or rd.path.name}
-    text = render([summary], {summary["run_id"]: stage_histograms(rd.read_frame("stages.parquet"))})
+    run_id = rd.run.run_id or rd.path.name
+    summary = {**rd.summary().doc, "run_id": run_id}
+    text = render([summary], {run_id: stage_histograms(rd.read_frame("stages.parquet"))})
     if output:
         Path(output).write_text(text)
         print(output)

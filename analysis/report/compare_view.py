@@ -1,11 +1,13 @@
 """The terminal views over several runs: compare (runs side by side and each one's explanation against the
-baseline), predictions, sweep and diff."""
+baseline), predictions, sweep and diff. Runs are read through the typed run model (analysis.run_model.Summary;
+summary dicts are read through it); explanations, predictions and sweeps are their own documents (dicts)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from pathprof.analysis.explain import _distinct_label, _num, cpu_totals, explain_text, run_label, stage_totals
 from pathprof.analysis.report.text import _fmt, bar
+from pathprof.analysis.run_model import Summary
 from pathprof.analysis.sweep import sweep_text
 from rich.console import Group
 from rich.panel import Panel
@@ -13,14 +15,15 @@ from rich.table import Table
 from rich.text import Text
 
 
-def _top_stages(summary: dict, n: int = 3) -> str:
+def _top_stages(summary: Summary, n: int = 3) -> str:
     totals = sorted(stage_totals(summary).items(), key=lambda kv: -kv[1])[:n]
     return "\n".join(f"{name} {us:,.0f}" for name, us in totals)     # one per line: wrapping splits pairs
 
 
-def _compare_table(summaries: list[dict], spreads: dict | None = None) -> Table:
+def _compare_table(summaries: list[dict | Summary], spreads: dict | None = None) -> Table:
+    summaries = [Summary.of(s) for s in summaries]
     base = summaries[0]
-    base_tps = _num(base.get("tps"))
+    base_tps = _num(base.tps)
     t = Table(title="Runs (first is the baseline)", title_justify="left", show_edge=False)
     cols = [("run", {}), ("TPS", {"justify": "right"}), ("Δ TPS", {"justify": "right"})]
     cols += [("spread", {"justify": "right"})] if spreads else []
@@ -30,15 +33,14 @@ def _compare_table(summaries: list[dict], spreads: dict | None = None) -> Table:
         t.add_column(col, **kw)
     for i, s in enumerate(summaries):
         label = run_label(s) if i == 0 else _distinct_label(base, s)
-        tps = _num(s.get("tps"))
+        tps = _num(s.tps)
         row = [label, _fmt(tps, ",.0f"), "baseline" if i == 0 else
                (f"{(tps - base_tps) / base_tps * 100:+.1f} %" if base_tps else "–")]
         if spreads:
             sp = spreads.get(label) or spreads.get(run_label(s))
             row.append(f"±{sp['stdev']:,.0f} ({sp['min']:,.0f}–{sp['max']:,.0f}, n={sp['n']})" if sp else "")
-        lat = s.get("latency_ms") or {}
-        row += [_fmt(lat.get("mean"), ".3f"), _fmt(lat.get("p99"), ".3f"), str(s.get("regime") or "?"),
-                _fmt(s.get("predicted_tps"), ",.0f"), _top_stages(s)]
+        row += [_fmt(s.latency_ms.mean, ".3f"), _fmt(s.latency_ms.p99, ".3f"), str(s.regime or "?"),
+                _fmt(s.predicted_tps, ",.0f"), _top_stages(s)]
         t.add_row(*row)
     return t
 
@@ -84,7 +86,7 @@ def explanation_view(expl: dict, max_items: int = 8):
     return Group(title, Text(explain_text(expl)), why, t)
 
 
-def compare_view(summaries: list[dict], explanations: list[dict], spreads: dict[str, dict] | None = None):
+def compare_view(summaries: list[dict | Summary], explanations: list[dict], spreads: dict[str, dict] | None = None):
     """Side-by-side table, then each run's explanation versus the baseline. `spreads` (label → explain.spread())
     adds a TPS spread column for --repeat runs."""
     if not summaries:
@@ -164,7 +166,7 @@ def _side_by_side(title: str, a: dict[str, float], b: dict[str, float], la: str,
     return t
 
 
-def diff_view(a: dict, b: dict, expl: dict, host_diffs: list[str]):
+def diff_view(a: dict | Summary, b: dict | Summary, expl: dict, host_diffs: list[str]):
     """Host/version/workload differences first (a gap between machines is not a gap between paths), then the
     two runs, the explanation, and both views side by side."""
     if host_diffs:
@@ -172,8 +174,9 @@ def diff_view(a: dict, b: dict, expl: dict, host_diffs: list[str]):
                    title_align="left", border_style="yellow")
     else:
         hd = Text("Same host, versions and workload settings.", style="green")
-    la = f"A: {Path(str(a.get('run_dir') or run_label(a))).name}"
-    lb = f"B: {Path(str(b.get('run_dir') or run_label(b))).name}"
+    a, b = Summary.of(a), Summary.of(b)
+    la = f"A: {Path(str(a.run_dir or run_label(a))).name}"
+    lb = f"B: {Path(str(b.run_dir or run_label(b))).name}"
     return Group(hd, Text(""), _compare_table([a, b]), Text(""), explanation_view(expl, max_items=12), Text(""),
                  _side_by_side("Latency view, µs per transaction", stage_totals(a), stage_totals(b), la, lb),
                  Text(""), _side_by_side("CPU view, CPU µs per transaction", cpu_totals(a), cpu_totals(b), la, lb))
