@@ -4,9 +4,11 @@
 #define PATHPROF_MSG_BPF_H
 
 /* --trace-sample: the number a message carries, so every message of one transaction has the same one and the
- * sample (number % trace_every) takes all of them: a client's request opens a new number (its connection's
- * last + 1), a backend answers with the request's, a hop forwards the one it consumed. Per-socket counters
- * alone drift apart whenever a window opens mid-transaction. Only runs with traces on (trace_every != 0). */
+ * sample (trace_sampled(number), pp_state.bpf.h) takes all of them: a client's request opens a new number, a backend
+ * answers with the request's, a hop forwards the one it consumed. On TCP the number is the sequence number of the
+ * request's first byte on the client's connection (the client's write_seq at its send start, the receiver's
+ * copied_seq at its delivery), which every host on the path reads alike: agents on different hosts number a
+ * transaction alike and sample the same ones. AF_UNIX: the connection's last + 1. Only runs with traces on. */
 static __always_inline __u32 send_number(struct sock *sk, struct pp_task *t)
 {
 	if (is_hop_role(t->role)) {
@@ -14,10 +16,22 @@ static __always_inline __u32 send_number(struct sock *sk, struct pp_task *t)
 		__u32 held = u && u->leg == PP_LEG_RESPONSE ? hold_peek_seq(bpf_get_current_task_btf()) : 0;
 		return held ? held : t->consume_seq;   /* upstream: the held request this send will take */
 	}
+	if (t->role == PP_ROLE_PGBENCH && sk && sk->sk_protocol == IPPROTO_TCP_NUM)
+		return BPF_CORE_READ((struct tcp_sock *)sk, write_seq);
 	struct pp_sock *s = sk ? bpf_sk_storage_get(&socks, sk, 0, 0) : 0;
 	if (!s)
 		return 0;
 	return t->role == PP_ROLE_PGBENCH ? s->seq + 1 : s->seq;
+}
+
+/* --trace-sample, TCP: the number of a message delivered into `s` whose sender this agent does not see (on another
+ * host): a request's first byte (copied_seq, the queue drained), an answer the number of the request last sent on
+ * the socket (pp_tcp_send keeps it), else the socket's next. */
+static __always_inline __u32 delivery_number(struct sock *sk, struct pp_sock *s, __u32 next)
+{
+	if (s->leg == PP_LEG_RESPONSE)
+		return s->sent_seq ? s->sent_seq : next;
+	return BPF_CORE_READ((struct tcp_sock *)sk, copied_seq);
 }
 
 /* ---------------- --connect: the setup exchange belongs to the connection probe ----------------
@@ -138,6 +152,8 @@ int BPF_PROG(pp_tcp_send, const struct sock *sk, const struct msghdr *msg, const
 		if (trace_every) {
 			t->send_seq = send_number((struct sock *)sk, t);
 			struct pp_sock *u = bpf_sk_storage_get(&socks, (struct sock *)sk, 0, 0);
+			if (u && u->leg == PP_LEG_RESPONSE)
+				u->sent_seq = t->send_seq;   /* a request: its answer takes its number */
 			mark_emit(PP_ST_XSEND, t->role, u ? (u->leg == PP_LEG_REQUEST ? PP_LEG_RESPONSE : PP_LEG_REQUEST)
 				  : (t->role == PP_ROLE_PGBENCH ? PP_LEG_REQUEST : PP_LEG_RESPONSE), t->hop,
 				  (struct sock *)sk, t->send_ts, BPF_CORE_READ((struct tcp_sock *)sk, write_seq),
@@ -222,6 +238,8 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 	 * apart from a receiver draining its socket backlog inside recv */
 	struct pp_task *t = cur_task(ws);
 	__u32 seq = more ? s->seq : ++s->seq;   /* only the cmpxchg winner writes it; a further piece keeps it */
+	if (!more && trace_every && sk->sk_protocol == IPPROTO_TCP_NUM)
+		s->seq = seq = delivery_number(sk, s, seq);
 	if (!more && trace_every && t) {  /* the sender's transaction number, where the sender is known */
 		int is_unix = sk->__sk_common.skc_family == AF_UNIX_NUM;
 		if (is_unix && !t->in_send) { /* AF_UNIX: its send starts here; the sender's socket is the peer */

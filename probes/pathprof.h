@@ -41,7 +41,7 @@ struct pp_sock {            /* socket-local storage of a socket a tracked thread
 	__u8  leg;              /* leg of messages *into* this socket */
 	__u8  setup;            /* --connect, a backend's socket: its startup exchange is not over */
 	__u8  setup_msg;        /* PP_SETUP_* bits (msg.bpf.h), which messages belong to the connection setup */
-	__u32 seq;              /* messages into this socket (seen in windows): --trace-sample picks by it */
+	__u32 seq;              /* --trace-sample: the transaction number of the message into this socket (msg.bpf.h) */
 	__u32 copied;           /* TCP copied_seq at the last consume: tcp_rcv_space_adjust without new data is none */
 	/* request/response receivers (pgbench, backend): the last consumed piece of the message, emitted when the
 	 * receiver next sends. A reply that arrives in pieces (a pooler forwarding a response in parts) is waited
@@ -61,6 +61,9 @@ struct pp_sock {            /* socket-local storage of a socket a tracked thread
 	__u64 last_send;        /* start of the last message sent on this socket (a retransmission's message) */
 	__u64 fwd_act;          /* a hop's server connection: where the hop began forwarding the request it carries
 				 * (its first forward since the last response was taken), 0 = none: holdq.bpf.h */
+	__u32 sent_seq;         /* --trace-sample, a socket requests are sent on: the number of the last one, which
+				 * its answer takes when the answer's sender is on another host */
+	__u32 sent_pad;
 };
 
 /* A retransmitted message, from the sender's tcp_retransmit_skb to the receiver's sk_data_ready (`retx`, a

@@ -301,12 +301,20 @@ static __always_inline struct pp_trace *trace_reserve(__u8 stage, __u8 role, __u
 	return e;
 }
 
+/* --trace-sample N: is the transaction numbered `seq` one of the 1 in N sampled? A multiplicative hash of the
+ * number, a TCP sequence number every host reads alike (msg.bpf.h), so agents on different hosts sample the same
+ * transactions. pathprof.agent.probing.sampling.trace_sampled mirrors it. */
+static __always_inline int trace_sampled(__u32 seq)
+{
+	return ((seq * 2654435761u) >> 16) % trace_every == 0;
+}
+
 /* lat_add, plus one span event when the message is sampled. trace_every is a load-time constant: with
  * --trace-sample off the verifier drops this branch entirely. */
 static __always_inline void trace_emit(__u8 stage, __u8 role, __u8 leg, __u32 hop, __u64 start, __u64 ns,
 				       __u32 seq)
 {
-	if (!trace_every || !seq || seq % trace_every)
+	if (!trace_every || !seq || !trace_sampled(seq))
 		return;
 	struct pp_trace *e = trace_reserve(stage, role, leg, hop, start, ns, seq);
 	if (!e)
@@ -319,8 +327,8 @@ static __always_inline void trace_emit(__u8 stage, __u8 role, __u8 leg, __u32 ho
 
 /* --trace-sample: a marker of a TCP message crossing this host's edge (PP_ST_XSEND at the sender's send start,
  * PP_ST_XRECV at its delivery), for joining hosts' runs (pathprof.analysis.merge). Sampled by a hash of the TCP
- * sequence number, which every host sees identically (the per-socket numbers are each agent's own), and also
- * for every message of a traced transaction (seq % trace_every == 0, as trace_emit), so each sampled
+ * sequence number, which every host sees identically, and also for every message of a traced transaction
+ * (trace_sampled(seq), as trace_emit: a response's own sequence number is not its transaction's), so each sampled
  * transaction knows its connection's tuple and sequence numbers (its OTLP trace id,
  * pathprof.analysis.export.otlp_ids). IPv4 only. */
 static __always_inline void mark_emit(__u8 stage, __u8 role, __u8 leg, __u32 hop, struct sock *sk, __u64 ts,
@@ -328,7 +336,7 @@ static __always_inline void mark_emit(__u8 stage, __u8 role, __u8 leg, __u32 hop
 {
 	if (!trace_every || sk->__sk_common.skc_family != 2 /* AF_INET */)
 		return;
-	if (((tcp_seq * 2654435761u) >> 16) % trace_every && (!seq || seq % trace_every))
+	if (!trace_sampled(tcp_seq) && (!seq || !trace_sampled(seq)))
 		return;
 	struct pp_trace *e = trace_reserve(stage, role, leg, hop, ts, 0, seq);
 	if (!e)

@@ -33,3 +33,10 @@ int check_cpu_acc(__u64 *ctx)
 	a->switches += 1;
 	return 1;
 }
+
+/* trace_sampled(number): 1 when --trace-sample (trace_every, set at load) takes the transaction numbered ctx[0] */
+SEC("raw_tp")
+int check_trace_sampled(__u64 *ctx)
+{
+	return trace_every ? trace_sampled((__u32)ctx[0]) : 0;
+}

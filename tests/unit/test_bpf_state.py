@@ -11,11 +11,11 @@ PROBES = Path(__file__).resolve().parents[2] / "probes"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="BPF needs root")
 
 
-def load(hop_slots: int):
+def load(hop_slots: int, trace_every: int = 0):
     from pathprof.agent.probing.bpf import layout as L
     from pathprof.agent.probing.bpf import libbpf as lb
     o = lb.BpfObject(str(PROBES / "state_check.bpf.o"))
-    o.set_rodata(lat_hops=C.c_uint32(hop_slots))
+    o.set_rodata(lat_hops=C.c_uint32(hop_slots), trace_every=C.c_uint32(trace_every))
     o.maps["lat"].set_max_entries(L.lat_entries(hop_slots))     # as the session sizes it (ProbeSession.start)
     o.load()
     return o
@@ -93,3 +93,19 @@ def test_cpu_records_out_of_range_are_refused_and_counted(one_hop_slot):
     assert prog.test_run(b"", args(role("pooler"), L.MAX_HOPS)) == 0      # no slot: refused, not wrapped
     assert prog.test_run(b"", args(L.NROLES, 0)) == 0
     assert stat(one_hop_slot, "cpu_full") == 2
+
+
+@pytest.mark.parametrize("every", [1, 2, 7, 50])
+def test_trace_sampling_is_the_rule_python_mirrors(every):
+    """--trace-sample N takes a transaction by a hash of its number (a TCP sequence number every host reads
+    alike): the probes' decision and pathprof.agent.probing.sampling's agree number by number, and take about
+    1 in N of consecutive requests' sequence numbers (a request of 23 bytes after another)."""
+    from pathprof.agent.probing.sampling import trace_sampled
+    o = load(1, every)
+    try:
+        numbers = [0xFFFF_FFFF, 1, 2**31] + [(3_000_000_000 + 23 * i) & 0xFFFF_FFFF for i in range(400)]
+        got = [o.programs["check_trace_sampled"].test_run(b"", args(n)) for n in numbers]
+    finally:
+        o.close()
+    assert got == [int(x) for x in trace_sampled(np.array(numbers), every)]
+    assert abs(sum(got[3:]) - 400 / every) <= max(3, 0.4 * 400 / every)
