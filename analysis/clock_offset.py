@@ -15,7 +15,11 @@ separately, as `one_way_offset` does, is never looser. With θ̂ subtracted ever
 >= the bound >= 0: wire stages computed this way are never negative.
 
 Drift: `drift` estimates θ in consecutive time segments and fits a line through them, so a clock running at
-another rate shows up as a slope (ppm) instead of widening the bound silently.
+another rate shows up as a slope (ppm) instead of widening the bound silently. `fit` decides which model the
+trips support: a constant θ when one value lies inside every segment's causality interval [-min d_ba, min d_ab],
+else θ(t) = θ0 + rate·(t - t0) (`LinearOffset`): the rate from the segments' centres, the trips detrended by
+it, θ0 ± bound by the same minimum-delay rule on them. The bound then holds for every t as far as the clocks'
+rates are constant over the run (NTP's frequency assumption); a clock that jumps contradicts both models.
 All functions are pure (numbers in, numbers out); pathprof.analysis.merge feeds them the hosts' message markers.
 """
 from __future__ import annotations
@@ -39,14 +43,19 @@ class Offset:
     n_ab: int
     n_ba: int
 
-    def corrected_ab(self, d_ab):
-        """One-way delays A -> B on A's clock (each >= bound_ns >= 0)."""
+    ppm = 0.0                 # a constant offset: no drift applied (LinearOffset has the same interface)
+
+    def theta(self, t_ns=None):
+        return self.offset_ns if t_ns is None else np.full(np.shape(t_ns), self.offset_ns, dtype=float)
+
+    def corrected_ab(self, d_ab, ts_ab=None):
+        """One-way delays A -> B on A's clock (each >= bound_ns >= 0); ts_ab is for LinearOffset's sake."""
         return np.asarray(d_ab, dtype=float) - self.offset_ns
 
-    def corrected_ba(self, d_ba):
+    def corrected_ba(self, d_ba, ts_ba=None):
         return np.asarray(d_ba, dtype=float) + self.offset_ns
 
-    def contains(self, theta_ns: float) -> bool:
+    def contains(self, theta_ns: float, t_ns=None) -> bool:
         return abs(theta_ns - self.offset_ns) <= self.bound_ns
 
 
@@ -111,3 +120,68 @@ def drift(ts_ab, d_ab, ts_ba, d_ba, segments: int = 4) -> Drift | None:
     lo_env = max(o.offset_ns - o.bound_ns for _, o in out)
     hi_env = min(o.offset_ns + o.bound_ns for _, o in out)
     return Drift(slope * 1e6, out, lo_env <= hi_env)
+
+
+@dataclass(frozen=True)
+class LinearOffset:
+    """θ(t) = offset_ns + rate·(t - t0_ns), t on A's clock: B's clock runs at (1 + rate) times A's."""
+    offset_ns: float          # θ at t0_ns
+    bound_ns: float           # θ(t) lies in theta(t) ± bound_ns for every t of the run
+    rate: float               # dθ/dt (ns per ns; × 1e6 = ppm)
+    t0_ns: float
+    min_ab_ns: float          # the fastest A -> B trip, detrended to t0
+    min_ba_ns: float
+    n_ab: int
+    n_ba: int
+
+    @property
+    def ppm(self) -> float:
+        return self.rate * 1e6
+
+    def theta(self, t_ns):
+        return self.offset_ns + self.rate * (np.asarray(t_ns, dtype=float) - self.t0_ns)
+
+    def corrected_ab(self, d_ab, ts_ab):
+        """One-way delays A -> B (ts_ab: their send times on A's clock), each >= bound_ns >= 0."""
+        return np.asarray(d_ab, dtype=float) - self.theta(ts_ab)
+
+    def corrected_ba(self, d_ba, ts_ba):
+        """One-way delays B -> A (ts_ba: their receive times on A's clock)."""
+        return np.asarray(d_ba, dtype=float) + self.theta(ts_ba)
+
+    def contains(self, theta_ns: float, t_ns: float) -> bool:
+        return abs(theta_ns - float(self.theta(t_ns))) <= self.bound_ns
+
+
+def _segment_minima(ts_ab, d_ab, ts_ba, d_ba, segments: int) -> list[tuple[float, float, float]]:
+    """[(t_mid, min d_ab, min d_ba)] of the segments that hold trips both ways."""
+    lo, hi = min(ts_ab.min(), ts_ba.min()), max(ts_ab.max(), ts_ba.max())
+    edges = np.linspace(lo, hi, segments + 1)
+    out = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        m_ab, m_ba = (ts_ab >= a) & (ts_ab <= b), (ts_ba >= a) & (ts_ba <= b)
+        if m_ab.any() and m_ba.any():
+            out.append(((a + b) / 2, float(d_ab[m_ab].min()), float(d_ba[m_ba].min())))
+    return out
+
+
+def fit(ts_ab, d_ab, ts_ba, d_ba, min_per_segment: int = 25, max_segments: int = 32) -> Offset | LinearOffset:
+    """The clock model the trips support (module docstring): an Offset when a constant θ fits every segment,
+    else a LinearOffset. Segments: as many as give ~min_per_segment trips each way (4 to max_segments).
+    ValueError without trips both ways; InconsistentClocks when neither model fits (a clock jumped)."""
+    ts_ab, d_ab, ts_ba, d_ba = (np.asarray(x, dtype=float) for x in (ts_ab, d_ab, ts_ba, d_ba))
+    if not len(d_ab) or not len(d_ba):
+        return one_way_offset(d_ab, d_ba)              # raises the ValueError that says what is missing
+    segments = int(np.clip(min(len(d_ab), len(d_ba)) // min_per_segment, 4, max_segments))
+    seg = _segment_minima(ts_ab, d_ab, ts_ba, d_ba, segments) if max(ts_ab.max(), ts_ba.max()) > min(
+        ts_ab.min(), ts_ba.min()) else []
+    if len(seg) < 3 or max(-b for _, _, b in seg) <= min(a for _, a, _ in seg):
+        return one_way_offset(d_ab, d_ba)              # a constant θ lies in every segment's interval
+    t = np.array([x[0] for x in seg])
+    centres = np.array([(a - b) / 2 for _, a, b in seg])
+    rate = float(np.polyfit(t, centres, 1)[0])
+    t0 = float(t.mean())
+    flat_ab = d_ab - rate * (ts_ab - t0)
+    flat_ba = d_ba + rate * (ts_ba - t0)
+    o = one_way_offset(flat_ab, flat_ba)
+    return LinearOffset(o.offset_ns, o.bound_ns, rate, t0, o.min_ab_ns, o.min_ba_ns, o.n_ab, o.n_ba)

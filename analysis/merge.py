@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from pathprof.analysis.clock_offset import InconsistentClocks, drift, one_way_offset
+from pathprof.analysis.clock_offset import InconsistentClocks, LinearOffset, drift, fit
 from pathprof.analysis.histogram import HIST_SLOTS
 from pathprof.analysis.rundir import RunDir
 from pathprof.errors import UserError
@@ -41,7 +41,7 @@ DELIVERY_KINDS = ("wakeup", "idle_exit", "queued")   # one of these per message 
 class Host:
     """One input run: its host name, leaving connections, stages and message markers."""
 
-    def __init__(self, path: Path, shift_ns: int = 0):
+    def __init__(self, path: Path, shift_ns: int = 0, drift_ppm: float = 0.0):
         self.rd = RunDir.open(path)
         m = self.rd.meta
         scope = m.get("scope")
@@ -55,14 +55,22 @@ class Host:
         if self.messages is None:
             raise UserError(f"{path} ({self.name}) has no message markers (messages.parquet): attach each host with "
                             "--trace-sample N (the same N on every host)")
-        self.messages = self.messages.assign(ts_ns=self.messages["ts_ns"] + int(shift_ns))
-        self.shift_ns = int(shift_ns)
+        self.shift_ns, self.drift_ppm = int(shift_ns), float(drift_ppm)
+        self.shift_from = int(self.messages["ts_ns"].min()) if len(self.messages) else 0
+        self.messages = self.messages.assign(ts_ns=self.shifted(self.messages["ts_ns"]))
         obs = m.get("observed") or {}
         self.txns = int(obs.get("transactions") or 0)
         if not self.txns or self.stages is None:
             raise UserError(f"{path} ({self.name}) measured no exchanges: nothing to merge")
         self.tps = obs.get("tps")
         self.connections = (m.get("workload") or {}).get("clients") or len(self.conns)
+
+    def shifted(self, ts_ns: pd.Series) -> pd.Series:
+        """--shift/--drift: this host's clock moved by shift_ns at its first marker, running drift_ppm fast."""
+        if not self.shift_ns and not self.drift_ppm:
+            return ts_ns
+        extra = self.shift_ns + self.drift_ppm * 1e-6 * (ts_ns.astype(float) - self.shift_from)
+        return (ts_ns + extra).round().astype("int64")
 
 
 def match_connections(hosts: list[Host]) -> list[dict]:
@@ -168,11 +176,14 @@ def order_hosts(hosts: list[Host], links: list[dict]) -> list[Host]:
 
 
 def estimate(link: dict, t: pd.DataFrame) -> dict:
-    """The link's clock offset (server's clock minus client's) with its bound, and drift when the data holds it."""
+    """The link's clock model (server's clock minus client's: an Offset, or a LinearOffset when the trips show
+    drift) with its bound, as run.json's clock_offsets entry; "_offset" carries the model."""
     req, rsp = t[t["dir"] == "request"], t[t["dir"] == "response"]
     a, b = link["client"].name, link["server"].name
+    ts_ab, d_ab = req["send_ns"], req["recv_ns"] - req["send_ns"]       # times on the client's clock
+    ts_ba, d_ba = rsp["recv_ns"], rsp["recv_ns"] - rsp["send_ns"]
     try:
-        o = one_way_offset(req["recv_ns"] - req["send_ns"], rsp["recv_ns"] - rsp["send_ns"])
+        o = fit(ts_ab, d_ab, ts_ba, d_ba)
     except InconsistentClocks as e:
         raise UserError(f"the trips between {a} and {b} contradict each other ({e}): a clock jumped during the "
                         "runs, or the runs are not of the same traffic") from None
@@ -180,17 +191,29 @@ def estimate(link: dict, t: pd.DataFrame) -> dict:
         raise UserError(f"{a} and {b} share connections but no sampled message was seen on both both ways "
                         f"({len(req)} requests, {len(rsp)} responses matched): record both with the same "
                         "--trace-sample N, at the same time") from None
-    d = drift(req["send_ns"], req["recv_ns"] - req["send_ns"], rsp["recv_ns"],
-              rsp["recv_ns"] - rsp["send_ns"], segments=4)
-    return {"host_a": a, "host_b": b, "offset_us": round(o.offset_ns / 1e3, 3), "bound_us": round(o.bound_ns / 1e3, 3),
-            "samples_ab": o.n_ab, "samples_ba": o.n_ba,
-            "drift_ppm": None if d is None else round(d.ppm, 3),
-            "constant_offset_fits": None if d is None else d.constant_fits, "_offset": o}
+    linear = isinstance(o, LinearOffset)
+    d = None if linear else drift(ts_ab, d_ab, ts_ba, d_ba, segments=4)
+    out = {"host_a": a, "host_b": b, "offset_us": round(o.offset_ns / 1e3, 3), "bound_us": round(o.bound_ns / 1e3, 3),
+           "samples_ab": o.n_ab, "samples_ba": o.n_ba,
+           "drift_ppm": round(o.ppm, 3) if linear else (None if d is None else round(d.ppm, 3)),
+           "constant_offset_fits": not linear, "drift_applied": linear, "_offset": o}
+    if linear:      # offset_us is θ at the trips' middle; θ at the first and the last trip
+        ends = [min(ts_ab.min(), ts_ba.min()), max(ts_ab.max(), ts_ba.max())]
+        out["offset_span_us"] = [round(float(o.theta(x)) / 1e3, 3) for x in ends]
+    return out
 
 
-def merge(dirs: list[Path], out: Path | None, runs_root: Path, shifts: dict | None = None) -> RunDir:
-    """Join the hosts' runs into one run directory (at `out`, else a new one under runs_root)."""
-    shifts = shifts or {}
+def correct(o, leg: str, part: pd.DataFrame) -> np.ndarray:
+    """The link's trips of one leg, corrected by its clock model: request = client -> server (send times on the
+    client's clock), response = server -> client (receive times on the client's clock)."""
+    d = part["recv_ns"] - part["send_ns"]
+    if leg == "request":
+        return o.corrected_ab(d, part["send_ns"])
+    return o.corrected_ba(d, part["recv_ns"])
+
+
+def load_hosts(dirs: list[Path], shifts: dict, drifts: dict) -> list[Host]:
+    """The hosts' runs, each named once, with --shift/--drift applied to the hosts they name."""
     if len(dirs) < 2:
         raise UserError("merge needs the runs of at least two hosts")
     hosts = [Host(Path(d)) for d in dirs]
@@ -200,52 +223,79 @@ def merge(dirs: list[Path], out: Path | None, runs_root: Path, shifts: dict | No
             raise UserError(f"two runs of the same host {h.name}: {seen[h.name]} and {h.rd.path} (merge joins "
                             "different hosts' runs of one path)")
         seen[h.name] = h.rd.path
-    unknown = set(shifts) - set(seen)
-    if unknown:
-        raise UserError(f"--shift names no host of these runs: {', '.join(sorted(unknown))} (hosts: "
-                        f"{', '.join(seen)})")
-    hosts = [Host(h.rd.path, shifts.get(h.name, 0)) if h.name in shifts else h for h in hosts]
+    for opt, named in (("--shift", shifts), ("--drift", drifts)):
+        unknown = set(named) - set(seen)
+        if unknown:
+            raise UserError(f"{opt} names no host of these runs: {', '.join(sorted(unknown))} (hosts: "
+                            f"{', '.join(seen)})")
+    return [Host(h.rd.path, shifts.get(h.name, 0), drifts.get(h.name, 0.0)) if h.name in shifts or h.name in drifts
+            else h for h in hosts]
+
+
+def to_client_clock(o, to_first):
+    """A server host's timestamps -> the first host's clock, through its link's model o (θ(t) = server's clock
+    minus the client's at the client's time t) and the client host's own mapping."""
+    def conv(ts):
+        ts = np.asarray(ts, dtype=float)
+        return to_first(ts - o.theta(ts - o.offset_ns))
+    return conv
+
+
+def join_link(lk: dict, n: int, to_first: dict) -> tuple[list, set, dict, dict, pd.DataFrame]:
+    """One link's trips, clock model, wire rows and document: (rows, the receivers' rows they replace,
+    clock_offsets entry, links entry, wire trips). Adds the server host's clock mapping to `to_first`."""
+    t = trips(lk)
+    est = estimate(lk, t)
+    o = est.pop("_offset")
+    to_first.setdefault(lk["server"].name, to_client_clock(o, to_first[lk["client"].name]))
+    doc = {"client_host": lk["client"].name, "server_host": lk["server"].name,
+           "connections": [{"client": {"local": c["local"], "remote": c["remote"], "nat": c["nat"]},
+                            "server": {"local": s["local"], "remote": s["remote"], "nat": s["nat"]},
+                            "wire": f"{c['wire_local']} -> {c['wire_remote']}"} for c, s in lk["pairs"]],
+           "wire": {}}
+    rows, drops, wires = [], set(), []
+    for leg, recv_host in (("request", lk["server"]), ("response", lk["client"])):
+        part = t[t["dir"] == leg]
+        for receiver, g in part.groupby("receiver"):
+            c = correct(o, leg, g)
+            row = wire_rows(recv_host, leg, receiver, c, n)
+            rows.append({**row, "host": f"{lk['client'].name}<->{lk['server'].name}"})
+            drops.add((recv_host.name, row["role"], row["hop"], leg))
+            doc["wire"][leg] = {"receiver": receiver, "messages": len(g), "mean_us": round(float(c.mean()) / 1e3, 3),
+                                "min_us": round(float(c.min()) / 1e3, 3)}
+        wires.append(part.assign(wire_ns=np.round(correct(o, leg, part)).astype("int64"),
+                                 client_host=lk["client"].name, server_host=lk["server"].name))
+    return rows, drops, est, doc, pd.concat(wires, ignore_index=True)
+
+
+def merge(dirs: list[Path], out: Path | None, runs_root: Path, shifts: dict | None = None,
+          drifts: dict | None = None) -> RunDir:
+    """Join the hosts' runs into one run directory (at `out`, else a new one under runs_root)."""
+    hosts = load_hosts(dirs, shifts or {}, drifts or {})
     links = match_connections(hosts)
     if not links:
         raise UserError("no common connections: no connection leaving one of these hosts arrives at another "
                         f"({', '.join(f'{h.name}: {len(h.conns)} leaving' for h in hosts)})")
     linked = {lk["client"].name for lk in links} | {lk["server"].name for lk in links}
-    if linked != set(seen):
-        raise UserError(f"{', '.join(sorted(set(seen) - linked))} shares no connection with the other hosts")
+    if linked != {h.name for h in hosts}:
+        raise UserError(f"{', '.join(sorted({h.name for h in hosts} - linked))} shares no connection with the "
+                        "other hosts")
     hosts = order_hosts(hosts, links)
     first = hosts[0]
     n = first.txns
-    rows, drops, offsets, link_docs, wires = [], {h.name: set() for h in hosts}, [], [], []
-    theta = {first.name: 0.0}           # each host's clock minus the first's
-    for lk in links:
-        t = trips(lk)
-        est = estimate(lk, t)
-        o = est.pop("_offset")
+    rows, drops, offsets, link_docs, wires = [], set(), [], [], []
+    to_first = {first.name: lambda ts: np.asarray(ts, dtype=float)}
+    for lk in sorted(links, key=lambda x: hosts.index(x["client"])):    # a client's clock mapping comes first
+        r, d, est, doc, w = join_link(lk, n, to_first)
+        rows += r
+        drops |= d
         offsets.append(est)
-        theta.setdefault(lk["server"].name, theta.get(lk["client"].name, 0.0) + o.offset_ns)
-        doc = {"client_host": lk["client"].name, "server_host": lk["server"].name,
-               "connections": [{"client": {"local": c["local"], "remote": c["remote"], "nat": c["nat"]},
-                                "server": {"local": s["local"], "remote": s["remote"], "nat": s["nat"]},
-                                "wire": f"{c['wire_local']} -> {c['wire_remote']}"} for c, s in lk["pairs"]],
-               "wire": {}}
-        for leg, recv_host, corr in (("request", lk["server"], o.corrected_ab), ("response", lk["client"],
-                                                                               o.corrected_ba)):
-            part = t[t["dir"] == leg]
-            for receiver, g in part.groupby("receiver"):
-                c = corr(g["recv_ns"] - g["send_ns"])
-                row = wire_rows(recv_host, leg, receiver, c, n)
-                rows.append({**row, "host": f"{lk['client'].name}<->{lk['server'].name}"})
-                drops[recv_host.name].add((row["role"], row["hop"], leg))
-                doc["wire"][leg] = {"receiver": receiver, "messages": len(g),
-                                    "mean_us": round(float(c.mean()) / 1e3, 3),
-                                    "min_us": round(float(c.min()) / 1e3, 3)}
-            wires.append(part.assign(wire_ns=corr(part["recv_ns"] - part["send_ns"]).round().astype("int64"),
-                                     client_host=lk["client"].name, server_host=lk["server"].name))
         link_docs.append(doc)
-    frames = [scaled_stages(h, n, drops[h.name]) for h in hosts] + [pd.DataFrame(rows)]
+        wires.append(w)
+    frames = [scaled_stages(h, n, {x[1:] for x in drops if x[0] == h.name}) for h in hosts] + [pd.DataFrame(rows)]
     stages = pd.concat(frames, ignore_index=True)
     from pathprof.analysis.merge_output import write_merged
-    return write_merged(hosts, first, n, stages, offsets, link_docs, pd.concat(wires, ignore_index=True), theta,
+    return write_merged(hosts, first, n, stages, offsets, link_docs, pd.concat(wires, ignore_index=True), to_first,
                         out, runs_root)
 
 
@@ -261,4 +311,20 @@ def parse_shift(items: list[str]) -> dict:
         except ValueError:
             raise UserError(f"--shift {it!r}: expected HOST=MICROSECONDS, e.g. pp-h21-srv=25000") from None
         out[host] = int(round(val * 1e3))
+    return out
+
+
+def parse_drift(items: list[str]) -> dict:
+    """--drift HOST=PPM (repeatable) -> {host: ppm}."""
+    out = {}
+    for it in items or []:
+        host, sep, ppm = it.partition("=")
+        try:
+            val = float(ppm)
+            if not sep or not host or not math.isfinite(val) or abs(val) >= 1e5:
+                raise ValueError
+        except ValueError:
+            raise UserError(f"--drift {it!r}: expected HOST=PPM (parts per million, |PPM| < 100000), e.g. "
+                            "pp-h21-srv=50") from None
+        out[host] = val
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from pathprof.analysis.rundir import SCHEMA, RunDir
 from pathprof.errors import UserError
@@ -32,14 +33,20 @@ def _legs_mean_us(stages: pd.DataFrame, n: int) -> float | None:
     return sum(legs) if legs else None
 
 
-def _traces(hosts, theta: dict) -> pd.DataFrame | None:
+def _traces(hosts, to_first: dict) -> pd.DataFrame | None:
     frames = []
     for h in hosts:
         tr = h.rd.read_frame("traces.parquet")
-        if tr is not None and len(tr):
-            shift = h.shift_ns - theta.get(h.name, 0.0)    # onto the first host's clock
-            frames.append(tr.assign(ts_ns=(tr["ts_ns"] + shift).round().astype("int64"), host=h.name))
+        if tr is not None and len(tr):                     # onto the first host's clock (drift included)
+            ts = to_first[h.name](h.shifted(tr["ts_ns"]))
+            frames.append(tr.assign(ts_ns=np.round(ts).astype("int64"), host=h.name))
     return pd.concat(frames, ignore_index=True).sort_values("ts_ns", kind="stable") if frames else None
+
+
+def _clock_offset_us(h, to_first) -> float:
+    """The host's clock minus the first's, at its first marker (0 for the first host)."""
+    t = float(h.messages["ts_ns"].min()) if len(h.messages) else 0.0
+    return round((t - float(to_first[h.name](np.array([t]))[0])) / 1e3, 3)
 
 
 def _topology(hosts) -> dict:
@@ -54,7 +61,15 @@ def _topology(hosts) -> dict:
             "client_connections": hosts[0].connections, "unseen": unseen, "sockets": {}}
 
 
-def write_merged(hosts, first, n, stages, offsets, link_docs, wires, theta, out, runs_root) -> RunDir:
+def _offset_text(o: dict) -> str:
+    text = f"{o['host_a']} -> {o['host_b']} {o['offset_us']:+.3f} ± {o['bound_us']:.3f} µs"
+    if o.get("drift_applied"):
+        a, b = o["offset_span_us"]
+        text += f", drifting {o['drift_ppm']:+.2f} ppm ({a:+.3f} -> {b:+.3f} µs over the run)"
+    return text
+
+
+def write_merged(hosts, first, n, stages, offsets, link_docs, wires, to_first, out, runs_root) -> RunDir:
     import pathprof
     rd = _create(out, runs_root)
     mean_us = _legs_mean_us(stages, n)
@@ -63,8 +78,7 @@ def write_merged(hosts, first, n, stages, offsets, link_docs, wires, theta, out,
              "per-transaction figures: each host's tables scaled to the first host's transactions (its agents did "
              "not start and stop at the same instant)",
              "wire.<receiver> between hosts: the sender's send start -> the receiver's socket ready, corrected by "
-             "the hosts' clock offset (" + "; ".join(f"{o['host_a']} -> {o['host_b']} {o['offset_us']:+.3f} ± "
-                                                     f"{o['bound_us']:.3f} µs" for o in offsets) + ")",
+             "the hosts' clock offset (" + "; ".join(_offset_text(o) for o in offsets) + ")",
              "CPU view: see each host's own run (CPU time of several machines does not close against one's)"]
     notes += [f"{h.name}: {x}" for h in hosts for x in (h.rd.meta.get("probes") or {}).get("notes") or []
               if x.startswith("lost")]
@@ -81,7 +95,8 @@ def write_merged(hosts, first, n, stages, offsets, link_docs, wires, theta, out,
                       "netns": (h.rd.meta.get("scope") or {}).get("netns"),
                       "hostname": (h.rd.meta.get("scope") or {}).get("hostname"), "transactions": h.txns,
                       "tps": h.tps, "shift_us": h.shift_ns / 1e3 if h.shift_ns else None,
-                      "clock_offset_us": round(theta.get(h.name, 0.0) / 1e3, 3)} for h in hosts],
+                      "drift_ppm": h.drift_ppm or None,
+                      "clock_offset_us": _clock_offset_us(h, to_first)} for h in hosts],
               clock_offsets=offsets, links=link_docs,
               probes={"level": (first.rd.meta.get("probes") or {}).get("level", "basic"), "notes": notes,
                       "lost": {}, "schedule": {"window_s": 0.0, "period_s": 0.0, "duty_pct": 100.0,
@@ -89,7 +104,7 @@ def write_merged(hosts, first, n, stages, offsets, link_docs, wires, theta, out,
               merged_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), status="complete")
     rd.write_frame("stages.parquet", stages)
     rd.write_frame("wire.parquet", wires)
-    tr = _traces(hosts, theta)
+    tr = _traces(hosts, to_first)
     if tr is not None:
         rd.write_frame("traces.parquet", tr)
     rd.write_json("topology.json", _topology(hosts))

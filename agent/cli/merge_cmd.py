@@ -24,6 +24,8 @@ Each input must come from `pathprof attach` (its run.json `scope` names the host
 it) with --trace-sample N, the same N on every host (the sampled messages are picked by their TCP sequence
 numbers, identically everywhere). --shift HOST=US adds US µs to one host's recorded timestamps first: the
 estimated offset must move by exactly that, a check of the estimator on hosts whose true offset is known.
+--drift HOST=PPM makes one host's recorded clock run PPM parts per million fast from its first marker: where a
+constant offset no longer fits the trips, merge applies the drift it estimates (clock_offsets drift_applied).
 """
 
 
@@ -38,12 +40,15 @@ def add_parser(sub, fmt) -> None:
     m.add_argument("--shift", action="append", default=[], metavar="HOST=US",
                    help="add US microseconds to HOST's timestamps before merging (repeatable; a check of the "
                         "clock-offset estimate)")
+    m.add_argument("--drift", action="append", default=[], metavar="HOST=PPM",
+                   help="make HOST's recorded clock run PPM parts per million fast before merging (repeatable; a "
+                        "check of the drift estimate)")
     m.add_argument("--json", action="store_true", help="print the merged run's JSON document on stdout")
 
 
 def cmd_merge(a) -> int:
     from pathprof.agent.cli.main import _print_summary
-    from pathprof.analysis.merge import merge, parse_shift
+    from pathprof.analysis.merge import merge, parse_drift, parse_shift
     rd = merge([Path(r) for r in a.runs], Path(a.output) if a.output else None, Path(a.runs_dir),
-               parse_shift(a.shift))
+               parse_shift(a.shift), parse_drift(a.drift))
     return _print_summary(a, rd)

@@ -20,6 +20,7 @@ from two_hosts import pgbench, two_hosts, wait_connected  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PP = [str(ROOT / ".venv/bin/pathprof")]
+DRIFT_PPM = 100.0          # an injected clock drift, beyond any real oscillator's (±100 ppm is the worst)
 CLOSURE_PCT = 5.0          # the merged stages against the client's cycle (clients / TPS)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces and loads BPF: root only")
@@ -88,3 +89,18 @@ def test_two_agents_merge_into_one_path(tmp_path):
     (o2,) = json.loads(cp2.stdout)["clock_offsets"]
     assert abs(o2["offset_us"] - shift_us) <= o2["bound_us"]
     assert o2["offset_us"] - o["offset_us"] == pytest.approx(shift_us, abs=0.01)
+
+    # a server clock running 100 ppm fast (300 µs over the 3 s, beyond the bound): a constant offset no longer
+    # fits, the drift is estimated and applied, and the merged path is the same as without it
+    cp3 = subprocess.run([*PP, "merge", s["run_dir"], c["run_dir"], "-o", str(tmp_path / "drifting"), "--json",
+                          "--drift", f"{h['server_ns']}={DRIFT_PPM}"], capture_output=True, text=True, timeout=120)
+    assert cp3.returncode == 0, cp3.stderr
+    d3 = json.loads(cp3.stdout)
+    (o3,) = d3["clock_offsets"]
+    print(f"constant: {o['offset_us']:+.1f} ± {o['bound_us']:.1f} µs; with {DRIFT_PPM} ppm injected: {o3}")
+    assert o3["drift_applied"] and o3["drift_ppm"] == pytest.approx(DRIFT_PPM, abs=0.25 * DRIFT_PPM)
+    assert abs(o3["offset_span_us"][0]) <= o3["bound_us"] + 5        # at the server's first marker: 0 + drift
+    names3 = {(x["name"], x["leg"]): x["us_per_txn"] for x in d3["stages"]}
+    for leg, stage in (("request", "wire.backend"), ("response", "wire.pgbench")):
+        assert abs(names3[(stage, leg)] - names[(stage, leg)]) <= o3["bound_us"] + o["bound_us"], (stage, o3)
+    assert abs(d3["closure"]["latency_error_pct"]) <= CLOSURE_PCT, d3["closure"]

@@ -2,7 +2,15 @@
 delays drawn from a floor plus queueing, one host's clock shifted by a known offset (and drift)."""
 import numpy as np
 import pytest
-from pathprof.analysis.clock_offset import InconsistentClocks, drift, exchange_offset, one_way_offset
+from pathprof.analysis.clock_offset import (
+    InconsistentClocks,
+    LinearOffset,
+    Offset,
+    drift,
+    exchange_offset,
+    fit,
+    one_way_offset,
+)
 
 
 def _trips(rng, n, floor_ns, theta_ns, sign):
@@ -82,3 +90,50 @@ def test_drift_is_seen_as_a_slope_and_a_constant_offset_is_not():
         # 50 ppm moves θ 500 µs over the run, far beyond one segment's ±30 µs: no single θ fits them all
         assert d.constant_fits == (ppm == 0.0)
     assert drift([1.0], [1.0], [], [], 4) is None
+
+
+@pytest.mark.parametrize("ppm", [50.0, -50.0])
+def test_fit_applies_drift_the_constant_offset_cannot_explain(ppm):
+    """50 ppm over 10 s moves θ by 500 µs, against trips whose floors are 30 and 45 µs: no constant offset fits
+    (the fastest trip each way, at opposite ends of the run, add up to less than zero: without the drift the
+    runs were refused as a clock jump); the fitted line gives every trip back within its bound."""
+    rng = np.random.default_rng(11)
+    n, span, theta0 = 4000, 10e9, -7e6
+    ts_ab, ts_ba = np.sort(rng.uniform(0, span, n)), np.sort(rng.uniform(0, span, n))
+    theta = lambda t: theta0 + ppm * 1e-6 * t    # noqa: E731
+    true_ab, true_ba = 30_000 + rng.exponential(10_000, n), 45_000 + rng.exponential(10_000, n)
+    d_ab, d_ba = true_ab + theta(ts_ab), true_ba - theta(ts_ba)
+    with pytest.raises(InconsistentClocks):
+        one_way_offset(d_ab, d_ba)
+    o = fit(ts_ab, d_ab, ts_ba, d_ba)
+    assert isinstance(o, LinearOffset)
+    assert o.ppm == pytest.approx(ppm, abs=1.0)
+    assert all(o.contains(theta(t), t) for t in (0.0, span / 2, span))
+    assert o.bound_ns < 60_000
+    for got, true in ((o.corrected_ab(d_ab, ts_ab), true_ab), (o.corrected_ba(d_ba, ts_ba), true_ba)):
+        assert got.min() >= 0 and np.abs(got - true).max() <= o.bound_ns
+
+
+def test_fit_keeps_a_constant_offset_when_one_fits():
+    rng = np.random.default_rng(12)
+    n = 2000
+    ts_ab, ts_ba = np.sort(rng.uniform(0, 10e9, n)), np.sort(rng.uniform(0, 10e9, n))
+    d_ab = 30_000 + rng.exponential(10_000, n) + 5e6
+    d_ba = 30_000 + rng.exponential(10_000, n) - 5e6
+    o = fit(ts_ab, d_ab, ts_ba, d_ba)
+    assert isinstance(o, Offset) and o.contains(5e6)
+    assert o == one_way_offset(d_ab, d_ba)
+    with pytest.raises(ValueError):
+        fit([1.0], [1.0], [], [])
+
+
+def test_fit_keeps_a_small_drift_inside_a_constant_offset_and_says_so():
+    """5 ppm over 10 s (θ moves 50 µs, less than the 150 µs fastest round trip): a constant offset still fits
+    every segment, so none is applied; `drift` still reports the slope."""
+    rng = np.random.default_rng(13)
+    n = 4000
+    ts_ab, ts_ba = np.sort(rng.uniform(0, 10e9, n)), np.sort(rng.uniform(0, 10e9, n))
+    d_ab = 75_000 + rng.exponential(10_000, n) + 5e-6 * ts_ab
+    d_ba = 75_000 + rng.exponential(10_000, n) - 5e-6 * ts_ba
+    assert isinstance(fit(ts_ab, d_ab, ts_ba, d_ba), Offset)
+    assert drift(ts_ab, d_ab, ts_ba, d_ba, segments=8).ppm == pytest.approx(5.0, abs=1.0)

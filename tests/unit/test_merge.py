@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from pathprof.analysis.merge import hist_of, merge, parse_shift
+from pathprof.analysis.merge import hist_of, merge, parse_drift, parse_shift
 from pathprof.analysis.rundir import RunDir
 from pathprof.analysis.summary import summarize
 from pathprof.errors import UserError
@@ -42,21 +42,23 @@ def _host(root, name, stages, messages, conns, tps):
     return rd.path
 
 
-def two_runs(root, theta_ns=0.0, up_us=6.0, down_us=5.0):
-    """A client host and a server host (its clock theta_ns ahead) of one connection through DNAT: 1 client,
-    cycle = 10 + (2+3+1) response + (2+1) request + 5 server + the two wires."""
+def two_runs(root, theta_ns=0.0, up_us=6.0, down_us=5.0, ppm=0.0, step_ns=50e3):
+    """A client host and a server host (its clock theta_ns ahead at the first message, running ppm fast) of one
+    connection through DNAT: 1 client, cycle = 10 + (2+3+1) response + (2+1) request + 5 server + the two
+    wires. The sampled exchanges start step_ns apart."""
     rng = np.random.default_rng(3)
     cli_msgs, srv_msgs = [], []
-    t = 1e9
+    t0 = t = 1e9
     for i in range(400):                                  # the sampled messages
         q = 1000 + 60 * i
         jit_up, jit_dn = rng.uniform(0, 1000, 2)
+        srv_clock = lambda x: x + theta_ns + ppm * 1e-6 * (x - t0)    # noqa: E731
         cli_msgs.append(_msg(t, "send", "pgbench", "request", CLI, PUBLISHED, q))
-        srv_msgs.append(_msg(t + up_us * 1e3 + jit_up + theta_ns, "recv", "backend", "request", SRV, CLI, q))
+        srv_msgs.append(_msg(srv_clock(t + up_us * 1e3 + jit_up), "recv", "backend", "request", SRV, CLI, q))
         r = 9000 + 70 * i
-        srv_msgs.append(_msg(t + 20e3 + theta_ns, "send", "backend", "response", SRV, CLI, r))
+        srv_msgs.append(_msg(srv_clock(t + 20e3), "send", "backend", "response", SRV, CLI, r))
         cli_msgs.append(_msg(t + 20e3 + down_us * 1e3 + jit_dn, "recv", "pgbench", "response", CLI, PUBLISHED, r))
-        t += 50e3
+        t += step_ns
     cycle_us = 10 + 6 + 3 + 5 + up_us + 0.5 + down_us + 0.5
     c = _host(root, "cli", [_stage("proc", "pgbench", "client", 10), _stage("wakeup", "pgbench", "response", 2),
                             _stage("runqueue", "pgbench", "response", 3), _stage("recv", "pgbench", "response", 1),
@@ -95,6 +97,42 @@ def test_merge_recovers_the_offset_places_the_wire_and_closes(tmp_path, theta_ms
     from pathprof.analysis.schemas import load
     jsonschema.validate(RunDir.open(rd.path).meta, load("run"))
     assert RunDir.open(rd.path).meta["schema"] == "pathprof-run/1.1"
+
+
+@pytest.mark.parametrize("ppm", [50.0, -50.0])
+def test_a_drifting_clock_is_corrected(tmp_path, ppm):
+    """The server's clock 50 ppm fast (or slow) over a 10 s run: θ moves 500 µs, a hundred times the bound. No
+    constant offset fits (the fastest trips each way, at opposite ends of the run, contradict one another:
+    merge refused these runs as a clock jump); with the drift applied the wires are the true trips again."""
+    c, s, cycle = two_runs(tmp_path, 3e6, ppm=ppm, step_ns=25e6)
+    d = summarize(merge([c, s], tmp_path / "m", tmp_path))
+    (o,) = d["clock_offsets"]
+    assert o["drift_applied"] and not o["constant_offset_fits"]
+    assert o["drift_ppm"] == pytest.approx(ppm, abs=0.5)
+    first, last = o["offset_span_us"]
+    assert abs(first - 3000.0) <= o["bound_us"] and abs(last - (3000.0 + ppm * 9.975)) <= o["bound_us"]
+    assert o["bound_us"] < 10
+    st = {(x["name"], x["leg"]): x["us_per_txn"] for x in d["stages"]}
+    # each wire within the bound of its true mean (6.5, 5.5 µs), and together exact
+    assert abs(st[("wire.backend", "request")] - 6.5) <= o["bound_us"]
+    assert abs(st[("wire.pgbench", "response")] - 5.5) <= o["bound_us"]
+    assert st[("wire.backend", "request")] + st[("wire.pgbench", "response")] == pytest.approx(12.0, abs=0.1)
+    wire = RunDir.open(d["run_dir"]).read_frame("wire.parquet")
+    assert (wire["wire_ns"] >= 0).all() and wire["wire_ns"].max() < 8000
+    assert abs(d["closure"]["latency_error_pct"]) < 1.0 and d["closure"]["cycle_us"] == pytest.approx(cycle)
+
+
+def test_drift_injected_by_option_is_recovered(tmp_path):
+    c, s, _ = two_runs(tmp_path, step_ns=25e6)
+    o = summarize(merge([c, s], tmp_path / "a", tmp_path, drifts=parse_drift(["srv=-50"])))["clock_offsets"][0]
+    assert o["drift_applied"] and o["drift_ppm"] == pytest.approx(-50.0, abs=0.5)
+    plain = summarize(merge([c, s], tmp_path / "b", tmp_path))["clock_offsets"][0]
+    assert not plain["drift_applied"] and plain["constant_offset_fits"] and "offset_span_us" not in plain
+    for bad in (["srv"], ["srv=fast"], ["srv=1e6"]):
+        with pytest.raises(UserError, match="HOST=PPM"):
+            parse_drift(bad)
+    with pytest.raises(UserError, match="--drift names no host"):
+        merge([c, s], None, tmp_path, drifts={"nope": 1.0})
 
 
 def test_a_shift_moves_the_estimate_by_exactly_that(tmp_path):
