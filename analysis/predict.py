@@ -34,11 +34,13 @@ import re
 from dataclasses import dataclass, field, replace
 
 from pathprof.analysis.mva import Centre, solve
-from pathprof.analysis.scenarios import Scenario, _links, apply, parse_link, parse_pg_set
+from pathprof.analysis.predict_inputs import machine_value, wal_device
+from pathprof.analysis.predict_text import assumptions_of, limited_by
+from pathprof.analysis.scenarios import Scenario, _links, apply, parse_link, parse_pg_set, parse_wal_limit
 from pathprof.errors import UserError
 
 __all__ = ["Base", "Scenario", "apply", "base_from_run", "base_of", "measured_tps", "parse_link", "parse_pg_set",
-           "predict", "predict_for", "progress_tps"]
+           "parse_wal_limit", "predict", "predict_for", "progress_tps"]
 
 PATH_WORK = ("wire.", "netfilter.", "dev.", "wakeup.", "recv.")   # + backend.execute, hop.*, client.pgbench
 IDLE = ("idle_exit.",)
@@ -74,6 +76,9 @@ class Base:
     idle_priced: bool = True            # the run showed what a wakeup onto an idle CPU costs
     hop_us: dict[str, float] = field(default_factory=dict)    # a hop's thread time per txn, when not its CPU
     background_util: float = 0.0        # foreign load's share of the CPUs while anchoring (keeps them awake)
+    wal_device: dict | None = None      # run.json postgres.wal_device, with device_us: its disk-view µs per txn
+    machine: dict = field(default_factory=dict)      # the machine's costs (agent.host.machine_costs) for the run
+    delaylines: dict = field(default_factory=dict)   # link -> (delay lines, their CPU µs per txn) a scenario adds
 
 
 def _stage_sum(summary: dict, prefixes: tuple) -> float:
@@ -102,8 +107,10 @@ def measured_tps(summary: dict) -> float:
     return float(out or summary.get("tps") or 0.0)
 
 
-def base_from_run(summary: dict, progress_tps: list[float] | None = None, spec: dict | None = None) -> Base:
-    """The model's inputs from a summary (analysis.summary.summarize); UserError when the run cannot support it."""
+def base_from_run(summary: dict, progress_tps: list[float] | None = None, spec: dict | None = None,
+                  machine: dict | None = None) -> Base:
+    """The model's inputs from a summary (analysis.summary.summarize); UserError when the run cannot support it.
+    `machine`: the machine's costs the run recorded (run.json machine_costs), for what the run never showed."""
     if not summary.get("cpu"):
         raise UserError(f"{summary.get('run_dir')}: no CPU view (the run was made with --probes off or recorded no "
                         "CPU table): the model needs CPU per transaction; record the run with --probes basic")
@@ -128,7 +135,7 @@ def base_from_run(summary: dict, progress_tps: list[float] | None = None, spec: 
     # fewer clients than CPUs cannot fill the pool: such a run is anchored on its latency
     regime = "cpu-bound" if own_cpus >= SATURATED * ncpu and clients >= ncpu_host else "latency-bound"
     b = Base(clients=clients, ncpu=ncpu, cpu=comps, hops=hops, think_us=0.0, idle_us=0.0,
-             wal_us=wal, regime=regime, measured_tps=measured_tps(summary))
+             wal_us=wal, regime=regime, measured_tps=measured_tps(summary), machine=dict(machine or {}))
     b.round_trips = max([float(s.get("count_per_txn") or 0) for s in summary["stages"]
                          if s["name"] == "wire.backend" and s["leg"] == "request"] or [1.0]) or 1.0
     if b.regime != "cpu-bound":
@@ -198,6 +205,13 @@ def _anchor(b: Base, summary: dict) -> None:
         # priced only when enough transactions saw one (counts per transaction are rounded to 0.001)
         per_event = idle_stages / events if events >= MIN_IDLE_EVENTS_PER_TXN else 0.0
         b.idle_us = per_event * b.receivers
+        machine_idle, source = machine_value(b.machine, "idle_wakeup_us")
+        if not per_event and machine_idle:
+            # the run never idled: the machine's own idle-wakeup delay per woken process, learned by a run
+            # that did (agent.host.machine_costs)
+            per_event, b.idle_us = machine_idle, machine_idle * b.receivers
+            b.notes.append(f"the run never woke a process onto an idle CPU: that delay is the machine's, "
+                           f"{machine_idle:.1f} µs per woken process ({b.receivers} per transaction), {source}")
         if not (hop or b.lock_us) or _solve(b, b.clients).tps > b.measured_tps:
             # the CPUs limit: scale their demand until the model gives the measured rate
             orig = dict(b.cpu)
@@ -282,6 +296,8 @@ def _centres(b: Base, clients: int) -> list[Centre]:
         cs.append(Centre("backend.lock", b.lock_us, overlaps=True))
     if b.wal_us > 0 and not b.lock_us:     # under a row lock the flush is part of its hold time
         cs.append(Centre("backend.wal_flush", b.wal_us))
+    for link, (lines, us) in b.delaylines.items():   # each delay line is one thread; its CPU is counted at the CPUs
+        cs.append(Centre(f"delayline.{link}", us, servers=lines, overlaps=True))
     cs.append(Centre("idle", b.idle_us, servers=0, idle_scaled=True))
     return cs
 
@@ -304,51 +320,8 @@ def _band(b: Base, summary: dict, progress_tps: list[float] | None) -> None:
     b.band_pct = round(math.sqrt(cv ** 2 + closure ** 2 + inout ** 2), 1)
 
 
-LIMIT_TEXT = {"cpu": "the CPUs", "client": "the client (pgbench's threads)", "backend.lock": "a row lock",
-              "backend.wal_flush": "the backend's WAL flush"}
-
-
-def _limited_by(b: Base, sol) -> tuple[str, str]:
-    util = sol.utilisation
-    busiest = max((k for k in util if k != "idle"), key=lambda k: util[k], default=None)
-    if busiest and util[busiest] >= SATURATED:
-        if busiest.startswith("hop."):
-            return busiest, f"hop {busiest[4:]}'s process (one thread, {util[busiest] * 100:.0f} % busy)"
-        what = LIMIT_TEXT.get(busiest, busiest)
-        if busiest == "cpu":
-            what = f"the CPUs ({b.ncpu:.2f}, {util[busiest] * 100:.0f} % busy)"
-        return busiest, what
-    parts = {**{k: v for k, v in sol.residence_us.items()}, "delays": b.think_us}
-    top = max(parts, key=parts.get)
-    return "latency", f"latency: no resource saturated (largest part of the cycle: {top}, {parts[top]:.1f} µs)"
-
-
 def assumptions(b: Base) -> list[str]:
-    cs = _centres(b, b.clients)
-    out = []
-    for c in cs:
-        if c.name == "cpu":
-            out.append(f"queue: the CPUs, {b.ncpu:.2f} servers (Seidmann's multi-server MVA), {c.demand_us:.1f} µs "
-                       "CPU per transaction without the probes")
-        elif c.name.startswith("hop."):
-            out.append(f"queue: {c.name} (one thread), {c.demand_us:.1f} µs CPU per transaction; its service is "
-                       "counted at the CPUs, its waiting for the thread added")
-        elif c.name == "client":
-            out.append(f"queue: the client, pgbench's threads (min(clients, CPUs)), {c.demand_us:.1f} µs CPU per "
-                       "transaction")
-        elif c.name == "backend.lock":
-            out.append(f"queue: a row lock every transaction takes, held {c.demand_us:.0f} µs per transaction")
-        elif c.name == "backend.wal_flush":
-            out.append(f"queue: the backend's WAL flush (one at a time), {c.demand_us:.1f} µs per transaction")
-        elif c.name == "idle" and c.demand_us:
-            out.append(f"delay, fading as the CPUs fill: wakeups onto idle CPUs, {c.demand_us:.1f} µs per "
-                       "transaction when the CPUs are idle")
-    for n, us in b.delays.items():
-        if us and not n.startswith("idle"):
-            out.append(f"delay: {n}, {us:.1f} µs per transaction")
-    out.append(f"anchored on the run: {b.measured_tps:,.0f} TPS measured without probes at {b.clients} clients "
-               "is reproduced (with the foreign load it had, when it had any)")
-    return out + b.notes
+    return assumptions_of(b, _centres(b, b.clients))
 
 
 def predict(b: Base, clients: list[int], scenario: Scenario | None = None, foreign_cpus: float = 0.0) -> list[dict]:
@@ -364,7 +337,7 @@ def predict(b: Base, clients: list[int], scenario: Scenario | None = None, forei
     rows = []
     for n in clients:
         sol = _solve(m, n)
-        key, text = _limited_by(m, sol)
+        key, text = limited_by(m, sol, SATURATED)
         half = m.band_pct / 100.0
         rows.append({"name": f"{sc.label()}, {n} clients", "scenario": sc.label(), "clients": n,
                      "tps": round(sol.tps, 1), "tps_low": round(sol.tps * (1 - half), 1),
@@ -388,11 +361,17 @@ def progress_tps(run_dir) -> list[float]:
     return [float(m.group(1)) for m in re.finditer(r"progress: [\d.]+ s, ([\d.]+) tps", path.read_text())]
 
 
-def base_of(rd, summary: dict | None = None) -> Base:
-    """The model's base from a run directory (analysis.rundir.RunDir)."""
+def base_of(rd, summary: dict | None = None, machine: dict | None = None) -> Base:
+    """The model's base from a run directory (analysis.rundir.RunDir); `machine`: the machine's costs to use when
+    the run recorded none (a run made before pathprof kept them)."""
     from pathprof.analysis.summary import summarize
     s = summary or summarize(rd)
-    return base_from_run(s, progress_tps(rd.path), ((rd.meta.get("topology") or {}).get("spec") or {}))
+    # what the run recorded wins; a cost it did not know yet (a run made before the machine learned it) is
+    # taken from `machine`
+    costs = {**(machine or {}), **(rd.meta.get("machine_costs") or {})}
+    b = base_from_run(s, progress_tps(rd.path), ((rd.meta.get("topology") or {}).get("spec") or {}), costs)
+    b.wal_device = wal_device(rd.meta, s)
+    return b
 
 
 def predict_for(base_summary: dict, target: dict) -> dict | None:

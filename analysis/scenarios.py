@@ -35,11 +35,13 @@ class Scenario:
     without: tuple[str, ...] = ()
     link_us: dict = field(default_factory=dict)       # name -> extra µs per transaction
     pg_set: dict = field(default_factory=dict)
+    wal_unthrottled: bool = False                      # the WAL device without its --wal-device-limit
 
     def label(self) -> str:
         parts = [f"without {h}" for h in self.without]
         parts += [f"{n} +{us:g} µs/txn" for n, us in self.link_us.items()]
         parts += [f"{k}={v}" for k, v in self.pg_set.items()]
+        parts += ["WAL device unthrottled"] if self.wal_unthrottled else []
         return ", ".join(parts) or "as recorded"
 
 
@@ -82,6 +84,70 @@ def parse_pg_set(items: list[str], base: Base, summary: dict) -> dict[str, str]:
     return out
 
 
+def parse_wal_limit(text: str | None, base: Base) -> bool:
+    """--wal-device-limit none: the run's throttled WAL device without its throttle (True), refused when the run
+    cannot show what the device itself takes."""
+    if text is None:
+        return False
+    if text.strip().lower() != "none":
+        raise UserError(f"--wal-device-limit {text}: the model predicts only 'none' (the WAL device without its "
+                        "throttle); a different limit's queue is not something the run measured")
+    dev = base.wal_device or {}
+    if not dev.get("limit"):
+        raise UserError("--wal-device-limit none needs a run whose WAL was on a throttled device (run --wal-device MB "
+                        "--wal-device-limit ...)")
+    if not base.wal_us:
+        raise UserError("--wal-device-limit none needs the run's backend.wal_flush: record the run with --probes deep")
+    if dev.get("device_us") is None:
+        raise UserError(f"--wal-device-limit none: the run's disk view has no time on the WAL device "
+                        f"{dev.get('device')}: the device's own time is what the WAL flush would take unthrottled")
+    return True
+
+
+def _wal_and_lock(b: Base, sc: Scenario) -> tuple[float, float, list[str]]:
+    """The commit's WAL flush and a row lock's hold time under the scenario: the flush goes (a WAL setting) or
+    shrinks to the device's own time (the throttle's queue goes); a row lock is held that much less."""
+    if sc.pg_set:
+        return 0.0, max(b.lock_us - b.lock_holds_wal, 0.0), []
+    if not sc.wal_unthrottled or not b.wal_us:
+        return b.wal_us, b.lock_us, []
+    fast = min(float(b.wal_device["device_us"]), b.wal_us)
+    # the commit's flush is inside the lock's hold: what it loses is the hold's loss, up to the flush's share
+    lock = max(b.lock_us - min(b.wal_us - fast, b.lock_holds_wal), 0.0)
+    return fast, lock, [f"WAL device unthrottled: the commit's WAL flush becomes the device's own time (the disk "
+                        f"view on {b.wal_device.get('device')}: {fast:.1f} µs per transaction, from "
+                        f"{b.wal_us:.1f} with the throttle's queue)"]
+
+
+def _delay_lines(b: Base, sc: Scenario, cpu: dict, notes: list) -> dict:
+    """An added link delay is what pathprof builds for it (`run --link`): one delay line (an NFQUEUE daemon, one
+    thread) per delayed direction, which costs CPU per packet: the machine's cost per packet and packets per round
+    trip (agent.host.machine_costs) price it; without them the delay is pure, as a longer real wire is."""
+    from pathprof.analysis.predict_inputs import machine_value
+    if not sc.link_us:
+        return dict(b.delaylines)
+    per_packet, src = machine_value(b.machine, "delayline_cpu_us_per_packet")
+    per_rt, _ = machine_value(b.machine, "delayline_packets_per_round_trip")
+    if b.delays.get("link delay lines and rate limits"):
+        notes.append("the run already had delay lines: an added delay is priced as pure (their CPU is already in "
+                     "the run)")
+        return dict(b.delaylines)
+    if not (per_packet and per_rt):
+        notes.append("an added delay is a pure delay, as a longer real wire is; pathprof's own delay line (`run "
+                     "--link`: an NFQUEUE daemon) also costs CPU per packet, unknown on this machine (no run with a "
+                     "delay line yet), so a real run with it on a CPU-bound path measures less than this")
+        return dict(b.delaylines)
+    out = dict(b.delaylines)
+    for n in sc.link_us:
+        us = per_packet * per_rt * b.round_trips
+        cpu["delayline"] = cpu.get("delayline", 0.0) + us
+        out[n] = (b.links.get(n, 1), us)
+        notes.append(f"an added delay on {n} is what `pathprof run --link` builds: {b.links.get(n, 1)} delay line(s) "
+                     f"(NFQUEUE daemons), {per_packet:.1f} µs CPU per packet x {per_rt:.2f} packets per round trip "
+                     f"= {us:.1f} µs per transaction, {src}; a real wire would not cost it")
+    return out
+
+
 def apply(b: Base, sc: Scenario) -> Base:
     """The base system changed by a scenario: hops removed, link delays added, the WAL flush taken out."""
     cpu, delays, notes = dict(b.cpu), dict(b.delays), list(b.notes)
@@ -103,12 +169,9 @@ def apply(b: Base, sc: Scenario) -> Base:
     think = b.think_us + sum(sc.link_us.values())
     for n, us in sc.link_us.items():
         delays[f"added delay on {n}"] = us
-    if sc.link_us:
-        notes.append("an added delay is a pure delay, as a longer real wire is; pathprof's own delay line (`run "
-                     "--link`: an NFQUEUE daemon) also costs CPU per packet (`other`), so a real run with it on a "
-                     "CPU-bound path measures less than this")
-    wal = 0.0 if sc.pg_set else b.wal_us
-    # without the flush at commit, the row lock is released that much sooner
-    lock = max(b.lock_us - b.lock_holds_wal, 0.0) if sc.pg_set else b.lock_us
-    return replace(b, cpu=cpu, hops=hops, hop_us=hop_us, receivers=receivers, idle_us=idle, think_us=think,
-                   delays=delays, notes=notes, wal_us=wal, lock_us=lock)
+    delaylines = _delay_lines(b, sc, cpu, notes)
+    # without the flush at commit (or with a faster one), the row lock is released that much sooner
+    wal, lock, wal_notes = _wal_and_lock(b, sc)
+    notes += wal_notes
+    return replace(b, cpu=cpu, hops=hops, delaylines=delaylines, hop_us=hop_us, receivers=receivers, idle_us=idle,
+                   think_us=think, delays=delays, notes=notes, wal_us=wal, lock_us=lock)

@@ -42,7 +42,9 @@ def cmd_attach(a) -> int:
 
 def _print_summary(a, rd) -> int:
     """A finished run's report on stdout: the JSON document with --json, else the terminal view."""
+    from pathprof.agent.host.machine_costs import learn_from_run
     summary = rd.summary()
+    learn_from_run(rd, summary.doc)      # what this run showed of the machine, for later predictions
     if a.json:
         _print_json(summary.doc)
     else:

@@ -30,7 +30,10 @@ def _one_run(a, topology: str, clients: int | None, label: str, own_options: dic
     opts.topo_options = {k: v for k, v in opts.topo_options.items() if k in declared or k in (own_options or {})}
     ui = PlainReporter(sys.stderr, opts.workload.duration_s, every_s=5.0)
     ui.phase(f"--- {label} ---")
-    s = runmod.execute(opts, ui).summary().doc
+    from pathprof.agent.host.machine_costs import learn_from_run
+    rd = runmod.execute(opts, ui)
+    s = rd.summary().doc
+    learn_from_run(rd, s)                # what this run showed of the machine, for later predictions
     if run_label:
         s["label"] = run_label
     return s

@@ -8,7 +8,8 @@ from pathprof.errors import UserError
 
 DESCRIPTION = """\
 Predict TPS and mean latency (the per-connection cycle, clients / TPS) for other client counts, without a hop,
-over a longer wire or with the commit's WAL flush removed, from ONE recorded run, before changing anything.
+over a longer wire, with the commit's WAL flush removed or the WAL device unthrottled, from ONE recorded run,
+before changing anything.
 
 The model is a closed queueing network solved by exact mean-value analysis (MVA): N clients circulate through
   queues   the CPUs as a whole (one multi-server centre, Seidmann's approximation), each single-threaded hop
@@ -16,7 +17,10 @@ The model is a closed queueing network solved by exact mean-value analysis (MVA)
            threads (the client), the WAL flush and a row lock every transaction takes (deep runs)
   delays   link delay lines and rate limits, lock waits as measured, and wakeups onto idle CPUs (a delay that
            fades as the CPUs fill)
-Its demands are the run's own CPU view and latency view, without the probes' cost; it is anchored so that it
+Its demands are the run's own CPU view and latency view, without the probes' cost, and two costs of the machine
+that runs before it measured (/var/lib/pathprof/machine-costs.json, recorded in each run): the delay a wakeup onto
+an idle CPU adds (for a run that never idled) and the CPU per packet of pathprof's own link delay line (for
+--link, which `run --link` builds as that delay line, not as a longer wire); it is anchored so that it
 reproduces the TPS the run measured outside its probe windows at its own client count (a hop whose thread was
 busy all the time is priced at the time it holds its thread, not only its CPU). Other processes' load is left
 out: the path is predicted with the host's CPUs to itself. Each prediction names what limits it (the CPUs, a
@@ -35,6 +39,7 @@ examples:
   pathprof predict runs/<docker-dnat run> --without docker-proxy --json
   pathprof predict runs/<nic run> --link wire:rtt_us=1000 --clients 1,16
   pathprof predict runs/<tpcb-like deep run> --pg-set synchronous_commit=off
+  pathprof predict runs/<deep run, --wal-device 256 --wal-device-limit wiops=200> --wal-device-limit none
 
 What the run cannot support is refused, not guessed: no CPU view (--probes off), a hop that was not probed, a
 WAL setting on a run without --probes deep, a setting the model does not represent.
@@ -55,6 +60,10 @@ def add_parser(sub, fmt) -> None:
     p.add_argument("--pg-set", action="append", default=[], metavar="KEY=VALUE",
                    help="a server setting whose effect the model represents: synchronous_commit=off or fsync=off "
                         "(takes backend.wal_flush out of the commit; needs a --probes deep run)")
+    p.add_argument("--wal-device-limit", metavar="none",
+                   help="'none': the run's throttled WAL device without its throttle (the commit's WAL flush "
+                        "becomes the device's own time in the disk view; needs a --probes deep run made with "
+                        "--wal-device MB --wal-device-limit ...)")
     p.add_argument("--foreign-cpus", type=float, default=0.0, metavar="N",
                    help="predict on a shared machine: other processes take N CPUs (default: 0, the host's CPUs "
                         "to the path; the run's own foreign load is used to anchor the model, then left out)")
@@ -68,10 +77,13 @@ def cmd_predict(a) -> int:
     from pathprof.analysis.summary import summarize
     rd = RunDir.open(a.run)
     summary = summarize(rd)
-    base = model.base_of(rd, summary)
+    from pathprof.agent.host.machine_costs import current
+    # the machine's costs the run recorded at its start; a run made before pathprof kept them: today's
+    base = model.base_of(rd, summary, machine=current())
     clients = parse_clients(a.clients) if a.clients else sorted({1, 4, 16, 64, base.clients})
     links = dict(model.parse_link(t, base) for t in a.link)
-    sc = model.Scenario(without=tuple(a.without), link_us=links, pg_set=model.parse_pg_set(a.pg_set, base, summary))
+    sc = model.Scenario(without=tuple(a.without), link_us=links, pg_set=model.parse_pg_set(a.pg_set, base, summary),
+                        wal_unthrottled=model.parse_wal_limit(a.wal_device_limit, base))
     if not 0 <= a.foreign_cpus < base.ncpu:
         raise UserError(f"--foreign-cpus must be at least 0 and less than the host's {base.ncpu:g} CPUs")
     rows = model.predict(base, clients, foreign_cpus=a.foreign_cpus)

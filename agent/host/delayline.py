@@ -3,6 +3,7 @@ of a rate limit, as host objects: started and journaled, checked, undone. What a
 keys, where on a path it holds packets) is topologies.impairments."""
 from __future__ import annotations
 
+import os
 import select
 import subprocess
 from pathlib import Path
@@ -70,3 +71,31 @@ def qdisc_undo(entry: dict) -> bool:
         return True
     proc.run(ns, ["tc", "qdisc", "del", "dev", dev, "root"], check=False)
     return not qdisc_shown(ns, dev, kind)
+
+
+def usage(journal) -> dict[str, dict]:
+    """What each running delay line has done so far: {"<netns>/<queue>": {cpu_us, packets}}: its CPU time
+    (/proc/PID/stat utime + stime) and the packets its NFQUEUE handed it (id_sequence in the queue's line of
+    /proc/PID/net/netfilter/nfnetlink_queue, seen from the daemon's namespace). Two readings bracket an interval."""
+    tick_us = 1e6 / os.sysconf("SC_CLK_TCK")
+    out = {}
+    for e in journal.entries:
+        argv = e.get("argv") or []
+        if e["kind"] != "process" or not e.get("pid") or not argv or not argv[0].endswith("pp-delayline"):
+            continue
+        try:
+            fields = Path(f"/proc/{e['pid']}/stat").read_text().rsplit(")", 1)[1].split()
+            lines = Path(f"/proc/{e['pid']}/net/netfilter/nfnetlink_queue").read_text().splitlines()
+        except OSError:
+            continue
+        seq = [int(ln.split()[7]) for ln in lines if ln.split() and ln.split()[0] == argv[1]]
+        if seq:
+            out[f"{e.get('netns') or 'root'}/{argv[1]}"] = {"cpu_us": (int(fields[11]) + int(fields[12])) * tick_us,
+                                                            "packets": seq[0]}
+    return out
+
+
+def usage_during(before: dict, after: dict) -> list[dict]:
+    """run.json `delay_lines`: each delay line's CPU and packets over the measured interval."""
+    return [{"line": k, "cpu_us": round(v["cpu_us"] - before[k]["cpu_us"], 1),
+             "packets": v["packets"] - before[k]["packets"]} for k, v in after.items() if k in before]

@@ -103,6 +103,7 @@ def _drive(opts, topo, ctx, pg, services, argv, m: Measurement, conn_probe, rd: 
     w = opts.workload
     pooler = PoolerCounters(services)
     tcp0: dict = {}
+    lines0: dict = {}
 
     def started(pid: int) -> None:
         pooler.start()
@@ -112,6 +113,7 @@ def _drive(opts, topo, ctx, pg, services, argv, m: Measurement, conn_probe, rd: 
             conn_probe.reset()
         m.start_clock()
         tcp0.update(recorder.tcp_counters(topo))   # the kernel's retransmission counters, for the check
+        lines0.update(delayline.usage(ctx.journal))  # the delay lines' CPU and packets (the machine's costs)
 
     ui.phase(f"pgbench: {w.clients} clients, {w.duration_s} s")
     seen_sockets: dict = {}
@@ -146,7 +148,7 @@ def _drive(opts, topo, ctx, pg, services, argv, m: Measurement, conn_probe, rd: 
         if conn_probe is not None:
             conn_probe.close()
     return {"result": result, "conn": (conn_probe, conn_frame), "pooler_counters": counters, "tcp0": tcp0,
-            "sockets": seen_sockets, "history": feed.history}
+            "lines0": lines0, "sockets": seen_sockets, "history": feed.history}
 
 
 def _results(opts, topo, ctx, pg, services, m: Measurement, driven: dict, before: tuple, rd: RunDir,
@@ -157,6 +159,7 @@ def _results(opts, topo, ctx, pg, services, m: Measurement, driven: dict, before
     checkpoints0, capabilities = before
     cpu = m.cpu()
     tcp_kernel = recorder.tcp_counters_during(driven["tcp0"], recorder.tcp_counters(topo))
+    lines = delayline.usage_during(driven["lines0"], delayline.usage(ctx.journal))
     t_results = time.monotonic()
     presult = m.read()
     log_dir = rd.file("pgbench") / "log"
@@ -180,6 +183,8 @@ def _results(opts, topo, ctx, pg, services, m: Measurement, driven: dict, before
         rd.update(pooler_counters=driven["pooler_counters"])
     if tcp_kernel:
         rd.update(tcp_counters=tcp_kernel)
+    if lines:
+        rd.update(delay_lines=lines)
     rd.write_json("topology.json", recorder.discovered_path(topo, ctx, pg, services, driven["sockets"]))
     phases.add("results", time.monotonic() - t_results)
     peak_kb = rss_kb()[1]                     # VmHWM over the whole run, results phase included

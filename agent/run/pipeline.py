@@ -60,8 +60,9 @@ from pathprof.analysis.rundir import RunDir
 
 def record_head(rd: RunDir, topology: dict, workload: dict, **fields) -> None:
     """run.json's first keys, written the same way by every command (`fields`: status, and what one adds)."""
+    from pathprof.agent.host import machine_costs
     rd.update(pathprof_version=pathprof.__version__, host=host_info(), topology=topology, workload=workload,
-              **fields)
+              machine_costs=machine_costs.current(), **fields)
 
 
 class Measurement:

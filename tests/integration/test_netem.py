@@ -7,6 +7,7 @@ Figures are loose on purpose: the machine is shared and the delay line's wakeups
 import json
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from conftest import machine_state, run_pathprof
@@ -82,6 +83,19 @@ def test_one_direction_moves_only_its_leg(runs):
     response_delta = leg_p50_us(req, "response") - leg_p50_us(base, "response")
     assert request_delta >= 0.75 * DELAY_US, (request_delta, response_delta)
     assert abs(response_delta) < 0.25 * DELAY_US, (request_delta, response_delta)
+
+
+def test_each_delay_line_records_its_cpu_and_packets_over_the_interval(runs):
+    # the machine's cost of a delay line (agent.host.machine_costs), for `predict --link`: each direction's
+    # daemon handed back at least one packet per transaction (its data) and at most four (ACKs, the probes'
+    # windows), and spent CPU doing it; a run without delay lines records none
+    both = runs["both"]
+    lines = json.loads((Path(both["run_dir"]) / "run.json").read_text())["delay_lines"]
+    assert len(lines) == 2, lines
+    for ln in lines:
+        assert both["transactions"] * 0.9 <= ln["packets"] <= both["transactions"] * 4, (ln, both["transactions"])
+        assert ln["cpu_us"] > 0, ln
+    assert "delay_lines" not in json.loads((Path(runs["base"]["run_dir"]) / "run.json").read_text())
 
 
 def test_nothing_is_left_behind(runs):

@@ -179,3 +179,35 @@ def test_a_row_lock_serialises_and_synchronous_commit_off_shortens_its_hold():
     off = P.predict(b, [8], P.Scenario(pg_set=P.parse_pg_set(["synchronous_commit=off"], b, s)))[0]
     assert off["tps"] > 2 * as_run[0]["tps"]                              # the flush no longer holds the lock
     assert not any(a.startswith("queue: the backend's WAL flush") for a in off["assumptions"])
+
+
+def test_an_unthrottled_wal_device_shortens_the_flush_to_the_devices_own_time():
+    # the deep tpcb-like run at scale 1, as if its WAL had been on a throttled device whose own time was 50 µs
+    rd = RunDir.open(RUNS / "tpcb-deep-lock")
+    s = summarize(rd)
+    b = P.base_of(rd, s)
+    with pytest.raises(UserError, match="throttled device"):             # its WAL had no device of its own
+        P.parse_wal_limit("none", b)
+    b.wal_device = {"device": "loop3", "limit": {"wiops": 200}, "device_us": 50.0}
+    with pytest.raises(UserError, match="only 'none'"):
+        P.parse_wal_limit("wiops=400", b)
+    sc = P.Scenario(wal_unthrottled=P.parse_wal_limit("none", b))
+    m = P.apply(b, sc)
+    assert m.wal_us == pytest.approx(50.0)
+    # the lock is held for less: what the flush took beyond the device's own time is gone from its hold
+    assert m.lock_us == pytest.approx(b.lock_us - min(b.wal_us - 50.0, b.lock_holds_wal))
+    as_run, fast = P.predict(b, [8])[0], P.predict(b, [8], sc)[0]
+    off = P.predict(b, [8], P.Scenario(pg_set={"synchronous_commit": "off"}))[0]
+    assert as_run["tps"] < fast["tps"] <= off["tps"]                     # a fast flush is still a flush
+    assert any("WAL device unthrottled" in a for a in fast["assumptions"])
+
+
+def test_the_wal_device_is_found_in_the_disk_view_by_its_name():
+    from pathprof.analysis.predict_inputs import wal_device
+    meta = {"postgres": {"wal_device": {"device": "/dev/loop7", "limit": {"wiops": 200}}}}
+    disk = [{"device": "loop7", "op": "write", "us_per_txn": 30.0}, {"device": "loop7", "op": "flush",
+                                                                      "us_per_txn": 12.5},
+            {"device": "vda", "op": "write", "us_per_txn": 99.0}]
+    assert wal_device(meta, {"disk": disk})["device_us"] == pytest.approx(42.5)
+    assert wal_device(meta, {"disk": []})["device_us"] is None
+    assert wal_device({"postgres": {"wal_device": None}}, {"disk": disk}) is None

@@ -1,0 +1,52 @@
+"""Costs of this machine that one run may not show itself, measured by the runs that do and kept in
+/var/lib/pathprof/machine-costs.json (PATHPROF_STATE): every run records the file's content at its start
+(run.json `machine_costs`), so `pathprof predict` on that run uses what the machine was known to cost then.
+
+  idle_wakeup_us            the delay a process woken onto an idle CPU adds to a transaction (the CPU leaving
+                            idle, the run-queue wait while it does): learned from a latency-bound run that idled
+                            (analysis.predict_inputs.learned_costs says which)
+  delayline_cpu_us_per_packet, delayline_packets_per_round_trip
+                            pathprof's own link delay line (agent.host.delayline): its CPU per packet and the
+                            packets it handles per round trip, learned from a run that had one
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+PATH = Path(os.environ.get("PATHPROF_STATE", "/var/lib/pathprof")) / "machine-costs.json"
+
+
+def current(path: Path = PATH) -> dict:
+    """The machine's known costs ({} when none was learned yet or the file is unreadable)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def remember(learned: dict, run_dir: str, path: Path = PATH) -> None:
+    """Merge what a run measured into the file (each key with the run that measured it and when); atomic."""
+    if not learned:
+        return
+    doc = current(path)
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    doc.update({k: {"value": v, "run": str(run_dir), "at": at} for k, v in learned.items()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def learn_from_run(rd, summary: dict) -> dict:
+    """After a run: what it measured of the machine, remembered; never fails the run."""
+    from pathprof.analysis.predict_inputs import learned_costs
+    try:
+        learned = learned_costs(rd, summary)
+        remember(learned, rd.path)
+    except Exception:  # noqa: BLE001 - a cost file that cannot be written costs the next prediction, not this run
+        return {}
+    return learned

@@ -1,0 +1,55 @@
+"""Inputs of analysis.predict that come from the run's records beside its two views: the WAL device's own time
+(for `--wal-device-limit none`) and the machine's costs the run recorded (for what the run itself never showed).
+Pure functions of run.json and the run document."""
+from __future__ import annotations
+
+from pathlib import PurePath
+
+
+def wal_device(meta: dict, summary: dict) -> dict | None:
+    """run.json postgres.wal_device with `device_us`: the disk view's µs per transaction on that device (every
+    operation: the WAL's writes and cache flushes, block request issued to completed; a throttle holds a bio
+    before the request exists, so its queue is not in it). None when the WAL had no device of its own."""
+    dev = (meta.get("postgres") or {}).get("wal_device")
+    if not dev or not dev.get("device"):
+        return None
+    name = PurePath(str(dev["device"])).name
+    rows = [d for d in summary.get("disk") or [] if d.get("device") == name]
+    return {**dev, "device": name, "device_us": sum(float(d["us_per_txn"]) for d in rows) if rows else None}
+
+
+LEARN_IDLE_EVENTS_PER_TXN = 0.3   # a run that woke a process onto an idle CPU this often prices that wakeup
+MIN_DELAYLINE_PACKETS = 1000
+
+
+def learned_costs(rd, summary: dict) -> dict:
+    """What a finished run measured of the machine (agent.host.machine_costs keeps it): the idle-wakeup delay
+    per woken process, when the run was latency-bound and its wakeups often found an idle CPU (the model's own
+    fitted delay at full idle, divided by the processes woken per transaction); the delay line's CPU per packet
+    and packets per round trip, when the run had one."""
+    from pathprof.analysis.predict import base_from_run, progress_tps
+    from pathprof.errors import UserError
+    out: dict = {}
+    try:
+        b = base_from_run(summary, progress_tps(rd.path), ((rd.meta.get("topology") or {}).get("spec") or {}))
+    except UserError:
+        return out
+    idle_events = sum(float(s.get("count_per_txn") or 0) for s in summary.get("stages") or []
+                      if s["name"].startswith("idle_exit.") and "parent" not in s)
+    if b.regime == "latency-bound" and idle_events >= LEARN_IDLE_EVENTS_PER_TXN and b.idle_us > 0 and b.receivers:
+        out["idle_wakeup_us"] = round(b.idle_us / b.receivers, 2)
+    lines = rd.meta.get("delay_lines") or []
+    packets, cpu = sum(x["packets"] for x in lines), sum(x["cpu_us"] for x in lines)
+    txns = float(summary.get("transactions") or 0)
+    if packets >= MIN_DELAYLINE_PACKETS and txns:
+        out["delayline_cpu_us_per_packet"] = round(cpu / packets, 3)
+        out["delayline_packets_per_round_trip"] = round(packets / (txns * b.round_trips), 3)
+    return out
+
+
+def machine_value(machine: dict | None, key: str) -> tuple[float | None, str]:
+    """A machine cost (agent.host.machine_costs's entries) and where it came from, for the assumptions."""
+    entry = (machine or {}).get(key)
+    if not isinstance(entry, dict) or entry.get("value") is None:
+        return None, ""
+    return float(entry["value"]), f"measured on this machine by {entry.get('run', '?')} at {entry.get('at', '?')}"

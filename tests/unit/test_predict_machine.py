@@ -1,0 +1,100 @@
+"""analysis.predict with the machine's costs (agent.host.machine_costs): an idle wakeup a saturated run never
+showed, pathprof's own delay line behind an added link delay, and what a finished run teaches the machine file."""
+import json
+from pathlib import Path
+
+import pytest
+from pathprof.agent.host import delayline, machine_costs
+from pathprof.analysis import predict as P
+from pathprof.analysis.predict_inputs import learned_costs
+from pathprof.analysis.rundir import RunDir
+from pathprof.analysis.summary import summarize
+
+RUNS = Path(__file__).parent / "data" / "runs"
+
+
+def cost(value):
+    return {"value": value, "run": "runs/x", "at": "2026-11-25T05:00:00Z"}
+
+
+def test_a_run_that_never_idled_takes_the_machines_idle_wakeup_delay():
+    rd = RunDir.open(RUNS / "loopback")          # 2 clients, CPU-bound: no wakeup found an idle CPU
+    alone = P.base_of(rd)
+    assert not alone.idle_priced
+    b = P.base_of(rd, machine={"idle_wakeup_us": cost(15.0)})
+    assert b.idle_priced and b.idle_us == pytest.approx(15.0 * b.receivers)
+    # still anchored (within 2 %: the run's own 0.03 foreign CPUs kept the CPUs from idling, the prediction not)
+    assert P.predict(b, [b.clients])[0]["tps"] == pytest.approx(b.measured_tps, rel=0.02)
+    one, one_alone = P.predict(b, [1])[0], P.predict(alone, [1])[0]
+    assert one["tps"] < one_alone["tps"] and not one.get("idle_wakeups_unpriced")
+    assert one_alone.get("idle_wakeups_unpriced")
+    assert any("that delay is the machine's" in a for a in one["assumptions"])
+
+
+def test_a_recorded_machine_cost_wins_over_the_one_given():
+    rd = RunDir.open(RUNS / "loopback")
+    rd.meta["machine_costs"] = {"idle_wakeup_us": cost(10.0)}
+    assert P.base_of(rd, machine={"idle_wakeup_us": cost(40.0)}).idle_us == pytest.approx(10.0 * 2)
+
+
+def test_an_added_delay_is_priced_as_the_delay_line_pathprof_builds():
+    machine = {"delayline_cpu_us_per_packet": cost(4.0), "delayline_packets_per_round_trip": cost(2.5)}
+    pure, built = P.base_of(RunDir.open(RUNS / "docker-dnat")), P.base_of(RunDir.open(RUNS / "docker-dnat"),
+                                                                          machine=machine)
+    sc = P.Scenario(link_us={"pp-dk-veth0": 250.0})
+    m = P.apply(built, sc)
+    us = 4.0 * 2.5 * built.round_trips
+    assert m.cpu["delayline"] == pytest.approx(us) and m.delaylines["pp-dk-veth0"] == (1, pytest.approx(us))
+    row, row_pure = P.predict(built, [16], sc)[0], P.predict(pure, [16], sc)[0]
+    assert row["tps"] < row_pure["tps"]                       # a CPU-bound path pays the daemon's CPU
+    assert any("delay line(s)" in a and "µs CPU per packet" in a for a in row["assumptions"])
+    assert any("unknown on this machine" in a for a in row_pure["assumptions"])
+    one, one_pure = P.predict(built, [1], sc)[0], P.predict(pure, [1], sc)[0]
+    assert one["tps"] <= one_pure["tps"]
+
+
+def test_a_delay_line_thread_saturates_like_a_hop():
+    machine = {"delayline_cpu_us_per_packet": cost(200.0), "delayline_packets_per_round_trip": cost(2.0)}
+    b = P.base_of(RunDir.open(RUNS / "docker-dnat"), machine=machine)
+    row = P.predict(b, [64], P.Scenario(link_us={"pp-dk-veth0": 100.0}))[0]
+    assert row["limited_by"] == "delayline.pp-dk-veth0"        # one daemon, 400 µs per transaction: 2,500 TPS
+    assert row["tps"] <= 1e6 / 400.0 * 1.001
+
+
+def test_a_latency_bound_run_that_idled_teaches_the_idle_wakeup_delay():
+    rd = RunDir.open(RUNS / "pgbouncer-traces")   # 2 clients, latency-bound, wakeups onto idle CPUs
+    s = summarize(rd)
+    learned = learned_costs(rd, s)
+    b = P.base_of(rd, s)
+    assert learned["idle_wakeup_us"] == pytest.approx(b.idle_us / b.receivers, rel=0.01)
+    saturated = RunDir.open(RUNS / "loopback")
+    assert "idle_wakeup_us" not in learned_costs(saturated, summarize(saturated))
+
+
+def test_a_run_with_delay_lines_teaches_their_cost_per_packet():
+    rd = RunDir.open(RUNS / "docker-dnat")
+    s = summarize(rd)
+    rd.meta["delay_lines"] = [{"line": "pp-a/4200", "cpu_us": 30000.0, "packets": 6000},
+                              {"line": "pp-b/4200", "cpu_us": 20000.0, "packets": 4000}]
+    learned = learned_costs(rd, s)
+    assert learned["delayline_cpu_us_per_packet"] == pytest.approx(5.0)
+    assert learned["delayline_packets_per_round_trip"] == pytest.approx(10000 / s["transactions"] /
+                                                                        P.base_of(rd, s).round_trips, rel=0.01)
+
+
+def test_the_machine_file_keeps_each_cost_with_the_run_that_measured_it(tmp_path):
+    f = tmp_path / "machine-costs.json"
+    assert machine_costs.current(f) == {}
+    machine_costs.remember({"idle_wakeup_us": 12.5}, "runs/a", f)
+    machine_costs.remember({"delayline_cpu_us_per_packet": 3.0}, "runs/b", f)
+    doc = json.loads(f.read_text())
+    assert doc["idle_wakeup_us"]["value"] == 12.5 and doc["idle_wakeup_us"]["run"] == "runs/a"
+    assert doc["delayline_cpu_us_per_packet"]["run"] == "runs/b"
+    f.write_text("not json")
+    assert machine_costs.current(f) == {}
+
+
+def test_delay_line_usage_over_the_interval():
+    before = {"pp-a/4200": {"cpu_us": 1000.0, "packets": 10}, "pp-b/4201": {"cpu_us": 5.0, "packets": 1}}
+    after = {"pp-a/4200": {"cpu_us": 4000.0, "packets": 1010}}
+    assert delayline.usage_during(before, after) == [{"line": "pp-a/4200", "cpu_us": 3000.0, "packets": 1000}]
