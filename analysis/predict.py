@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from pathprof.analysis.mva import Centre, solve
-from pathprof.analysis.predict_inputs import machine_value, wal_device
+from pathprof.analysis.predict_inputs import LEARN_IDLE_EVENTS_PER_TXN, machine_value, wal_device
 from pathprof.analysis.predict_text import assumptions_of, limited_by
 from pathprof.analysis.scenarios import Scenario, _links, apply, parse_link, parse_pg_set, parse_wal_limit
 from pathprof.errors import UserError
@@ -206,12 +206,14 @@ def _anchor(b: Base, summary: dict) -> None:
         per_event = idle_stages / events if events >= MIN_IDLE_EVENTS_PER_TXN else 0.0
         b.idle_us = per_event * b.receivers
         machine_idle, source = machine_value(b.machine, "idle_wakeup_us")
-        if not per_event and machine_idle:
-            # the run never idled: the machine's own idle-wakeup delay per woken process, learned by a run
-            # that did (agent.host.machine_costs)
+        if events < LEARN_IDLE_EVENTS_PER_TXN and machine_idle:
+            # the run (nearly) never idled: the few idle exits a saturated run has are outliers (a process woken
+            # after a stall), so the machine's delay of one wakeup onto an idle CPU, learned by a run that idled
+            # often (agent.host.machine_costs), prices each process a transaction wakes
             per_event, b.idle_us = machine_idle, machine_idle * b.receivers
-            b.notes.append(f"the run never woke a process onto an idle CPU: that delay is the machine's, "
-                           f"{machine_idle:.1f} µs per woken process ({b.receivers} per transaction), {source}")
+            b.notes.append(f"the run woke a process onto an idle CPU {events:.2f} times per transaction: that delay "
+                           f"is the machine's, {machine_idle:.1f} µs per wakeup onto an idle CPU, {b.receivers} "
+                           f"wakeups per transaction, {source}")
         if not (hop or b.lock_us) or _solve(b, b.clients).tps > b.measured_tps:
             # the CPUs limit: scale their demand until the model gives the measured rate
             orig = dict(b.cpu)

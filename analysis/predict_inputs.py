@@ -23,10 +23,10 @@ MIN_DELAYLINE_PACKETS = 1000
 
 
 def learned_costs(rd, summary: dict) -> dict:
-    """What a finished run measured of the machine (agent.host.machine_costs keeps it): the idle-wakeup delay
-    per woken process, when the run was latency-bound and its wakeups often found an idle CPU (the model's own
-    fitted delay at full idle, divided by the processes woken per transaction); the delay line's CPU per packet
-    and packets per round trip, when the run had one."""
+    """What a finished run measured of the machine (agent.host.machine_costs keeps it): the delay of one wakeup
+    onto an idle CPU (idle_exit.*: the CPU leaving idle until the woken process runs), when its wakeups found an
+    idle CPU often enough to price one; the delay line's CPU per packet and packets per round trip, when the run
+    had one."""
     from pathprof.analysis.predict import base_from_run, progress_tps
     from pathprof.errors import UserError
     out: dict = {}
@@ -34,10 +34,10 @@ def learned_costs(rd, summary: dict) -> dict:
         b = base_from_run(summary, progress_tps(rd.path), ((rd.meta.get("topology") or {}).get("spec") or {}))
     except UserError:
         return out
-    idle_events = sum(float(s.get("count_per_txn") or 0) for s in summary.get("stages") or []
-                      if s["name"].startswith("idle_exit.") and "parent" not in s)
-    if b.regime == "latency-bound" and idle_events >= LEARN_IDLE_EVENTS_PER_TXN and b.idle_us > 0 and b.receivers:
-        out["idle_wakeup_us"] = round(b.idle_us / b.receivers, 2)
+    idle = [s for s in summary.get("stages") or [] if s["name"].startswith("idle_exit.") and "parent" not in s]
+    events = sum(float(s.get("count_per_txn") or 0) for s in idle)
+    if events >= LEARN_IDLE_EVENTS_PER_TXN:
+        out["idle_wakeup_us"] = round(sum(float(s["us_per_txn"]) for s in idle) / events, 2)
     lines = rd.meta.get("delay_lines") or []
     packets, cpu = sum(x["packets"] for x in lines), sum(x["cpu_us"] for x in lines)
     txns = float(summary.get("transactions") or 0)

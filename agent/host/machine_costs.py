@@ -2,9 +2,9 @@
 /var/lib/pathprof/machine-costs.json (PATHPROF_STATE): every run records the file's content at its start
 (run.json `machine_costs`), so `pathprof predict` on that run uses what the machine was known to cost then.
 
-  idle_wakeup_us            the delay a process woken onto an idle CPU adds to a transaction (the CPU leaving
-                            idle, the run-queue wait while it does): learned from a latency-bound run that idled
-                            (analysis.predict_inputs.learned_costs says which)
+  idle_wakeup_us            the delay of one wakeup onto an idle CPU (idle_exit.*: the CPU leaving idle until
+                            the woken process runs), learned from a run whose wakeups often found an idle CPU
+                            (analysis.predict_inputs.learned_costs)
   delayline_cpu_us_per_packet, delayline_packets_per_round_trip
                             pathprof's own link delay line (agent.host.delayline): its CPU per packet and the
                             packets it handles per round trip, learned from a run that had one
