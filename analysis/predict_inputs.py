@@ -7,15 +7,25 @@ from pathlib import PurePath
 
 
 def wal_device(meta: dict, summary: dict) -> dict | None:
-    """run.json postgres.wal_device with `device_us`: the disk view's µs per transaction on that device (every
-    operation: the WAL's writes and cache flushes, block request issued to completed; a throttle holds a bio
-    before the request exists, so its queue is not in it). None when the WAL had no device of its own."""
+    """run.json postgres.wal_device with `device_us`: what the WAL's device itself takes per transaction, from
+    the disk view (block request issued to completed; a throttle holds a bio before the request exists, so its
+    queue is not in it). A commit's fdatasync issues its writes together and waits for them, then for one cache
+    flush: per cache flush, one write's mean time plus one flush's (summing every request would count the
+    writes that overlapped once each). Without cache flushes: every request's time. None when the WAL had no
+    device of its own."""
     dev = (meta.get("postgres") or {}).get("wal_device")
     if not dev or not dev.get("device"):
         return None
     name = PurePath(str(dev["device"])).name
-    rows = [d for d in summary.get("disk") or [] if d.get("device") == name]
-    return {**dev, "device": name, "device_us": sum(float(d["us_per_txn"]) for d in rows) if rows else None}
+    rows = {d["op"]: d for d in summary.get("disk") or [] if d.get("device") == name}
+    return {**dev, "device": name, "device_us": _device_us(rows) if rows else None}
+
+
+def _device_us(rows: dict[str, dict]) -> float:
+    flush, write = rows.get("flush"), rows.get("write")
+    if flush and flush.get("requests_per_txn") and flush.get("mean_us") is not None:
+        return float(flush["requests_per_txn"]) * (float(flush["mean_us"]) + float((write or {}).get("mean_us") or 0))
+    return sum(float(d["us_per_txn"]) for d in rows.values())
 
 
 LEARN_IDLE_EVENTS_PER_TXN = 0.3   # a run that woke a process onto an idle CPU this often prices that wakeup

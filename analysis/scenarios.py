@@ -112,8 +112,9 @@ def _wal_and_lock(b: Base, sc: Scenario) -> tuple[float, float, list[str]]:
     if not sc.wal_unthrottled or not b.wal_us:
         return b.wal_us, b.lock_us, []
     fast = min(float(b.wal_device["device_us"]), b.wal_us)
-    # the commit's flush is inside the lock's hold: what it loses is the hold's loss, up to the flush's share
-    lock = max(b.lock_us - min(b.wal_us - fast, b.lock_holds_wal), 0.0)
+    # the commit's flush is inside the lock's hold, at the share of it measured in the windows (as for a WAL
+    # setting): that share shrinks by what the flush loses
+    lock = max(b.lock_us - b.lock_holds_wal * (1.0 - fast / b.wal_us), 0.0)
     return fast, lock, [f"WAL device unthrottled: the commit's WAL flush becomes the device's own time (the disk "
                         f"view on {b.wal_device.get('device')}: {fast:.1f} µs per transaction, from "
                         f"{b.wal_us:.1f} with the throttle's queue)"]

@@ -195,7 +195,7 @@ def test_an_unthrottled_wal_device_shortens_the_flush_to_the_devices_own_time():
     m = P.apply(b, sc)
     assert m.wal_us == pytest.approx(50.0)
     # the lock is held for less: what the flush took beyond the device's own time is gone from its hold
-    assert m.lock_us == pytest.approx(b.lock_us - min(b.wal_us - 50.0, b.lock_holds_wal))
+    assert m.lock_us == pytest.approx(b.lock_us - b.lock_holds_wal * (1 - 50.0 / b.wal_us))
     as_run, fast = P.predict(b, [8])[0], P.predict(b, [8], sc)[0]
     off = P.predict(b, [8], P.Scenario(pg_set={"synchronous_commit": "off"}))[0]
     assert as_run["tps"] < fast["tps"] <= off["tps"]                     # a fast flush is still a flush
@@ -205,9 +205,12 @@ def test_an_unthrottled_wal_device_shortens_the_flush_to_the_devices_own_time():
 def test_the_wal_device_is_found_in_the_disk_view_by_its_name():
     from pathprof.analysis.predict_inputs import wal_device
     meta = {"postgres": {"wal_device": {"device": "/dev/loop7", "limit": {"wiops": 200}}}}
-    disk = [{"device": "loop7", "op": "write", "us_per_txn": 30.0}, {"device": "loop7", "op": "flush",
-                                                                      "us_per_txn": 12.5},
-            {"device": "vda", "op": "write", "us_per_txn": 99.0}]
-    assert wal_device(meta, {"disk": disk})["device_us"] == pytest.approx(42.5)
+    # two writes per transaction issued together (80 µs each), then one cache flush (130 µs): 210 µs, not 290
+    disk = [{"device": "loop7", "op": "write", "requests_per_txn": 2.0, "us_per_txn": 160.0, "mean_us": 80.0},
+            {"device": "loop7", "op": "flush", "requests_per_txn": 1.0, "us_per_txn": 130.0, "mean_us": 130.0},
+            {"device": "vda", "op": "write", "requests_per_txn": 3.0, "us_per_txn": 99.0, "mean_us": 33.0}]
+    assert wal_device(meta, {"disk": disk})["device_us"] == pytest.approx(210.0)
+    no_flush = [d for d in disk if d["op"] != "flush"]           # fsync'ed without cache flushes: every request
+    assert wal_device(meta, {"disk": no_flush})["device_us"] == pytest.approx(160.0)
     assert wal_device(meta, {"disk": []})["device_us"] is None
     assert wal_device({"postgres": {"wal_device": None}}, {"disk": disk}) is None
