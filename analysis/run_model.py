@@ -249,6 +249,8 @@ class RunMeta:
     failure: list | None = None
     tcp_counters: dict | None = None
     pooler_counters: dict | None = None
+    machine_costs: dict | None = None    # the machine's costs known at the run's start (agent.host.machine_costs)
+    delay_lines: list | None = None      # each link delay line's CPU and packets over the measured interval
     scope: Scope = field(default_factory=Scope)
     hosts: list | None = None            # a merged run (1.1): its hosts and clocks
     clock_offsets: list | None = None
