@@ -201,7 +201,9 @@ def _anchor(b: Base, summary: dict) -> None:
         b.notes.append(f"hop {hop}'s thread found its next message waiting {awake * 100:.0f} % of the time: "
                        f"busy, it limited the run and holds its thread {b.hop_us[hop]:.1f} µs per transaction "
                        f"({cpu_us:.1f} µs of it on a CPU, the rest waiting for a CPU shared with the others)")
-    if b.regime == "cpu-bound":
+    if b.regime == "cpu-bound" or hop:
+        # (a hop's saturated thread limited the run as the CPUs would: its queue, not idle wakeups, fills the
+        # cycle; fitting the cycle's rest to idle wakeups would price them at hundreds of µs)
         # priced only when enough transactions saw one (counts per transaction are rounded to 0.001)
         per_event = idle_stages / events if events >= MIN_IDLE_EVENTS_PER_TXN else 0.0
         b.idle_us = per_event * b.receivers

@@ -36,7 +36,7 @@ def learned_costs(rd, summary: dict) -> dict:
     """What a finished run measured of the machine (agent.host.machine_costs keeps it): the delay of one wakeup
     onto an idle CPU (idle_exit.*: the CPU leaving idle until the woken process runs), when its wakeups found an
     idle CPU often enough to price one; the delay line's CPU per packet and packets per round trip, when the run
-    had one."""
+    had one (packets per round trip through each delay line: one line per delayed direction)."""
     from pathprof.analysis.predict import base_from_run, progress_tps
     from pathprof.errors import UserError
     out: dict = {}
@@ -53,7 +53,8 @@ def learned_costs(rd, summary: dict) -> dict:
     txns = float(summary.get("transactions") or 0)
     if packets >= MIN_DELAYLINE_PACKETS and txns:
         out["delayline_cpu_us_per_packet"] = round(cpu / packets, 3)
-        out["delayline_packets_per_round_trip"] = round(packets / (txns * b.round_trips), 3)
+        # per delay line: a run may delay one direction or both, a scenario either
+        out["delayline_packets_per_round_trip_each"] = round(packets / (txns * b.round_trips * len(lines)), 3)
     return out
 
 

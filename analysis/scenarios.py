@@ -112,9 +112,9 @@ def _wal_and_lock(b: Base, sc: Scenario) -> tuple[float, float, list[str]]:
     if not sc.wal_unthrottled or not b.wal_us:
         return b.wal_us, b.lock_us, []
     fast = min(float(b.wal_device["device_us"]), b.wal_us)
-    # the commit's flush is inside the lock's hold, at the share of it measured in the windows (as for a WAL
-    # setting): that share shrinks by what the flush loses
-    lock = max(b.lock_us - b.lock_holds_wal * (1.0 - fast / b.wal_us), 0.0)
+    # the commit's flush is inside the lock's hold: the hold loses what the flush loses, at most the flush's
+    # share of the hold measured in the windows (what a WAL setting that removes the flush takes off it)
+    lock = max(b.lock_us - min(b.wal_us - fast, b.lock_holds_wal), 0.0)
     return fast, lock, [f"WAL device unthrottled: the commit's WAL flush becomes the device's own time (the disk "
                         f"view on {b.wal_device.get('device')}: {fast:.1f} µs per transaction, from "
                         f"{b.wal_us:.1f} with the throttle's queue)"]
@@ -128,7 +128,7 @@ def _delay_lines(b: Base, sc: Scenario, cpu: dict, notes: list) -> dict:
     if not sc.link_us:
         return dict(b.delaylines)
     per_packet, src = machine_value(b.machine, "delayline_cpu_us_per_packet")
-    per_rt, _ = machine_value(b.machine, "delayline_packets_per_round_trip")
+    per_rt, _ = machine_value(b.machine, "delayline_packets_per_round_trip_each")
     if b.delays.get("link delay lines and rate limits"):
         notes.append("the run already had delay lines: an added delay is priced as pure (their CPU is already in "
                      "the run)")
@@ -140,12 +140,13 @@ def _delay_lines(b: Base, sc: Scenario, cpu: dict, notes: list) -> dict:
         return dict(b.delaylines)
     out = dict(b.delaylines)
     for n in sc.link_us:
-        us = per_packet * per_rt * b.round_trips
+        lines = b.links.get(n, 1)                # a link's name delays both directions, an interface one
+        us = per_packet * per_rt * b.round_trips * lines
         cpu["delayline"] = cpu.get("delayline", 0.0) + us
-        out[n] = (b.links.get(n, 1), us)
-        notes.append(f"an added delay on {n} is what `pathprof run --link` builds: {b.links.get(n, 1)} delay line(s) "
-                     f"(NFQUEUE daemons), {per_packet:.1f} µs CPU per packet x {per_rt:.2f} packets per round trip "
-                     f"= {us:.1f} µs per transaction, {src}; a real wire would not cost it")
+        out[n] = (lines, us)
+        notes.append(f"an added delay on {n} is what `pathprof run --link` builds: {lines} delay line(s) (NFQUEUE "
+                     f"daemons, one thread each), {per_packet:.1f} µs CPU per packet x {per_rt:.2f} packets per round "
+                     f"trip each = {us:.1f} µs per transaction, {src}; a real wire would not cost it")
     return out
 
 
@@ -171,6 +172,10 @@ def apply(b: Base, sc: Scenario) -> Base:
     for n, us in sc.link_us.items():
         delays[f"added delay on {n}"] = us
     delaylines = _delay_lines(b, sc, cpu, notes)
+    # a delay line works on a packet while it holds it: at low load its CPU is inside the added delay; only
+    # under load, where it takes CPUs from the path, does it cost the cycle (through the CPUs' queue)
+    think -= sum(min(us, sc.link_us[n]) for n, (_, us) in delaylines.items() if n in sc.link_us
+                 and n not in b.delaylines)
     # without the flush at commit (or with a faster one), the row lock is released that much sooner
     wal, lock, wal_notes = _wal_and_lock(b, sc)
     notes += wal_notes

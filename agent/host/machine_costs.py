@@ -5,9 +5,10 @@
   idle_wakeup_us            the delay of one wakeup onto an idle CPU (idle_exit.*: the CPU leaving idle until
                             the woken process runs), learned from a run whose wakeups often found an idle CPU
                             (analysis.predict_inputs.learned_costs)
-  delayline_cpu_us_per_packet, delayline_packets_per_round_trip
+  delayline_cpu_us_per_packet, delayline_packets_per_round_trip_each
                             pathprof's own link delay line (agent.host.delayline): its CPU per packet and the
-                            packets it handles per round trip, learned from a run that had one
+                            packets each delay line (one per delayed direction) handles per round trip, learned
+                            from a run that had one
 """
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def test_a_recorded_machine_cost_wins_over_the_one_given():
 
 
 def test_an_added_delay_is_priced_as_the_delay_line_pathprof_builds():
-    machine = {"delayline_cpu_us_per_packet": cost(4.0), "delayline_packets_per_round_trip": cost(2.5)}
+    machine = {"delayline_cpu_us_per_packet": cost(4.0), "delayline_packets_per_round_trip_each": cost(2.5)}
     pure, built = P.base_of(RunDir.open(RUNS / "docker-dnat")), P.base_of(RunDir.open(RUNS / "docker-dnat"),
                                                                           machine=machine)
     sc = P.Scenario(link_us={"pp-dk-veth0": 250.0})
@@ -57,12 +57,13 @@ def test_an_added_delay_is_priced_as_the_delay_line_pathprof_builds():
     assert row["tps"] < row_pure["tps"]                       # a CPU-bound path pays the daemon's CPU
     assert any("delay line(s)" in a and "µs CPU per packet" in a for a in row["assumptions"])
     assert any("unknown on this machine" in a for a in row_pure["assumptions"])
+    # one client: the daemon works on a packet while it holds it, so its CPU is inside the delay
     one, one_pure = P.predict(built, [1], sc)[0], P.predict(pure, [1], sc)[0]
-    assert one["tps"] <= one_pure["tps"]
+    assert one["tps"] == pytest.approx(one_pure["tps"], rel=0.02)
 
 
 def test_a_delay_line_thread_saturates_like_a_hop():
-    machine = {"delayline_cpu_us_per_packet": cost(200.0), "delayline_packets_per_round_trip": cost(2.0)}
+    machine = {"delayline_cpu_us_per_packet": cost(200.0), "delayline_packets_per_round_trip_each": cost(2.0)}
     b = P.base_of(RunDir.open(RUNS / "docker-dnat"), machine=machine)
     row = P.predict(b, [64], P.Scenario(link_us={"pp-dk-veth0": 100.0}))[0]
     assert row["limited_by"] == "delayline.pp-dk-veth0"        # one daemon, 400 µs per transaction: 2,500 TPS
@@ -87,8 +88,9 @@ def test_a_run_with_delay_lines_teaches_their_cost_per_packet():
                               {"line": "pp-b/4200", "cpu_us": 20000.0, "packets": 4000}]
     learned = learned_costs(rd, s)
     assert learned["delayline_cpu_us_per_packet"] == pytest.approx(5.0)
-    assert learned["delayline_packets_per_round_trip"] == pytest.approx(10000 / s["transactions"] /
-                                                                        P.base_of(rd, s).round_trips, rel=0.01)
+    # two delay lines (both directions): the packets per round trip of each
+    assert learned["delayline_packets_per_round_trip_each"] == pytest.approx(
+        10000 / s["transactions"] / P.base_of(rd, s).round_trips / 2, rel=0.01)
 
 
 def test_the_machine_file_keeps_each_cost_with_the_run_that_measured_it(tmp_path):
@@ -107,3 +109,35 @@ def test_delay_line_usage_over_the_interval():
     before = {"pp-a/4200": {"cpu_us": 1000.0, "packets": 10}, "pp-b/4201": {"cpu_us": 5.0, "packets": 1}}
     after = {"pp-a/4200": {"cpu_us": 4000.0, "packets": 1010}}
     assert delayline.usage_during(before, after) == [{"line": "pp-a/4200", "cpu_us": 3000.0, "packets": 1000}]
+
+
+def test_a_links_name_builds_one_delay_line_per_direction():
+    machine = {"delayline_cpu_us_per_packet": cost(30.0), "delayline_packets_per_round_trip_each": cost(1.0)}
+    b = P.base_of(RunDir.open(RUNS / "cross-zone"), machine=machine)
+    b.delays["link delay lines and rate limits"] = 0.0      # as if the run had had no delay of its own
+    m = P.apply(b, P.Scenario(link_us={"wire": 500.0}))
+    assert m.delaylines["wire"] == (2, pytest.approx(30.0 * 1.0 * b.round_trips * 2))
+    assert m.cpu["delayline"] == pytest.approx(60.0 * b.round_trips)
+    with_lines = P.apply(P.base_of(RunDir.open(RUNS / "cross-zone"), machine=machine),
+                         P.Scenario(link_us={"wire": 500.0}))
+    assert "delayline" not in with_lines.cpu                  # the run had delay lines: their CPU is in it already
+
+
+def test_a_run_its_hops_thread_limited_is_not_anchored_on_idle_wakeups():
+    # pgbouncer-traces as if the pooler's thread had found its next message waiting 99 % of the time: the hop
+    # limited the run (latency-bound by the CPUs' measure); the cycle's rest is its queue, not idle wakeups
+    rd = RunDir.open(RUNS / "pgbouncer-traces")
+    s = summarize(rd)
+    for st in s["stages"]:
+        if st["name"] in ("wakeup.pgbouncer", "idle_exit.pgbouncer"):
+            st["count_per_txn"] = 0.005
+        elif st["name"] == "queued.pgbouncer":
+            st["count_per_txn"] = 0.99
+    b = P.base_from_run(s)
+    assert b.regime == "latency-bound" and b.hop_us.get("pgbouncer")
+    # priced as a saturated run prices it: the mean idle exit its wakeups showed, for each process woken
+    idle = [x for x in s["stages"] if x["name"].startswith("idle_exit.")]
+    per_wakeup = sum(x["us_per_txn"] for x in idle) / sum(x["count_per_txn"] for x in idle)
+    assert b.idle_us == pytest.approx(per_wakeup * b.receivers, rel=0.01)
+    rows = P.predict(b, [1, b.clients])
+    assert rows[0]["tps"] <= rows[1]["tps"] <= b.measured_tps * 1.01
