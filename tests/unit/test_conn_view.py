@@ -150,6 +150,20 @@ def test_thread_wait_is_an_aggregate_divided_by_the_connections_sampled(tmp_path
     assert s["closure"]["connection_setup_us"] == pytest.approx(180 + 480 + 150 + 2000 + 80)
 
 
+def test_thread_wait_through_a_pooler_is_divided_by_the_client_connects_sampled(tmp_path):
+    """A pooler keeps its server connections: no backend starts, so none is sampled. The thread's wait is then
+    per client connect sampled in the windows (connect.client_total's samples), not per connection of the whole run
+    (pgbench's transactions): 2 s windows of a 5 s run made it 15 us for 41 and the closure -9 %."""
+    fr = frame({"connect.client_total": (40, 170.0)}, {"starts": 100, "sampled": 0, "unpaired_sampled": 0})
+    wait = pd.DataFrame([{"step": "connect.thread_wait", "kind": "latency", "per": "total", "count": 40,
+                          "sum_ns": 40 * 41_000, "hist": None}])
+    s = {}
+    V.add_connection_setup(s, make_rundir(tmp_path, pd.concat([fr, wait], ignore_index=True), txns=100))
+    rows = {r["name"]: r for r in s["connection_setup"]}
+    assert rows["connect.thread_wait"]["us_per_conn"] == pytest.approx(41.0)   # was 16.4: over 100
+    assert rows["connect.unsplit"]["us_per_conn"] == pytest.approx(170.0)
+
+
 def test_setup_stages_are_connect_leg_rows_per_transaction():
     rows = V.setup_stages(V.connection_setup_view(frame(UNIX), 100))
     assert [r["leg"] for r in rows] == ["connect"] * 5
