@@ -27,8 +27,8 @@ static __always_inline __u32 hold_id_of(struct pp_sock *s)
 	return s->hold_id;
 }
 
-/* a hop consumed a client's request on s at `now`: queue it until a forward upstream takes it */
-static __always_inline void hold_push(struct task_struct *task, struct pp_sock *s, __u64 now, __u32 seq)
+/* a hop consumed a client's request on s at `now` (len bytes): queue it until a forward upstream takes it */
+static __always_inline void hold_push(struct task_struct *task, struct pp_sock *s, __u64 now, __u32 seq, __u32 len)
 {
 	struct pp_holdq *q = bpf_task_storage_get(&holdq, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	__u32 id = hold_id_of(s), slot = id & (PP_HOLD_SLOTS - 1);
@@ -40,10 +40,16 @@ static __always_inline void hold_push(struct task_struct *task, struct pp_sock *
 		q->head++;                    /* full: the oldest is lost (its request's wait with it) */
 		stat_inc(PP_STAT_HOLD_FULL);
 	}
+	if (*valid && q->tail != q->head) {   /* the rest of a request read in parts: its length so far */
+		struct pp_hold *last = &q->e[(q->tail - 1) & (PP_HOLDQ - 1)];
+		if (last->id == id && last->ts == *valid)
+			len += last->len;
+	}
 	struct pp_hold *e = &q->e[q->tail & (PP_HOLDQ - 1)];
 	e->ts = now;
 	e->seq = seq;
 	e->id = id;
+	e->len = len;
 	q->tail++;
 	*valid = now;                     /* a later request on the same socket supersedes this one */
 	s->hold_seq = seq;
@@ -117,8 +123,9 @@ static __always_inline struct pp_hold *hold_pop(struct task_struct *task, __u64 
 	return 0;
 }
 
-/* --trace-sample: the number of the request the next forward upstream will take (the oldest valid one) */
-static __always_inline __u32 hold_peek_seq(struct task_struct *task)
+/* the request the next forward upstream will take (the oldest valid one, read inside the window ws: 0 = any),
+ * 0 when none: a stale entry (superseded, answered by the hop itself, read before the window) holds nothing */
+static __always_inline struct pp_hold *hold_peek(struct task_struct *task, __u64 ws)
 {
 	struct pp_holdq *q = bpf_task_storage_get(&holdq, task, 0, 0);
 	if (!q)
@@ -130,10 +137,17 @@ static __always_inline __u32 hold_peek_seq(struct task_struct *task)
 		struct pp_hold *e = &q->e[at & (PP_HOLDQ - 1)];
 		__u32 slot = e->id & (PP_HOLD_SLOTS - 1);
 		__u64 *valid = bpf_map_lookup_elem(&holdts, &slot);
-		if (valid && *valid == e->ts)
-			return e->seq;
+		if (valid && *valid == e->ts && e->ts >= ws)
+			return e;
 	}
 	return 0;
+}
+
+/* --trace-sample: the number of the request the next forward upstream will take */
+static __always_inline __u32 hold_peek_seq(struct task_struct *task)
+{
+	struct pp_hold *e = hold_peek(task, 0);
+	return e ? e->seq : 0;
 }
 
 /* the hop's activity that is not a held request: where the next held request's forwarding may begin */

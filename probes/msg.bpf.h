@@ -123,7 +123,38 @@ static __always_inline int setup_message(struct sock *sk, struct pp_sock *s, str
 /* --connect: is the send starting a hop's own message upstream (nothing held or read from a client to forward:
  * its reset after a client left, its SETs for the next one), or a backend's answer to a setup message or to such
  * a message? setup_message() reads it at the delivery, inside this send */
-static __always_inline void own_or_reply(const struct sock *sk, struct pp_task *t)
+#define PP_OWN_IDLE 1   /* no client request held: a reset after a client left */
+#define PP_OWN_HELD 2   /* a request held waits for it: pgbouncer reads a new client's first query, then SETs the
+			 * client's parameters (application_name) on the server connection before it forwards it */
+
+/* A send upstream while a request is held that is not that request's forward: one whole simple Query ('Q' and
+ * its length, the send's size) of another size than the bytes read of the request. A pooler forwards what it
+ * read as it is, or in parts that are not simple queries (pgpool: Parse, Bind ... apart) */
+static __always_inline int own_query(const struct msghdr *msg, __u32 held_len)
+{
+	__u64 count = msg->msg_iter.count;
+	const void *base;
+	if (count == held_len || count < 5 || count > 4096)
+		return 0;
+	if (msg->msg_iter.iter_type == ITER_UBUF) {
+		base = msg->msg_iter.ubuf;
+	} else if (msg->msg_iter.iter_type == ITER_IOVEC) {
+		struct iovec v;
+		if (bpf_probe_read_kernel(&v, sizeof(v), msg->msg_iter.__iov) || v.iov_len < 5)
+			return 0;
+		base = v.iov_base;
+	} else {
+		return 0;
+	}
+	__u8 h[5];
+	if (bpf_probe_read_user(h, sizeof(h), base))
+		return 0;
+	__u32 len = (__u32)h[1] << 24 | (__u32)h[2] << 16 | (__u32)h[3] << 8 | h[4];
+	return h[0] == 'Q' && (__u64)len + 1 == count;
+}
+
+static __always_inline void own_or_reply(const struct sock *sk, const struct msghdr *msg, struct pp_task *t,
+					 __u64 ws)
 {
 	struct pp_sock *u = bpf_sk_storage_get(&socks, (struct sock *)sk, 0, 0);
 	t->own_msg = 0;
@@ -131,9 +162,12 @@ static __always_inline void own_or_reply(const struct sock *sk, struct pp_task *
 	if (!u)
 		return;
 	if (is_hop_role(t->role) && u->leg == PP_LEG_RESPONSE) {
-		struct pp_holdq *q = bpf_task_storage_get(&holdq, bpf_get_current_task_btf(), 0, 0);
-		int held = q && q->tail != q->head;
-		t->own_msg = !held && (t->consume_setup || !t->consume_ts);
+		/* only a valid entry is held: a stale one (superseded, answered, from before the window) is not */
+		struct pp_hold *e = hold_peek(bpf_get_current_task_btf(), ws);
+		if (e)
+			t->own_msg = own_query(msg, e->len) ? PP_OWN_HELD : 0;
+		else
+			t->own_msg = t->consume_setup || !t->consume_ts ? PP_OWN_IDLE : 0;
 	} else if (t->role == PP_ROLE_BACKEND) {
 		t->setup_reply = (u->setup_msg & PP_SETUP_PEND) && !(u->setup_msg & PP_SETUP_LAST);
 	}
@@ -168,7 +202,7 @@ int BPF_PROG(pp_tcp_send, const struct sock *sk, const struct msghdr *msg, const
 			stat_inc(PP_STAT_HOP_CONTINUED);
 		}
 		if (conn_split)
-			own_or_reply(sk, t);
+			own_or_reply(sk, msg, t, ws);
 	}
 	return 0;
 }
@@ -392,7 +426,7 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 		if (s->leg == PP_LEG_REQUEST && !off_path) {
 			/* a client's request: held until a forward upstream takes it (at once when a server connection
 			 * is free, later when the hop is a pooler out of them); see holdq.bpf.h */
-			hold_push(bpf_get_current_task_btf(), s, now, s->seq);
+			hold_push(bpf_get_current_task_btf(), s, now, s->seq, tcp ? moved : (__u32)bytes);
 			return;
 		}
 		hold_activity(bpf_get_current_task_btf(), now);
@@ -473,6 +507,14 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 		struct task_struct *task = bpf_get_current_task_btf();
 		struct pp_hold *e = 0;
 		__u64 act = 0;
+		if (t->own_msg == PP_OWN_HELD && s && s->leg == PP_LEG_RESPONSE) {
+			/* the hop's own query while a request waits for it: the request stays held, and its wait
+			 * (poolwait.<hop>) runs on through this round trip, whose stages are the setup's */
+			t->own_msg = 0;
+			hold_activity(task, bpf_ktime_get_ns());
+			stat_inc(PP_STAT_SETUP_SPANS);
+			return 0;
+		}
 		if (s && s->leg == PP_LEG_RESPONSE)
 			e = hold_pop(task, ws, &act);  /* a forward upstream: the oldest request held */
 		else if (s)

@@ -26,7 +26,8 @@ struct pp_task {            /* task-local storage of a tracked thread: its prese
 	__u64 cont_ts;          /* hops: when its last send was delivered (sk_data_ready in its send) */
 	__u8  conn_setup;       /* backend (--connect): its connection's setup exchange is not over yet */
 	__u8  consume_setup;    /* hops (--connect): the consume not yet forwarded is a setup message */
-	__u8  own_msg;          /* hops (--connect): the send upstream under way is the hop's own (a reset, a SET) */
+	__u8  own_msg;          /* hops (--connect): the send upstream under way is the hop's own (a reset, a SET):
+				 * PP_OWN_IDLE with no request held, PP_OWN_HELD while one waits for it (msg.bpf.h) */
 	__u8  setup_reply;      /* backend (--connect): the send under way answers a setup or a pooler's own message */
 	__u8  pad2[4];
 	__u64 fwd_act;          /* hops: where the forwarding upstream of the request whose response it consumed began
@@ -92,6 +93,8 @@ struct pp_hold {
 	__u64 ts;               /* consumed */
 	__u32 seq;              /* its trace number */
 	__u32 id;               /* the client socket's hold id (pp_sock.hold_id) */
+	__u32 len;              /* bytes read of it (--connect: a send upstream of another size is not its forward) */
+	__u32 pad;
 };
 struct pp_holdq {
 	__u32 head, tail;       /* head: next to pop; tail: next free; tail - head entries */
