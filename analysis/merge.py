@@ -19,9 +19,9 @@ connections that leave it, with the tuple they carry on the wire beyond its NAT 
 
 The result is a normal run directory (schema pathprof-run/1.x): report, compare, diff and export read it.
 run.json adds `hosts`, `clock_offsets` [{host_a, host_b, offset_us, bound_us, ...}] and `links`; wire.parquet
-holds the matched trips; traces.parquet every host's spans on the first host's clock, with a `host` column.
-Its CPU view is left to each host's own run: CPU seconds of different machines do not close against one
-machine's busy time.
+holds the matched trips; traces.parquet every host's spans on the first host's clock, with a `host` column;
+cpu.parquet every host's CPU components with their host, closing against the machines' busy time
+(pathprof.analysis.merge_cpu).
 """
 from __future__ import annotations
 

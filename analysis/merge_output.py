@@ -69,9 +69,21 @@ def _offset_text(o: dict) -> str:
     return text
 
 
+def _probes_doc(hosts, n: int, notes: list) -> dict:
+    from pathprof.analysis.merge_cpu import merged_probe_cost
+    doc = {"level": (hosts[0].rd.meta.get("probes") or {}).get("level", "basic"), "notes": notes, "lost": {},
+           "schedule": {"window_s": 0.0, "period_s": 0.0, "duty_pct": 100.0, "always_on": True}}
+    cost = merged_probe_cost(hosts, n)
+    if cost:
+        doc["cost"] = cost
+    return doc
+
+
 def write_merged(hosts, first, n, stages, offsets, link_docs, wires, to_first, out, runs_root) -> RunDir:
     import pathprof
     rd = _create(out, runs_root)
+    from pathprof.analysis.merge_cpu import merged_cpu
+    cpu, cpu_doc, cpu_note = merged_cpu(hosts, n)
     mean_us = _legs_mean_us(stages, n)
     duration = (first.rd.meta.get("observed") or {}).get("duration_s")
     notes = [f"merged from {len(hosts)} hosts' runs: " + ", ".join(f"{h.name} ({h.rd.path})" for h in hosts),
@@ -79,7 +91,7 @@ def write_merged(hosts, first, n, stages, offsets, link_docs, wires, to_first, o
              "not start and stop at the same instant)",
              "wire.<receiver> between hosts: the sender's send start -> the receiver's socket ready, corrected by "
              "the hosts' clock offset (" + "; ".join(_offset_text(o) for o in offsets) + ")",
-             "CPU view: see each host's own run (CPU time of several machines does not close against one's)"]
+             cpu_note]
     notes += [f"{h.name}: {x}" for h in hosts for x in (h.rd.meta.get("probes") or {}).get("notes") or []
               if x.startswith("lost")]
     w = dict(first.rd.meta.get("workload") or {})
@@ -98,12 +110,12 @@ def write_merged(hosts, first, n, stages, offsets, link_docs, wires, to_first, o
                       "drift_ppm": h.drift_ppm or None,
                       "clock_offset_us": _clock_offset_us(h, to_first)} for h in hosts],
               clock_offsets=offsets, links=link_docs,
-              probes={"level": (first.rd.meta.get("probes") or {}).get("level", "basic"), "notes": notes,
-                      "lost": {}, "schedule": {"window_s": 0.0, "period_s": 0.0, "duty_pct": 100.0,
-                                               "always_on": True}},
+              cpu=cpu_doc or {}, probes=_probes_doc(hosts, n, notes),
               merged_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), status="complete")
     rd.write_frame("stages.parquet", stages)
     rd.write_frame("wire.parquet", wires)
+    if cpu is not None:
+        rd.write_frame("cpu.parquet", cpu)
     tr = _traces(hosts, to_first)
     if tr is not None:
         rd.write_frame("traces.parquet", tr)

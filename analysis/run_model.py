@@ -155,6 +155,7 @@ class CpuTime:
     elapsed_ns: float | None = None
     ncpu: int | None = None
     total_ns: float | None = None
+    machines: dict | None = None        # merged runs: machine -> its hosts (analysis.merge_cpu)
     doc: dict = _doc_field()
 
 
@@ -294,6 +295,7 @@ class Stage:
 class CpuComponent:
     component: str | None = None
     us_per_txn: float | None = None
+    host: str | None = None             # merged runs: where it ran (analysis.merge_cpu)
     doc: dict = _doc_field()
 
 

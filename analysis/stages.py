@@ -252,18 +252,11 @@ def cpu_view(cpu: pd.DataFrame, txns: int, busy_ns: int, elapsed_ns: int, ncpu: 
         out["regime"] = "cpu-bound" if busy_ns / elapsed_ns >= CPU_BOUND_SHARE * ncpu else "latency-bound"
     if cpu is None or not len(cpu) or not txns:
         return out
-    df = cpu.fillna({"role": "", "hop": "", "where": ""})
-    comp_ns: dict[str, float] = {}
-    for r in df.itertuples(index=False):
-        if r.comp in ("user", "sys"):
-            name = f"hop.{r.hop}.{r.comp}" if r.hop else f"{r.role or 'kernel'}.{r.comp}"
-        elif r.comp == "softirq":
-            name = "softirq.net"
-        else:
-            name = str(r.comp)
-        comp_ns[name] = comp_ns.get(name, 0.0) + float(r.ns)
+    comp_ns, comp_host = _components(cpu)
     probe_ns = _carve_probes(comp_ns, (probe_us or 0.0) * 1e3 * txns)
-    comps = [{"component": n, "us_per_txn": round(ns / txns / 1e3, 3)} for n, ns in comp_ns.items() if ns > 0]
+    comps = [{"component": n, "us_per_txn": round(ns / txns / 1e3, 3), **({"host": comp_host[n]} if n in comp_host
+                                                                         else {})}
+             for n, ns in comp_ns.items() if ns > 0]
     comps.sort(key=lambda c: (c["component"] in ("other", "probes"), -c["us_per_txn"]))
     out["components"] = comps
     total_ns = sum(comp_ns.values())
@@ -281,6 +274,35 @@ def cpu_view(cpu: pd.DataFrame, txns: int, busy_ns: int, elapsed_ns: int, ncpu: 
         if run_ns > probe_ns:
             out["predicted_tps"] = round(run_cpus * 1e9 / ((run_ns - probe_ns) / txns), 1)
     return out
+
+
+def _components(cpu: pd.DataFrame) -> tuple[dict[str, float], dict[str, str]]:
+    """CPU ns per component name, and (a merged run's table has a `host` column) the host of each: a name that
+    several hosts have is named per host (`softirq.net@host`), except `other` (untracked tasks), summed."""
+    df = cpu.fillna({"role": "", "hop": "", "where": ""})
+    hosts = df["host"].fillna("").astype(str).tolist() if "host" in df.columns else [""] * len(df)
+    rows = []
+    for r, host in zip(df.itertuples(index=False), hosts):
+        if r.comp in ("user", "sys"):
+            name = f"hop.{r.hop}.{r.comp}" if r.hop else f"{r.role or 'kernel'}.{r.comp}"
+        elif r.comp == "softirq":
+            name = "softirq.net"
+        else:
+            name = str(r.comp)
+        rows.append((name, host, float(r.ns)))
+    hosts_of: dict[str, list[str]] = {}
+    for name, host, _ in rows:
+        if host and host not in hosts_of.setdefault(name, []):
+            hosts_of[name].append(host)
+    comp_ns: dict[str, float] = {}
+    comp_host: dict[str, str] = {}
+    for name, host, ns in rows:
+        shared = len(hosts_of.get(name, [])) > 1
+        key = f"{name}@{host}" if shared and name != "other" else name
+        comp_ns[key] = comp_ns.get(key, 0.0) + ns
+        if host:
+            comp_host[key] = "+".join(hosts_of[name]) if name == "other" else host
+    return comp_ns, comp_host
 
 
 def _carve_probes(comp_ns: dict[str, float], probe_ns: float) -> float:

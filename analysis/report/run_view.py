@@ -170,17 +170,19 @@ def cpu_table(summary: dict | Summary, bar_width: int = 30) -> Table | Text:
     total = sum(_num(c.us_per_txn) for c in rows)
     biggest = max((_num(c.us_per_txn) for c in rows), default=0.0)
     t = Table(title="CPU view: CPU µs per transaction per component", title_justify="left", show_edge=False)
-    for col, kw in (("component", {}), ("µs/txn", {"justify": "right"}), ("share", {"justify": "right"}),
-                    ("", {"no_wrap": True})):
+    hosts = any(c.host for c in rows)          # a merged run: where each component ran
+    for col, kw in (("component", {}), *((("host", {}),) if hosts else ()), ("µs/txn", {"justify": "right"}),
+                    ("share", {"justify": "right"}), ("", {"no_wrap": True})):
         t.add_column(col, **kw)
+    pad = ("",) if hosts else ()
     for c in rows:
         us = _num(c.us_per_txn)
-        t.add_row(str(c.component), _fmt(us), f"{us / total * 100:.1f} %" if total else "–",
-                  Text(bar(us, biggest, bar_width), style="magenta"))
+        t.add_row(str(c.component), *((str(c.host or ""),) if hosts else ()), _fmt(us),
+                  f"{us / total * 100:.1f} %" if total else "–", Text(bar(us, biggest, bar_width), style="magenta"))
     t.add_section()
-    t.add_row("sum of components", _fmt(total), "", "", style="bold")
+    t.add_row("sum of components", *pad, _fmt(total), "", "", style="bold")
     if rows and summary.closure.cpu_error_pct is not None:
-        t.add_row("measured (busy CPU / txn)", _fmt(measured_cpu_us(summary)), "", "", style="bold")
+        t.add_row("measured (busy CPU / txn)", *pad, _fmt(measured_cpu_us(summary)), "", "", style="bold")
     return t
 
 

@@ -77,9 +77,19 @@ def test_two_agents_merge_into_one_path(tmp_path):
     assert names[("wire.backend", "request")] > 0 and names[("wire.pgbench", "response")] > 0
     assert d["closure"]["latency_basis"] == "cycle"
     assert abs(d["closure"]["latency_error_pct"]) <= CLOSURE_PCT, d["closure"]
+    # the CPU view: each host's processes with their host, the one kernel's work once, closing on its busy time
+    cpu = {x["component"]: x for x in d["cpu"]}
+    print("merged CPU view:", {k: (v["us_per_txn"], v.get("host")) for k, v in cpu.items()}, d["closure"])
+    assert any(k.startswith("pgbench.") and v["host"] == h["client_ns"] for k, v in cpu.items()), cpu
+    assert any(k.startswith("backend.") and v["host"] == h["server_ns"] for k, v in cpu.items()), cpu
+    assert not any("@" in k for k in cpu), cpu             # one machine: nothing counted per host twice
+    assert abs(d["closure"]["cpu_error_pct"]) <= CLOSURE_PCT, d["closure"]
     # `report` reads the merged directory like any run
     rep = subprocess.run([*PP, "report", str(merged), "--json"], capture_output=True, text=True, timeout=60)
     assert rep.returncode == 0 and json.loads(rep.stdout)["closure"] == d["closure"]
+    # diff reads it too, against one host's own run: both views
+    dif = subprocess.run([*PP, "diff", s["run_dir"], str(merged)], capture_output=True, text=True, timeout=60)
+    assert dif.returncode == 0, dif.stderr
 
     # an artificial shift of the server's recorded timestamps is recovered within the bound
     shift_us = 37_000.0

@@ -28,9 +28,18 @@ def _msg(ts, d, role, leg, local, remote, seq):
             "local_port": local[1], "remote_ip": remote[0], "remote_port": remote[1], "tcp_seq": int(seq)}
 
 
-def _host(root, name, stages, messages, conns, tps):
+def _cpu(rows: dict) -> pd.DataFrame:
+    """cpu.parquet rows from {(comp, role): µs per transaction} for N transactions."""
+    return pd.DataFrame([{"comp": comp, "role": role, "hop": "", "where": "task" if comp == "softirq" else "",
+                          "ns": int(us * 1e3 * N), "count": 0} for (comp, role), us in rows.items()])
+
+
+def _host(root, name, stages, messages, conns, tps, cpu=None, machine="vm"):
     rd = RunDir.create(root, name)
-    rd.update(scope={"host": name, "netns": name, "hostname": "vm", "whole_machine": False,
+    if cpu is not None:                    # (rows, busy µs per transaction)
+        rd.write_frame("cpu.parquet", _cpu(cpu[0]))
+        rd.update(cpu={"busy_ns": int(cpu[1] * 1e3 * N), "elapsed_ns": int(1e9), "ncpu": 2})
+    rd.update(scope={"host": name, "netns": name, "hostname": machine, "whole_machine": False,
                      "leaving_connections": conns},
               host={"kernel": "6.18", "cpus": 2, "hostname": "vm", "os": "Debian 12"},
               workload={"clients": 1, "threads": None, "duration_s": 1.0, "mode": None, "script": "observed",
@@ -42,7 +51,8 @@ def _host(root, name, stages, messages, conns, tps):
     return rd.path
 
 
-def two_runs(root, theta_ns=0.0, up_us=6.0, down_us=5.0, ppm=0.0, step_ns=50e3):
+def two_runs(root, theta_ns=0.0, up_us=6.0, down_us=5.0, ppm=0.0, step_ns=50e3, cpu=(None, None),
+             machines=("vm", "vm")):
     """A client host and a server host (its clock theta_ns ahead at the first message, running ppm fast) of one
     connection through DNAT: 1 client, cycle = 10 + (2+3+1) response + (2+1) request + 5 server + the two
     wires. The sampled exchanges start step_ns apart."""
@@ -65,12 +75,12 @@ def two_runs(root, theta_ns=0.0, up_us=6.0, down_us=5.0, ppm=0.0, step_ns=50e3):
                             _stage("wire", "pgbench", "response", 0.2, count=3)],
               cli_msgs, [{"side": "client", "pid": 1, "local": "198.18.21.1:40000", "remote": "198.18.21.2:15432",
                           "wire_local": "198.18.21.1:40000", "wire_remote": "198.18.21.2:15432", "nat": False}],
-              1e6 / cycle_us)
+              1e6 / cycle_us, cpu[0], machines[0])
     s = _host(root, "srv", [_stage("wakeup", "backend", "request", 2), _stage("recv", "backend", "request", 1),
                             _stage("proc", "backend", "server", 5)],
               srv_msgs, [{"side": "server", "pid": 2, "local": "198.18.21.2:5432", "remote": "198.18.21.1:40000",
                           "wire_local": "198.18.21.2:15432", "wire_remote": "198.18.21.1:40000", "nat": True}],
-              1e6 / cycle_us)
+              1e6 / cycle_us, cpu[1], machines[1])
     return c, s, cycle_us
 
 
@@ -133,6 +143,61 @@ def test_drift_injected_by_option_is_recovered(tmp_path):
             parse_drift(bad)
     with pytest.raises(UserError, match="--drift names no host"):
         merge([c, s], None, tmp_path, drifts={"nope": 1.0})
+
+
+ONE_MACHINE = (   # namespaces of one kernel: each agent sees the machine's softirq and busy time, and the other's
+    # processes in its `other` (pgbench 10 µs, backend 5 µs, softirq 3 µs, 1 µs of a foreign process: busy 19)
+    ({("user", "pgbench"): 10.0, ("softirq", ""): 3.0, ("other", ""): 6.0}, 19.0),
+    ({("user", "backend"): 5.0, ("softirq", ""): 3.0, ("other", ""): 11.0}, 19.0))
+TWO_MACHINES = (
+    ({("user", "pgbench"): 10.0, ("softirq", ""): 2.0, ("other", ""): 1.0}, 13.0),
+    ({("user", "backend"): 5.0, ("sys", "backend"): 1.0, ("softirq", ""): 3.0, ("other", ""): 2.0}, 11.0))
+
+
+@pytest.mark.parametrize("cpu, machines, want", [
+    (ONE_MACHINE, ("vm", "vm"), {"pgbench.user": (10.0, "cli"), "backend.user": (5.0, "srv"),
+                                 "softirq.net": (3.0, "vm"), "other": (1.0, "vm")}),
+    (TWO_MACHINES, ("vm1", "vm2"), {"pgbench.user": (10.0, "cli"), "backend.user": (5.0, "srv"),
+                                    "backend.sys": (1.0, "srv"), "softirq.net@cli": (2.0, "cli"),
+                                    "softirq.net@srv": (3.0, "srv"), "other": (3.0, "cli+srv")})])
+def test_the_merged_run_has_every_hosts_cpu_named_with_its_host(tmp_path, cpu, machines, want):
+    """Each host's own processes side by side with their host; the kernel's work (softirq, untracked tasks)
+    once per machine: hosts that are namespaces of one machine do not count it twice, and its `other` loses
+    the processes the other agent tracked. The components close against the machines' busy time."""
+    c, s, _ = two_runs(tmp_path, cpu=cpu, machines=machines)
+    d = summarize(merge([c, s], tmp_path / "m", tmp_path))
+    got = {x["component"]: (x["us_per_txn"], x["host"]) for x in d["cpu"]}
+    assert got == want
+    assert d["closure"]["cpu_error_pct"] == pytest.approx(0.0, abs=0.01)
+    meta = RunDir.open(d["run_dir"]).meta
+    assert meta["cpu"]["ncpu"] == 2 * len(set(machines))
+    assert not any("see each host's own run" in x for x in d["notes"])
+    from pathprof.analysis.report.run_view import cpu_table
+    from pathprof.analysis.report.text import render_to_string
+    text = render_to_string(cpu_table(d))
+    for name, (_, host) in want.items():
+        assert name in text and host in text
+
+
+def test_report_and_diff_read_a_merged_runs_two_views(tmp_path):
+    c, s, _ = two_runs(tmp_path, cpu=ONE_MACHINE)
+    m = tmp_path / "m"
+    merge([c, s], m, tmp_path)
+    pp = [sys.executable, "-m", "pathprof.agent.cli.main"]
+    rep = subprocess.run([*pp, "report", str(m)], capture_output=True, text=True)
+    assert rep.returncode == 0, rep.stderr
+    assert "CPU view" in rep.stdout and "backend.user" in rep.stdout and "wire.backend" in rep.stdout
+    diff = subprocess.run([*pp, "diff", str(c), str(m), "--json"], capture_output=True, text=True)
+    assert diff.returncode == 0, diff.stderr
+    html = tmp_path / "r.html"
+    assert subprocess.run([*pp, "report", str(m), str(c), "--html", str(html)], capture_output=True).returncode == 0
+    assert "backend.user" in html.read_text()
+
+
+def test_a_host_without_a_cpu_table_leaves_the_cpu_view_out_and_says_so(tmp_path):
+    c, s, _ = two_runs(tmp_path, cpu=(ONE_MACHINE[0], None))
+    d = summarize(merge([c, s], tmp_path / "m", tmp_path))
+    assert d["cpu"] == [] and any("srv recorded no CPU table" in x for x in d["notes"])
 
 
 def test_a_shift_moves_the_estimate_by_exactly_that(tmp_path):
