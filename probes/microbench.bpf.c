@@ -90,3 +90,24 @@ int BPF_PROG(mb_field_read, struct pt_regs *regs, long id)
 	sink += t->sched_info.last_arrival;
 	return 0;
 }
+
+/* 40 bytes copied by bpf_probe_read_kernel (how ip_tuple read headers before issue #20's third round) */
+SEC("tp_btf/sys_enter")
+int BPF_PROG(mb_probe_read, struct pt_regs *regs, long id)
+{
+	struct { __u64 w[5]; } buf;
+	if (!bpf_probe_read_kernel(&buf, sizeof(buf), regs))
+		sink += buf.w[0] + buf.w[4];
+	return 0;
+}
+
+/* the same fields as plain loads through a read-only typed pointer (bpf_rdonly_cast, inlined by the verifier) */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(mb_kcast_read, struct pt_regs *regs, long id)
+{
+	struct pt_regs *r = bpf_rdonly_cast((const void *)(unsigned long)regs, bpf_core_type_id_kernel(struct pt_regs));
+	sink += r->r15 + r->bp;
+	return 0;
+}

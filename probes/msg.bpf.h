@@ -219,7 +219,7 @@ static __always_inline __u8 sock_leg(__u8 role, struct sock *sk)
 
 static __always_inline __u32 tcp_copied(struct sock *sk)
 {
-	return BPF_CORE_READ((struct tcp_sock *)sk, copied_seq);
+	return kcast(sk, struct tcp_sock)->copied_seq;   /* a load, not a probe-read call */
 }
 
 /* the socket's storage, created on first use by a tracked thread; 0 for a fresh socket (nothing pending) */

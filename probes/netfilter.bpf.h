@@ -84,7 +84,7 @@ int nf_end(struct bpf_nf_ctx *ctx)
 					 tu.sport != s->sport || tu.dport != s->dport))
 		stat_inc(PP_STAT_NF_NAT);
 	stat_inc(PP_STAT_NF_PACKETS);
-	__u32 idx = ((netns_slot_of(BPF_CORE_READ(ctx->state, net, ns.inum)) * 5 + hook) * 2 +
+	__u32 idx = ((netns_slot_of(ctx->state->net->ns.inum) * 5 + hook) * 2 +
 		     (s->leg == PP_LEG_RESPONSE)) * 2;
 	struct pp_hist *h = bpf_map_lookup_elem(&nfagg, &idx);
 	if (h)

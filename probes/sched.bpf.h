@@ -77,7 +77,7 @@ static __always_inline void on_wakeup(struct task_struct *p)
 		t->wake_ts = now;
 		t->runnable_ts = now;
 		/* woken onto an idle CPU? (a queued wakeup runs on that CPU once it left idle: still idle here) */
-		__u32 cpu = BPF_CORE_READ(p, thread_info.cpu);
+		__u32 cpu = p->thread_info.cpu;   /* a plain load: p is a BTF pointer */
 		__u64 *idle = bpf_map_lookup_elem(&cpu_idle, &cpu);
 		t->wake_idle = idle && *idle != 0;
 	}
