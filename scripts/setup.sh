@@ -49,3 +49,11 @@ fi
 if [ -f probes/Makefile ]; then
     make -s -C probes >&2
 fi
+
+# The kvm-tap guest image (Debian 12 + PostgreSQL on a qemu disk; a minute or two to build, then cached under
+# /var/cache/pathprof/guest): built once per machine here, like the probes, so that neither the test suite nor a
+# first kvm-tap run pays for it. A failed build is not fatal here: whoever needs the image builds it then.
+if [ -x .venv/bin/python ]; then
+    .venv/bin/python -c 'from pathprof.topologies.guest import GuestImage; GuestImage().ensure()' >&2 \
+        || echo "setup.sh: the guest image was not built (see above); the kvm-tap path builds it on first use" >&2
+fi

@@ -83,3 +83,60 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "integration" in item.keywords:
             item.add_marker(skip)
+
+
+# ---- real runs shared by several test modules (each is made once per session, when first asked for) ----------
+# The tests that use one only read it: a run is a fixed input to them, as a recorded run directory would be.
+
+def _run_json(*args, retry_s: float = 240, **kw) -> dict:
+    """`pathprof run ARGS --json --no-live`, waiting while another run on the machine holds a built-in path's
+    fixed namespaces ("already exists")."""
+    import time
+    deadline = time.monotonic() + retry_s
+    while True:
+        cp = run_pathprof("run", *args, "--json", "--no-live", **kw)
+        if cp.returncode == 0 or "already exists" not in cp.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(15)
+    assert cp.returncode == 0, f"pathprof run {' '.join(args)} exited {cp.returncode}:\n{cp.stderr[-3000:]}"
+    return json.loads(cp.stdout)
+
+
+def _shared(tmp_path_factory, name: str, make):
+    """A memo of real runs keyed by their settings: make(key, runs_dir) runs once per key and session."""
+    if os.geteuid() != 0:
+        pytest.skip("real runs need root")
+    done: dict = {}
+    root = tmp_path_factory.mktemp(name)
+
+    def get(*key):
+        if key not in done:
+            done[key] = make(key, root)
+        return done[key]
+    return get
+
+
+@pytest.fixture(scope="session")
+def connect_run(tmp_path_factory):
+    """connect_run(topology, clients): a new connection per transaction (-C, extended protocol), default probe
+    schedule, 4 s (its one window is the 1..3 s of a 5 s run's). Read by test_conn_closure and test_conn_probe."""
+    def make(key, root):
+        topology, clients = key
+        return _run_json("--topology", topology, "--clients", str(clients), "--connect", "--mode", "extended",
+                         "--duration", "4", runs_dir=root)
+    return _shared(tmp_path_factory, "connect-runs", make)
+
+
+@pytest.fixture(scope="session")
+def always_on_run(tmp_path_factory):
+    """always_on_run(topology, clients): probes always on (--probe-duty 100), 3 s, the machine restored
+    afterwards. nic at 1 client is the base of test_netem and test_foreign_load and test_hops_probed's wire;
+    pgpool at 16 clients is read by test_closure_pgpool and test_hops_probed."""
+    def make(key, root):
+        topology, clients = key
+        before = machine_state()
+        doc = _run_json("--topology", topology, "--clients", str(clients), "--duration", "3", "--probe-duty", "100",
+                        runs_dir=root, timeout=600)
+        assert machine_state() == before
+        return doc
+    return _shared(tmp_path_factory, "always-on-runs", make)

@@ -50,7 +50,7 @@ def busy_ns() -> int:
 
 
 def profile(pg: ThrowawayPostgres, level: str = "basic", *, unix: bool = False, script: str = "select1.sql",
-            clients: int = 1, duration: int = 4, lo_device: bool = False) -> dict:
+            clients: int = 1, duration: int = 2, lo_device: bool = False) -> dict:
     """Run pgbench under a ProbeSession; return the views plus pgbench's numbers."""
     from pathprof.agent.probing.session import ProbeConfig, ProbeSession
     from pathprof.analysis import stages as views

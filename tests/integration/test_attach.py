@@ -67,11 +67,17 @@ def _built_equivalent(tmp: Path) -> Path:
     return spec
 
 
-def test_run_dsn_discovers_the_forwarder_and_matches_the_built_path(runs_dir, tmp_path):
-    with foreign_path() as fp:
-        doc = _json(run_pathprof("run", "--dsn", DSN.format(port=fp["port"]), "--clients", "4", "--duration", "3",
-                                 "--probe-duty", "100", "--json", "--no-live", runs_dir=runs_dir / "dsn"))
-        postmaster = fp["postmaster"]
+@pytest.fixture(scope="module")
+def fp():
+    """The hand-built path (foreign_path.py), once for the module: each test brings its own load."""
+    with foreign_path() as path:
+        yield path
+
+
+def test_run_dsn_discovers_the_forwarder_and_matches_the_built_path(fp, runs_dir, tmp_path):
+    doc = _json(run_pathprof("run", "--dsn", DSN.format(port=fp["port"]), "--clients", "4", "--duration", "2",
+                             "--probe-duty", "100", "--json", "--no-live", runs_dir=runs_dir / "dsn"))
+    postmaster = fp["postmaster"]
     topo = json.loads((Path(doc["run_dir"]) / "topology.json").read_text())
     hops = [c for c in topo["chain"] if c.get("hop")]
     assert [(h["process"], h["role"]) for h in hops] == [("pgbouncer", "pooler")], topo["chain"]
@@ -85,7 +91,7 @@ def test_run_dsn_discovers_the_forwarder_and_matches_the_built_path(runs_dir, tm
     assert abs(doc["closure"]["latency_error_pct"]) <= 10, doc["closure"]
 
     built = _json(run_pathprof("run", "--topology", str(_built_equivalent(tmp_path)), "--clients", "4",
-                               "--duration", "3", "--probe-duty", "100", "--json", "--no-live",
+                               "--duration", "2", "--probe-duty", "100", "--json", "--no-live",
                                runs_dir=runs_dir / "built"))
     # Same stages (tolerance: every stage carrying >= 1 % of one path's cycle exists on the other), and the
     # pooler's share of the cycle within a factor of 2 of the built path's.
@@ -108,22 +114,21 @@ def _pgbench_tps_within(log_dir: Path, start_ns: int, end_ns: int) -> float:
     return n / ((end_ns - start_ns) / 1e9)
 
 
-def test_attach_measures_a_load_it_did_not_start(runs_dir, tmp_path):
-    with foreign_path() as fp:
-        logs = tmp_path / "logs"
-        logs.mkdir()
-        # long enough that the attach (whose start-up can take seconds on a loaded machine) ends inside it; it is
-        # stopped once attach is done (its per-transaction log is written as it goes: a lost tail is past the window)
-        load = pgbench(fp["port"], 4, 60, str(tmp_path), log_dir=str(logs))
-        try:
-            wait_connected(fp["port"], 4)
-            time.sleep(1)
-            doc = _json(run_pathprof("attach", "--port", str(fp["port"]), "--duration", "5", "--json", "--no-live",
-                                     runs_dir=runs_dir))
-            assert load.poll() is None, load.communicate()[1][-2000:]    # the load outlived the attach
-        finally:
-            load.kill()
-            load.communicate(timeout=30)
+def test_attach_measures_a_load_it_did_not_start(fp, runs_dir, tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    # long enough that the attach (whose start-up can take seconds on a loaded machine) ends inside it; it is
+    # stopped once attach is done (its per-transaction log is written as it goes: a lost tail is past the window)
+    load = pgbench(fp["port"], 4, 60, str(tmp_path), log_dir=str(logs))
+    try:
+        wait_connected(fp["port"], 4)
+        time.sleep(1)
+        doc = _json(run_pathprof("attach", "--port", str(fp["port"]), "--duration", "3", "--json", "--no-live",
+                                 runs_dir=runs_dir))
+        assert load.poll() is None, load.communicate()[1][-2000:]    # the load outlived the attach
+    finally:
+        load.kill()
+        load.communicate(timeout=30)
     run = json.loads((Path(doc["run_dir"]) / "run.json").read_text())
     assert {c["name"]: c["ok"] for c in run["probes"]["capabilities"]}["tracepoint sched_switch"] is True
     assert run["status"] == "complete" and "error" not in run

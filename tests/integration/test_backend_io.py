@@ -31,8 +31,8 @@ def _fsync_us() -> float:
     return best
 
 
-def _run(runs_dir, *extra, clients: int = 2) -> dict:
-    cp = run_pathprof("run", "--topology", "loopback", "--clients", str(clients), "--duration", "3",
+def _run(runs_dir, *extra, clients: int = 2, duration: int = 2) -> dict:
+    cp = run_pathprof("run", "--topology", "loopback", "--clients", str(clients), "--duration", str(duration),
                       "--script", "tpcb-like",
                       "--probes", "deep", "--probe-duty", "100", "--json", *extra, runs_dir=runs_dir, check=True,
                       timeout=600)
@@ -72,7 +72,7 @@ def test_data_larger_than_shared_buffers_is_read_block_by_block(runs_dir):
     """select-only on a table that fits in shared_buffers reads nothing from the kernel once warm; on five times
     the rows with 16 MB of shared_buffers most lookups miss and read a block (backend.data_read)."""
     def reads(*extra):
-        cp = run_pathprof("run", "--topology", "unix", "--clients", "2", "--duration", "3", "--script", "select-only",
+        cp = run_pathprof("run", "--topology", "unix", "--clients", "2", "--duration", "2", "--script", "select-only",
                           "--probes", "deep", "--probe-duty", "100", "--json", *extra, runs_dir=runs_dir, check=True,
                           timeout=600)
         st = {s["name"]: s for s in json.loads(cp.stdout)["stages"]}
@@ -98,8 +98,8 @@ def test_a_throttled_wal_device_grows_the_wal_flush_by_what_the_limit_implies(ru
     minus the unthrottled cycle. The wait is in the throttle's queue, before a block request exists: not the
     device's time. The network stages stay where they were; the cgroup is gone afterwards."""
     before = machine_state()
-    base = _run(runs_dir, "--wal-device", "128", clients=1)
-    slow = _run(runs_dir, "--wal-device", "128", "--wal-device-limit", "wiops=200", clients=1)
+    base = _run(runs_dir, "--wal-device", "128", clients=1, duration=3)         # ~100 throttled commits a second
+    slow = _run(runs_dir, "--wal-device", "128", "--wal-device-limit", "wiops=200", clients=1, duration=3)
     assert machine_state() == before       # the loop devices, their files, mounts and the cgroup are gone
     # --wal-device alone: the WAL's writes and flushes land on a loop device of its own (seen by the disk view)
     base_meta = json.loads((Path(base["_doc"]["run_dir"]) / "run.json").read_text())

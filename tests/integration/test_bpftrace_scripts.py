@@ -29,11 +29,11 @@ def test_script_attaches_and_ends_on_sigint(script):
             if line.startswith("Attaching"):
                 break
         rest = None
-        for _ in range(6):                 # bpftrace prints its maps and exits 0 on Ctrl-C; a Ctrl-C that
-            time.sleep(2)                  # lands while it still attaches is lost, so send another
+        for _ in range(40):                # bpftrace prints its maps and exits 0 on Ctrl-C; a Ctrl-C that
+            time.sleep(0.5)                # lands while it still attaches is lost, so send another
             p.send_signal(signal.SIGINT)
             try:
-                rest, _ = p.communicate(timeout=10)
+                rest, _ = p.communicate(timeout=2)
                 break
             except subprocess.TimeoutExpired:
                 continue

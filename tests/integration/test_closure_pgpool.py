@@ -4,21 +4,19 @@ pgbench's wakeup overlaps pgpool's and the backend's stages (it over-counted +6 
 and a hop that sends again without reading continues the same message (the two sends per transaction pgpool
 makes after forwarding a piece, which were in no stage)."""
 import json
+from pathlib import Path
 
 import pytest
-from conftest import run_pathprof
 
 pytestmark = pytest.mark.integration
 
 
-def test_pgpool_latency_closes_at_16_clients(runs_dir):
-    cp = run_pathprof("run", "--topology", "pgpool", "--clients", "16", "--duration", "3", "--probe-duty", "100",
-                      "--json", "--no-live", runs_dir=runs_dir, check=True)
-    doc = json.loads(cp.stdout)
+def test_pgpool_latency_closes_at_16_clients(always_on_run):
+    doc = always_on_run("pgpool", 16)       # 3 s, --probe-duty 100 (tests/conftest.py; test_hops_probed reads it too)
     closure = doc["closure"]
     assert closure["latency_basis"] == "cycle"
     assert abs(closure["latency_error_pct"]) <= 5.0, closure
-    counters = json.loads((runs_dir / doc["run_dir"].split("/")[-1] / "run.json").read_text())["probes"]["counters"]
+    counters = json.loads((Path(doc["run_dir"]) / "run.json").read_text())["probes"]["counters"]
     assert counters["piece_late"] > 0        # the cases the fixes are about did occur in this run
     assert counters["hop_continued"] > 0.5 * doc["transactions"]
     assert counters["proc_unpaired"] < 0.05 * doc["transactions"]   # pgpool made 2 unpaired sends per transaction

@@ -28,7 +28,7 @@ def _check_run_doc(doc):
 
 def test_compare_unix_loopback_then_diff_and_report(runs_dir, tmp_path):
     before = machine_state()
-    cp = run_pathprof("compare", "unix", "loopback", "--clients", "2", "--duration", "3", "--json",
+    cp = run_pathprof("compare", "unix", "loopback", "--clients", "2", "--duration", "2", "--json",
                       runs_dir=runs_dir, check=True, timeout=600)
     doc = json.loads(cp.stdout)
     assert doc["baseline"] == "unix" and [r["topology"] for r in doc["runs"]] == ["unix", "loopback"]
@@ -73,7 +73,7 @@ def test_compare_variants_of_one_topology(runs_dir):
     """Variants in one command: labels name them, each run got its own settings, and a bad entry is refused
     before anything runs."""
     before = machine_state()
-    cp = run_pathprof("compare", "unix", "unix:clients=2:mode=simple", "--clients", "1", "--duration", "2",
+    cp = run_pathprof("compare", "unix", "unix:clients=2:mode=simple", "--clients", "1", "--duration", "1",
                       "--probes", "off", "--json", runs_dir=runs_dir, check=True, timeout=600)
     doc = json.loads(cp.stdout)
     assert doc["baseline"] == "unix"

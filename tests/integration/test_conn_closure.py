@@ -7,7 +7,6 @@ between closing and being reconnected by its busy thread counted nowhere, and th
 another stretch of the run than the per-message stages (it samples inside the same windows)."""
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -21,24 +20,10 @@ SETUP = ["connect.accept", "connect.fork", "connect.first_run", "connect.backend
          "connect.thread_wait"]
 
 
-def connect_run(topology: str, clients: int, runs_dir) -> dict:
-    deadline = time.monotonic() + 240
-    while True:   # another run on the shared machine may hold the topology's namespaces
-        cp = run_pathprof("run", "--topology", topology, "--clients", str(clients), "--connect", "--mode", "extended",
-                          "--duration", "5", "--json", "--no-live", runs_dir=runs_dir)
-        if cp.returncode == 0 or "already exists" not in cp.stderr or time.monotonic() > deadline:
-            break
-        time.sleep(15)
-    assert cp.returncode == 0, cp.stderr[-3000:]
-    return json.loads(cp.stdout)
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("needs root")
-    root = tmp_path_factory.mktemp("runs")
-    return {cell: connect_run(*cell, root) for cell in CELLS}
+def runs(connect_run):
+    """The cells' runs (tests/conftest.py connect_run: shared with test_conn_probe)."""
+    return {cell: connect_run(*cell) for cell in CELLS}
 
 
 def stages(doc, leg=None) -> dict:
@@ -99,18 +84,18 @@ def test_a_reply_waits_while_its_thread_connects_another_client(runs, topology):
     assert "connwait.pgbench" not in stages(runs[(topology, 1)]), stages(runs[(topology, 1)], "response")
 
 
-def test_a_hop_that_reads_the_terminate_with_the_fin_does_not_count_it(tmp_path):
+def test_a_hop_that_reads_the_terminate_with_the_fin_does_not_count_it(connect_run):
     """docker-proxy (Go, woken late) reads a client's Terminate together with the FIN right behind it: 6 bytes of
     sequence space, not the Terminate's 5. Counted as a request, its wait and forwarding (which the client never
     waits for: it is already connecting again) ran into the next connection's setup: +7 .. +12 % closure."""
-    doc = connect_run("docker-dnat", 1, tmp_path / "runs")
+    doc = connect_run("docker-dnat", 1)
     cl = doc["closure"]
     assert abs(cl["latency_error_pct"]) <= CLOSURE_PCT, (cl, doc["run_dir"])
     hop = {s["leg"]: s for s in doc["stages"] if s["name"] == "wakeup.docker-proxy"}
     assert hop["request"]["count_per_txn"] <= 1.1, hop     # the query's wait only (was ~1.85: + the Terminate)
 
 
-def test_a_poolers_own_queries_are_not_a_transactions(tmp_path):
+def test_a_poolers_own_queries_are_not_a_transactions(connect_run):
     """pgbouncer (session pooling) under -C: when a client leaves, pgbouncer resets its server connection
     (DISCARD ALL) on its own while pgbench is already connecting again; and it reads the next client's first query,
     then SETs that client's parameters (application_name) on the server connection before it forwards the query.
@@ -119,7 +104,7 @@ def test_a_poolers_own_queries_are_not_a_transactions(tmp_path):
     transaction's stages they over-closed the cycle by +13 .. +30 % (backend.execute 3.0 per transaction, the
     reset's and the SET's), then the SET's alone made backend.execute 2.0 and put its reply's forwarding upstream
     in hop.pgbouncer on the response leg (2.0 per transaction)."""
-    doc = connect_run("pgbouncer", 1, tmp_path / "runs")
+    doc = connect_run("pgbouncer", 1)
     cl = doc["closure"]
     assert abs(cl["latency_error_pct"]) <= CLOSURE_PCT, (cl, doc["run_dir"])
     ex = stages(doc)["backend.execute"]

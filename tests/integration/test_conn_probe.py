@@ -1,11 +1,7 @@
 """The connection-setup split (--connect) on real runs: the steps a path has are present, the ones it cannot have
-are absent, and the steps add up to what pgbench itself measured as its average connection time."""
-import json
-import os
-import time
-
+are absent, and the steps add up to what pgbench itself measured as its average connection time. TCP is the nic wire
+(loopback is the same TCP code without the veth); the runs are test_conn_closure's (tests/conftest.py connect_run)."""
 import pytest
-from conftest import run_pathprof
 from pathprof.analysis.conn_view import add_connection_setup
 from pathprof.analysis.rundir import RunDir
 
@@ -13,37 +9,24 @@ pytestmark = pytest.mark.integration
 TOLERANCE_PCT = 35        # a noisy 2-core machine; the runs seen so far close within about 5 %
 
 
-def connect_run(topology: str, runs_dir) -> dict:
-    """`pathprof run ... --connect --json`, waiting while another run on the machine holds the topology's
-    namespaces (the shared test machine runs other engineers' runs too)."""
-    deadline = time.monotonic() + 240
-    while True:
-        cp = run_pathprof("run", "--topology", topology, "--clients", "1", "--connect", "--mode", "extended",
-                          "--duration", "3", "--json", runs_dir=runs_dir)
-        if cp.returncode == 0 or "already exists" not in cp.stderr or time.monotonic() > deadline:
-            break
-        time.sleep(10)
-    assert cp.returncode == 0, cp.stderr[-3000:]
-    doc = json.loads(cp.stdout)
-    # until summarize() calls it: fill the connection-setup keys from the run directory, as report would
-    if not doc.get("connection_setup"):
-        add_connection_setup(doc, RunDir.open(doc["run_dir"]))
-    return doc
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("needs root")
-    root = tmp_path_factory.mktemp("runs")
-    return {t: connect_run(t, root) for t in ("unix", "loopback")}
+def runs(connect_run):
+    """unix and TCP (the nic wire): test_conn_closure's runs of the same cells (tests/conftest.py connect_run)."""
+    out = {}
+    for label, topology in (("unix", "unix"), ("tcp", "nic")):
+        doc = connect_run(topology, 1)
+        # summarize() fills the connection-setup keys; should it not, fill them from the run directory as report would
+        if not doc.get("connection_setup"):
+            add_connection_setup(doc, RunDir.open(doc["run_dir"]))
+        out[label] = doc
+    return out
 
 
 def names(doc) -> dict:
     return {s["name"]: s["us_per_conn"] for s in doc["connection_setup"]}
 
 
-@pytest.mark.parametrize("topology", ["unix", "loopback"])
+@pytest.mark.parametrize("topology", ["unix", "tcp"])
 def test_fork_and_backend_init_present(runs, topology):
     doc = runs[topology]
     n = names(doc)
@@ -61,11 +44,11 @@ def test_fork_and_backend_init_present(runs, topology):
 
 
 def test_tcp_handshake_only_on_tcp(runs):
-    assert "connect.tcp_handshake" in names(runs["loopback"])
+    assert "connect.tcp_handshake" in names(runs["tcp"])
     assert "connect.tcp_handshake" not in names(runs["unix"])
 
 
-@pytest.mark.parametrize("topology", ["unix", "loopback"])
+@pytest.mark.parametrize("topology", ["unix", "tcp"])
 def test_steps_add_up_to_pgbench_connection_time(runs, topology):
     doc = runs[topology]
     measured_us = doc["connection_time_ms"] * 1000.0
@@ -75,7 +58,7 @@ def test_steps_add_up_to_pgbench_connection_time(runs, topology):
     assert abs(doc["closure"]["connection_error_pct"]) <= TOLERANCE_PCT, doc["closure"]
 
 
-@pytest.mark.parametrize("topology", ["unix", "loopback"])
+@pytest.mark.parametrize("topology", ["unix", "tcp"])
 def test_probe_cost_is_recorded(runs, topology):
     meta = RunDir.open(runs[topology]["run_dir"]).meta
     cost = meta["probes"]["conn_cost"]

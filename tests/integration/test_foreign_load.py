@@ -16,8 +16,9 @@ pytestmark = pytest.mark.integration
 
 
 def _run(runs_dir) -> dict:
-    cp = run_pathprof("run", "--topology", "nic", "--clients", "1", "--duration", "4", "--probe-duty", "100",
-                      "--json", runs_dir=runs_dir, check=True, timeout=300)
+    """The same settings as tests/conftest.py always_on_run("nic", 1), the run alone (shared with other modules)."""
+    cp = run_pathprof("run", "--topology", "nic", "--clients", "1", "--duration", "3", "--probe-duty", "100",
+                      "--json", "--no-live", runs_dir=runs_dir, check=True, timeout=300)
     return json.loads(cp.stdout)
 
 
@@ -25,9 +26,9 @@ def _per_txn(doc, kind) -> float:
     return sum(s["us_per_txn"] for s in doc["stages"] if s["name"].startswith(kind + "."))
 
 
-def test_foreign_cpu_load_removes_idle_exits_and_is_explained_on_latency(runs_dir):
+def test_foreign_cpu_load_removes_idle_exits_and_is_explained_on_latency(runs_dir, always_on_run):
+    alone = always_on_run("nic", 1)         # restores the machine itself (asserted there)
     before = machine_state()
-    alone = _run(runs_dir)
     n = os.cpu_count() or 2
     # bounded in time by the loop itself, and killed (the whole loop, not a wrapper around it) when done
     burn = "import time\nend = time.time() + 60\nwhile time.time() < end: pass"

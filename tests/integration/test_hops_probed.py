@@ -9,7 +9,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(topology, runs_dir, *extra, clients="2", duration="3"):
+def _run(topology, runs_dir, *extra, clients="2", duration="2"):
     before = machine_state()
     cp = run_pathprof("run", "--topology", topology, "--clients", clients, "--duration", duration, "--json",
                       *extra, runs_dir=runs_dir, check=True, timeout=600)
@@ -23,8 +23,9 @@ def _hooks(doc) -> dict:
     return meta["probes"]["cost"]["netfilter_hooks"]
 
 
-def test_nic_wire_has_veth_and_no_brackets_without_rules(runs_dir):
-    doc, stages, _ = _run("nic", runs_dir)
+def test_nic_wire_has_veth_and_no_brackets_without_rules(always_on_run):
+    doc = always_on_run("nic", 1)           # tests/conftest.py: shared with test_netem and test_foreign_load
+    stages = {s["name"] for s in doc["stages"]}
     assert any(s.startswith("dev.pp-nic") for s in stages), stages
     # no rules, no conntrack in either namespace: nothing runs on their hooks, so nothing is bracketed
     assert _hooks(doc) == {"pp-nic-cli": [], "pp-nic-srv": []}
@@ -55,17 +56,18 @@ def test_injected_rules_get_brackets_on_their_hook_only(runs_dir, tmp_path):
 
 @pytest.mark.slow
 def test_kvm_tap_shows_the_tap_and_qemu(runs_dir):
-    doc, stages, cpu = _run("kvm-tap", runs_dir, duration="4")
+    doc, stages, cpu = _run("kvm-tap", runs_dir, duration="3")
     assert doc["accelerator"] in ("kvm", "tcg")
     assert any("pp-kvm-tap0" in s for s in stages), stages
     assert any(c.startswith("hop.qemu") for c in cpu), cpu
 
 
-def test_pooler_replies_in_pieces_are_counted_once(runs_dir):
+def test_pooler_replies_in_pieces_are_counted_once(always_on_run):
     """pgpool forwards a reply to pgbench in several pieces; pgbench waits for the last one only, so only that
     piece's wakeup is on the path (the earlier ones overlap pgpool's work on the rest). Counting every piece
-    over-counted the latency view by ~20 % here; now the view closes."""
-    doc, _, _ = _run("pgpool", runs_dir, "--probe-duty", "100", clients="8")
+    over-counted the latency view by ~20 % here; now the view closes. (16 clients, always on: test_closure_pgpool's
+    run, tests/conftest.py.)"""
+    doc = always_on_run("pgpool", 16)
     meta = json.loads((Path(doc["run_dir"]) / "run.json").read_text())
     assert meta["probes"]["counters"]["piece_superseded"] > 0.5 * doc["transactions"] * 0.5
     assert abs(doc["closure"]["latency_error_pct"]) <= 10, doc["closure"]

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces and
 
 
 def _attach(args: list[str], runs: Path, sample: int = 2) -> subprocess.Popen:
-    return subprocess.Popen([*PP, "attach", *args, "-T", "3", "--trace-sample", str(sample), "--json", "--no-live",
+    return subprocess.Popen([*PP, "attach", *args, "-T", "2", "--trace-sample", str(sample), "--json", "--no-live",
                              "--runs-dir", str(runs)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

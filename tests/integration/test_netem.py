@@ -44,10 +44,11 @@ def delay_line_pids() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, always_on_run):
     d = tmp_path_factory.mktemp("netem-runs")
     before = machine_state()
-    out = {"base": nic_run(d), "both": nic_run(d, "--link", f"wire:delay_us={DELAY_US}"),
+    # the unimpaired base: the same settings as nic_run's (tests/conftest.py, shared with other modules)
+    out = {"base": always_on_run("nic", 1), "both": nic_run(d, "--link", f"wire:delay_us={DELAY_US}"),
            "request": nic_run(d, "--link", f"pp-nic-c:delay_us={DELAY_US}")}
     out["residue"] = (before, machine_state(), delay_line_pids())
     return out

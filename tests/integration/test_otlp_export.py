@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.integration,
 
 def test_a_sampled_run_exports_one_trace_per_transaction(tmp_path):
     env = {**os.environ, "PATHPROF_RUNS": str(tmp_path / "runs")}
-    p = subprocess.run([*PATHPROF, "run", "--topology", "nic", "--clients", "2", "--duration", "3",
+    p = subprocess.run([*PATHPROF, "run", "--topology", "nic", "--clients", "2", "--duration", "2",
                         "--trace-sample", "50", "--no-live", "--json"], capture_output=True, text=True, env=env,
                        stdin=subprocess.DEVNULL, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces: needs root")]
 
 PATHPROF = [str(Path(sys.executable).parent / "pathprof")]     # the venv's console script
-DURATION_S = 3
+DURATION_S = 2          # observed 1 s into pgbench; the default schedule probes 0.5 .. 1.5 s
 
 
 def sh(argv: list[str], netns: str | None = None, check: bool = False) -> str:

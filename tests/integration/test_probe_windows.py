@@ -24,8 +24,9 @@ def _run(runs_dir, *args):
 
 
 def test_windowed_run_records_windows_and_closes(runs_dir):
-    # 2 windows of 1 s in a 9 s run at 1 client (latency-bound: the latency view is the one that must close)
-    doc, meta = _run(runs_dir, "--clients", "1", "--duration", "9", "--probe-window", "1", "--probe-period", "4")
+    # 2 windows of 1 s (0.5 .. 1.5 and 2.5 .. 3.5 s) in a 5 s run at 1 client (latency-bound: the latency view is
+    # the one that must close)
+    doc, meta = _run(runs_dir, "--clients", "1", "--duration", "5", "--probe-window", "1", "--probe-period", "2")
     p = meta["probes"]
     assert len(p["windows"]) == 2, p["windows"]
     # the doctor's capabilities the run passed its gate with (docs/INTERNALS.md: run.json probes.capabilities)
@@ -58,7 +59,7 @@ def test_windowed_run_records_windows_and_closes(runs_dir):
 
 def test_trace_sample_exports_valid_perfetto(runs_dir, tmp_path):
     from pathprof.analysis.export.files import validate_trace_events
-    doc, meta = _run(runs_dir, "--clients", "2", "--duration", "3", "--trace-sample", "20")
+    doc, meta = _run(runs_dir, "--clients", "2", "--duration", "2", "--trace-sample", "20")
     rd = Path(doc["run_dir"])
     assert (rd / "traces.parquet").exists()
     assert meta["probes"]["lost"].get("trace_lost", 0) == 0
@@ -72,7 +73,7 @@ def test_trace_sample_exports_valid_perfetto(runs_dir, tmp_path):
 
 
 def test_always_on_duty_100(runs_dir):
-    doc, meta = _run(runs_dir, "--clients", "1", "--duration", "3", "--probe-duty", "100")
+    doc, meta = _run(runs_dir, "--clients", "1", "--duration", "2", "--probe-duty", "100")
     p = meta["probes"]
     assert p["schedule"]["always_on"] and len(p["windows"]) == 1
     assert p["in_windows"]["txns"] >= 0.95 * doc["transactions"]

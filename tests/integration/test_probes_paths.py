@@ -59,8 +59,8 @@ def test_unix_socket_has_no_netfilter(pg):
 
 
 def test_pg_sleep_moves_backend_execute_by_2ms(pg):
-    base = profile(pg, clients=1, duration=3)
-    slow = profile(pg, script="sleep.sql", clients=1, duration=3)
+    base = profile(pg, clients=1)
+    slow = profile(pg, script="sleep.sql", clients=1)
     delta = slow["names"]["backend.execute"] - base["names"]["backend.execute"]
     assert 1500 <= delta <= 2600, delta
     for st in ("wire.backend", "wire.pgbench"):     # the network stages stay where they were
@@ -83,10 +83,10 @@ def test_untracked_postgres_never_enters_the_figures(pg):
     load = None
     try:
         load = subprocess.Popen(["runuser", "-u", "postgres", "--", "pgbench", "-n", "-M", "prepared", "-f",
-                                 str(other.dir / "select1.sql"), "-c", "1", "-T", "6", "-h", "127.0.0.1",
+                                 str(other.dir / "select1.sql"), "-c", "1", "-T", "5", "-h", "127.0.0.1",
                                  "-p", str(other.port), "postgres"], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
-        r = profile(pg, level="deep", clients=1, duration=3)
+        r = profile(pg, level="deep", clients=1)
     finally:
         if load is not None:
             load.kill()

@@ -44,7 +44,7 @@ def test_promtool_accepts_the_shipped_rules():
 @pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (scripts/setup.sh installs it)")
 def test_prometheus_scrapes_a_live_run_and_records_the_rules(tmp_path):
     err = tmp_path / "run.err"
-    run = subprocess.Popen([*PATHPROF, "run", "--topology", "loopback", "--clients", "2", "--duration", "10",
+    run = subprocess.Popen([*PATHPROF, "run", "--topology", "loopback", "--clients", "2", "--duration", "7",
                             "--probe-window", "1", "--probe-period", "2", "--metrics-port", "0", "--no-live",
                             "--json"], stdout=subprocess.PIPE, stderr=open(err, "w"), stdin=subprocess.DEVNULL,
                            env={**os.environ, "PATHPROF_RUNS": str(tmp_path / "runs")}, text=True)

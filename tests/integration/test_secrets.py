@@ -101,7 +101,7 @@ def _pathprof(args: list[str], runs_dir: Path) -> tuple[subprocess.CompletedProc
 
 
 def test_run_dsn_keeps_the_password_to_itself(server, runs_dir, tmp_path):
-    cp, _ = _pathprof(["run", "--dsn", DSN, "--clients", "2", "--duration", "3", "--trace-sample", "20", "--json"],
+    cp, _ = _pathprof(["run", "--dsn", DSN, "--clients", "2", "--duration", "2", "--trace-sample", "20", "--json"],
                       runs_dir)
     run_dir = Path(__import__("json").loads(cp.stdout)["run_dir"])
     assert _leaks(run_dir) == []
@@ -127,7 +127,7 @@ def test_attach_dsn_keeps_the_password_to_itself(server, runs_dir):
                             stderr=subprocess.DEVNULL)
     try:
         time.sleep(1.5)
-        p, _ = _pathprof(["attach", "--dsn", DSN, "--duration", "3", "--json"], runs_dir)
+        p, _ = _pathprof(["attach", "--dsn", DSN, "--duration", "2", "--json"], runs_dir)
         run_dir = Path(__import__("json").loads(p.stdout)["run_dir"])
         assert _leaks(run_dir) == [] and stat.S_IMODE(run_dir.stat().st_mode) == 0o700
     finally:
