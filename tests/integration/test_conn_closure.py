@@ -140,7 +140,7 @@ def test_listen_queue_overflow_is_named_and_timed(tmp_path):
     path = tmp_path / "nic-smallq.toml"
     path.write_text(text + SMALL_QUEUE_SYSCTLS)
     cp = run_pathprof("run", "--topology", str(path), "--clients", "16", "--threads", "8", "--connect",
-                      "--duration", "6", "--probe-duty", "100", "--json", "--no-live", runs_dir=tmp_path / "runs")
+                      "--duration", "4", "--probe-duty", "100", "--json", "--no-live", runs_dir=tmp_path / "runs")
     assert cp.returncode == 0, cp.stderr[-3000:]
     doc = json.loads(cp.stdout)
     c = doc["connection_probe"]["counters"]

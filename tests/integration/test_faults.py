@@ -81,7 +81,7 @@ def test_full_runs_directory_fails_cleanly(tmp_path):
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(tiny)], check=True)
     try:
         before = machine_state()
-        cp = run_pathprof("run", "--topology", "loopback", "--clients", "2", "--duration", "3", "--runs-dir",
+        cp = run_pathprof("run", "--topology", "loopback", "--clients", "2", "--duration", "2", "--runs-dir",
                           str(tiny), timeout=300)
         assert cp.returncode == 2, cp.stderr[-2000:]
         assert "No space left on device" in cp.stderr and "Traceback" not in cp.stderr
@@ -92,7 +92,7 @@ def test_full_runs_directory_fails_cleanly(tmp_path):
 
 def test_a_second_run_of_the_same_path_is_refused_and_the_first_is_untouched(runs_dir):
     before = machine_state()
-    first = _run_until_pgbench(runs_dir / "first", "--topology", "nic", "--clients", "2", "--duration", "3",
+    first = _run_until_pgbench(runs_dir / "first", "--topology", "nic", "--clients", "2", "--duration", "2",
                                "--probes", "off", "--json", "--no-live")
     t0 = time.time()
     second = run_pathprof("run", "--topology", "nic", "--clients", "2", "--duration", "5", "--probes", "off",

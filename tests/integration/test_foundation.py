@@ -18,10 +18,10 @@ pytestmark = pytest.mark.integration
 @pytest.mark.parametrize("topology", ["unix", "loopback", "nic"])
 def test_topology_runs_and_leaves_nothing(topology, runs_dir):
     before = machine_state()
-    cp = run_pathprof("run", "--topology", topology, "--clients", "2", "--duration", "2", "--probes", "off",
+    cp = run_pathprof("run", "--topology", topology, "--clients", "2", "--duration", "1", "--probes", "off",
                       "--json", runs_dir=runs_dir, check=True)
     doc = json.loads(cp.stdout)
-    assert doc["topology"] == topology and doc["clients"] == 2 and doc["duration_s"] == 2
+    assert doc["topology"] == topology and doc["clients"] == 2 and doc["duration_s"] == 1
     assert doc["tps"] > 0 and doc["transactions"] > 0
     lat = doc["latency_ms"]
     assert 0 < lat["mean"] and lat["p50"] <= lat["p95"] <= lat["p99"]

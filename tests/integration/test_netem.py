@@ -18,7 +18,7 @@ DELAY_US = 200
 
 
 def nic_run(runs_dir, *extra) -> dict:
-    args = ["run", "-t", "nic", "-c", "1", "-T", "3", "--probe-duty", "100", "--json", "--no-live", *extra]
+    args = ["run", "-t", "nic", "-c", "1", "-T", "2", "--probe-duty", "100", "--json", "--no-live", *extra]
     for _ in range(4):         # the built-in's namespaces are fixed: another run of nic may hold them
         cp = run_pathprof(*args, runs_dir=runs_dir)
         if cp.returncode == 0:
@@ -47,7 +47,7 @@ def delay_line_pids() -> list[str]:
 def runs(tmp_path_factory, always_on_run):
     d = tmp_path_factory.mktemp("netem-runs")
     before = machine_state()
-    # the unimpaired base: the same settings as nic_run's (tests/conftest.py, shared with other modules)
+    # the unimpaired base: nic_run's settings, 3 s (tests/conftest.py, shared with other modules)
     out = {"base": always_on_run("nic", 1), "both": nic_run(d, "--link", f"wire:delay_us={DELAY_US}"),
            "request": nic_run(d, "--link", f"pp-nic-c:delay_us={DELAY_US}")}
     out["residue"] = (before, machine_state(), delay_line_pids())

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 
 def test_sweep_predicts_16_clients_from_1_within_its_band(runs_dir):
     before = machine_state()
-    cp = run_pathprof("sweep", "--topology", "loopback", "--clients", "1,16", "--duration", "4", "--json",
+    cp = run_pathprof("sweep", "--topology", "loopback", "--clients", "1,16", "--duration", "3", "--json",
                       runs_dir=runs_dir, check=True, timeout=600)
     doc = json.loads(cp.stdout)
     first, second = doc["sweep"]["points"]

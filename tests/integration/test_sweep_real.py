@@ -9,7 +9,7 @@ pytestmark = pytest.mark.integration
 
 def test_sweep_unix(runs_dir):
     before = machine_state()
-    cp = run_pathprof("sweep", "--topology", "unix", "--clients", "4,1,2", "--duration", "2", "--json",
+    cp = run_pathprof("sweep", "--topology", "unix", "--clients", "4,1,2", "--duration", "1", "--json",
                       runs_dir=runs_dir, check=True, timeout=600)
     doc = json.loads(cp.stdout)
     assert [r["clients"] for r in doc["runs"]] == [1, 2, 4]
