@@ -26,9 +26,11 @@ CLOSURE_PCT = 5.0          # the merged stages against the client's cycle (clien
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces and loads BPF: root only")
 
 
-def _attach(args: list[str], runs: Path, sample: int = 2) -> subprocess.Popen:
-    return subprocess.Popen([*PP, "attach", *args, "-T", "2", "--trace-sample", str(sample), "--json", "--no-live",
-                             "--runs-dir", str(runs)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _attach(args: list[str], runs: Path, sample: int = 2, seconds: int = 3) -> subprocess.Popen:
+    """3 s by default: the drift check below needs the span (100 ppm = 300 µs over it, far beyond the bound)."""
+    argv = [*PP, "attach", *args, "-T", str(seconds), "--trace-sample", str(sample), "--json", "--no-live",
+            "--runs-dir", str(runs)]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _done(p: subprocess.Popen) -> dict:

@@ -28,8 +28,8 @@ def test_two_agents_traces_join_in_the_receiver(tmp_path):
         load = pgbench(2, 10, h["tmp"], rate=2000)   # thousands of traces are plenty: exporting 50k took 40 s
         try:
             wait_connected(2)
-            srv = _attach(["--netns", h["server_ns"], "--port", str(h["pg_port"])], runs, sample=SAMPLE)
-            cli = _attach(["--netns", h["client_ns"], "--remote", h["remote"]], runs, sample=SAMPLE)
+            srv = _attach(["--netns", h["server_ns"], "--port", str(h["pg_port"])], runs, sample=SAMPLE, seconds=2)
+            cli = _attach(["--netns", h["client_ns"], "--remote", h["remote"]], runs, sample=SAMPLE, seconds=2)
             s, c = _done(srv), _done(cli)
         finally:
             load.terminate()
