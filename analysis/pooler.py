@@ -7,23 +7,23 @@ Both sides are measured independently (pgbouncer counts its queue; the probes ti
 check says whether poolwait is what the pooler calls waiting. Pure functions of run.json and the summary."""
 from __future__ import annotations
 
-from pathprof.analysis.run_model import RunMeta, Summary
+from pathprof.analysis.run_model import ProbeWindow, RunMeta, Summary
 
 
-def _in_windows(samples: list[dict], windows: list[dict]) -> list[dict]:
+def _in_windows(samples: list[dict], windows: list[ProbeWindow]) -> list[dict]:
     if not windows:
         return samples
-    spans = [(w.get("start_mono_ns", 0), w.get("end_mono_ns", 0)) for w in windows]
+    spans = [(w.start_mono_ns or 0, w.end_mono_ns or 0) for w in windows]
     return [s for s in samples if any(a <= s.get("mono_ns", 0) <= b for a, b in spans)]
 
 
 def pooler_check(meta: dict | RunMeta, summary: dict | Summary) -> list[dict]:
     """[{hop, source, samples, cl_waiting_mean, cl_waiting_max, maxwait_ms, poolwait_us_per_txn,
     expected_waiting}] for every hop whose counters were sampled; [] when none were."""
-    run = meta if isinstance(meta, RunMeta) else RunMeta.of(meta)
+    run = RunMeta.of(meta)
     summary = Summary.of(summary)
     counters = run.pooler_counters or {}
-    windows = run.probes.windows or []
+    windows = run.probes.windows
     always_on = run.probes.schedule.always_on if run.probes.schedule else None
     tps = ((summary.windows.tps_in if summary.windows else None) if not always_on else None) or summary.tps
     stages = {s.name: s for s in summary.stages if not s.parent}

@@ -181,6 +181,24 @@ class WindowFigures:
 
 
 @dataclass(frozen=True)
+class ProbeWindow:
+    """One measurement window: when the probes were attached, counted, and detached (both clocks), and the CPU
+    time the machine was busy while it was open."""
+    attach_mono_ns: int | None = None
+    attach_realtime_ns: int | None = None
+    start_mono_ns: int | None = None
+    start_realtime_ns: int | None = None
+    end_mono_ns: int | None = None
+    end_realtime_ns: int | None = None
+    detached_mono_ns: int | None = None
+    detached_realtime_ns: int | None = None
+    busy_ns: int | None = None
+    total_ns: int | None = None
+    elapsed_ns: int | None = None
+    doc: dict = _doc_field()
+
+
+@dataclass(frozen=True)
 class ProbeCost:
     run_time_ns: float | None = None
     run_cnt: int | None = None
@@ -197,7 +215,7 @@ class Probes:
     counters: dict | None = None
     capabilities: Any = None
     schedule: Schedule | None = None
-    windows: list | None = None
+    windows: list[ProbeWindow] = field(default_factory=list)
     in_windows: WindowFigures | None = None
     outside_windows: WindowFigures | None = None
     probe_overhead_pct: float | None = None
@@ -217,12 +235,26 @@ class Service:
 
 
 @dataclass(frozen=True)
+class LeavingConnection:
+    """A connection of this host's that leaves it (attach on several machines): the socket and, after any NAT,
+    the tuple on the wire."""
+    side: str | None = None
+    pid: int | None = None
+    local: str | None = None
+    remote: str | None = None
+    wire_local: str | None = None
+    wire_remote: str | None = None
+    nat: bool | None = None
+    doc: dict = _doc_field()
+
+
+@dataclass(frozen=True)
 class Scope:
     host: str | None = None
     netns: str | None = None
     hostname: str | None = None
     whole_machine: bool | None = None
-    leaving_connections: list | None = None
+    leaving_connections: list[LeavingConnection] = field(default_factory=list)
     doc: dict = _doc_field()
 
 
@@ -259,8 +291,9 @@ class RunMeta:
     doc: dict = _doc_field()
 
     @classmethod
-    def of(cls, meta: dict) -> RunMeta:
-        return load(cls, meta)
+    def of(cls, meta: dict | RunMeta) -> RunMeta:
+        """The model of a run.json document (a RunMeta is returned as it is)."""
+        return meta if isinstance(meta, RunMeta) else load(cls, meta)
 
     @property
     def load_result(self) -> LoadResult | None:

@@ -1,12 +1,14 @@
 """Client sweeps: where throughput stops growing, and what grows with the client count.
 
-A pure function of summary documents (one per client count, same topology), like analysis.explain.
+A pure function of summary documents (one per client count, same topology), like analysis.explain, read through
+the typed run model (analysis.run_model.Summary).
 """
 from __future__ import annotations
 
 import math
 
 from pathprof.analysis.explain import _num, cpu_totals, run_label, stage_totals
+from pathprof.analysis.run_model import Summary
 
 # Throughput "stops growing" when a doubling of clients buys less than this (or TPS drops).
 KNEE_GAIN_PER_DOUBLING_PCT = 5.0
@@ -30,7 +32,7 @@ def _growth(first: dict[str, float], last: dict[str, float]) -> list[dict]:
     return rows
 
 
-def sweep_analysis(summaries: list[dict]) -> dict:
+def sweep_analysis(summaries: list[dict | Summary]) -> dict:
     """Per-client-count TPS/latency, the knee, and the stage and CPU component that grow most with clients.
 
     Keys: `topology`, `points` [{clients, tps, latency_ms {mean,p50,p95,p99}, regime, predicted_tps,
@@ -38,27 +40,26 @@ def sweep_analysis(summaries: list[dict]) -> dict:
     all the way), `knee_reason`, `cpus`, `stage_growth` / `cpu_growth` (ranked, first → last point),
     `growing_stage`, `growing_component` (None when nothing grew).
     """
-    runs = sorted((s for s in summaries if s.get("clients") is not None), key=lambda s: _num(s.get("clients")))
+    runs = sorted((s for s in map(Summary.of, summaries) if s.clients is not None), key=lambda s: _num(s.clients))
     points = []
     knee, reason = None, None
     for i, s in enumerate(runs):
         gain = None
         if i:
             prev = runs[i - 1]
-            gain = _gain_per_doubling(_num(prev.get("clients")), _num(prev.get("tps")),
-                                      _num(s.get("clients")), _num(s.get("tps")))
+            gain = _gain_per_doubling(_num(prev.clients), _num(prev.tps), _num(s.clients), _num(s.tps))
             if knee is None and gain is not None and gain < KNEE_GAIN_PER_DOUBLING_PCT:
-                knee = prev.get("clients")
-                reason = (f"TPS dropped {abs(gain):.1f} % per doubling from {knee} to {s.get('clients')} clients"
+                knee = prev.clients
+                reason = (f"TPS dropped {abs(gain):.1f} % per doubling from {knee} to {s.clients} clients"
                           if gain < 0 else
-                          f"only {gain:+.1f} % TPS per doubling from {knee} to {s.get('clients')} clients")
-        lat = s.get("latency_ms") or {}
+                          f"only {gain:+.1f} % TPS per doubling from {knee} to {s.clients} clients")
+        lat = s.latency_ms
         points.append({
-            "clients": s.get("clients"),
-            "tps": _num(s.get("tps")),
-            "latency_ms": {k: lat.get(k) for k in ("mean", "p50", "p95", "p99")},
-            "regime": s.get("regime"),
-            "predicted_tps": s.get("predicted_tps"),
+            "clients": s.clients,
+            "tps": _num(s.tps),
+            "latency_ms": {"mean": lat.mean, "p50": lat.p50, "p95": lat.p95, "p99": lat.p99},
+            "regime": s.regime,
+            "predicted_tps": s.predicted_tps,
             "gain_per_doubling_pct": None if gain is None else round(gain, 1),
         })
 
@@ -66,7 +67,7 @@ def sweep_analysis(summaries: list[dict]) -> dict:
     cpu_growth = _growth(cpu_totals(runs[0]), cpu_totals(runs[-1])) if len(runs) > 1 else []
     cpus = None
     for s in runs:
-        cpus = (s.get("host") or {}).get("cpus") or cpus
+        cpus = s.host.cpus or cpus
     return {
         "topology": run_label(runs[0]) if runs else None,
         "points": points,

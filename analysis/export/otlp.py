@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 from pathprof.analysis.export import otlp_ids as ids
+from pathprof.analysis.run_model import RunMeta
 from pathprof.errors import UserError
 
 SCOPE_NAME = "pathprof"
@@ -37,21 +38,22 @@ class Built:
     left_out: int = 0                             # spans in no chain of two
 
 
-def wall_offset_ns(meta: dict) -> int:
+def wall_offset_ns(meta: dict | RunMeta) -> int:
     """Wall-clock minus CLOCK_MONOTONIC, from the pairs the agent stamped at its windows (0 when absent:
     a merged run's or an old run's traces are then placed at their monotonic time)."""
     pairs = []
-    for w in ((meta or {}).get("probes") or {}).get("windows") or []:
-        for k in ("attach", "start", "end", "detached"):
-            rt, mono = w.get(f"{k}_realtime_ns"), w.get(f"{k}_mono_ns")
+    for w in RunMeta.of(meta or {}).probes.windows:
+        for rt, mono in ((w.attach_realtime_ns, w.attach_mono_ns), (w.start_realtime_ns, w.start_mono_ns),
+                         (w.end_realtime_ns, w.end_mono_ns), (w.detached_realtime_ns, w.detached_mono_ns)):
             if rt and mono:
                 pairs.append(int(rt) - int(mono))
     return int(statistics.median(pairs)) if pairs else 0
 
 
-def run_host(meta: dict) -> str:
+def run_host(meta: dict | RunMeta) -> str:
     """The name of the host a run stands for: attach's scope.host, else the machine's hostname."""
-    return ((meta.get("scope") or {}).get("host") or (meta.get("host") or {}).get("hostname") or "host")
+    run = RunMeta.of(meta)
+    return run.scope.host or run.host.hostname or "host"
 
 
 def process_hosts(topology: dict | None) -> dict[str, str]:
@@ -69,13 +71,13 @@ def process_hosts(topology: dict | None) -> dict[str, str]:
     return out
 
 
-def _resource(meta: dict, host: str):
+def _resource(run: RunMeta, host: str):
     import pathprof
     from opentelemetry.sdk.resources import Resource
-    topo = (meta.get("topology") or {}).get("name") or ""
-    return Resource({"service.name": "pathprof", "service.version": str(meta.get("pathprof_version")
+    topo = run.topology.name or ""
+    return Resource({"service.name": "pathprof", "service.version": str(run.pathprof_version
                                                                          or pathprof.__version__),
-                     "host.name": host, "pathprof.host": host, "pathprof.run_id": str(meta.get("run_id") or ""),
+                     "host.name": host, "pathprof.host": host, "pathprof.run_id": str(run.run_id or ""),
                      "pathprof.topology": str(topo)})
 
 
@@ -89,12 +91,13 @@ def _span(name, tid, sid, parent_sid, start, end, attrs, resource, scope):
                         start_time=int(start), end_time=int(end), instrumentation_scope=scope)
 
 
-def build(traces: pd.DataFrame | None, messages: pd.DataFrame | None, meta: dict,
+def build(traces: pd.DataFrame | None, messages: pd.DataFrame | None, meta: dict | RunMeta,
           topology: dict | None = None) -> Built:
     """The spans of every chain of sampled spans (complete transactions, and a host's part of one)."""
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
     from pathprof.analysis.report.waterfall import chain_rows
-    run_id = str(meta.get("run_id") or "")
+    run = RunMeta.of(meta)
+    run_id = str(run.run_id or "")
     if traces is None or not len(traces):
         raise UserError(f"run {run_id or '?'} has no sampled traces (traces.parquet): record them with "
                         "`pathprof run --trace-sample N` (or `attach --trace-sample N`)")
@@ -103,11 +106,11 @@ def build(traces: pd.DataFrame | None, messages: pd.DataFrame | None, meta: dict
         raise UserError(f"run {run_id or '?'}: none of its {len(traces)} sampled spans forms a transaction "
                         "(no two spans chain end to start)")
     import pathprof
-    scope = InstrumentationScope(SCOPE_NAME, str(meta.get("pathprof_version") or pathprof.__version__))
-    agent_host = run_host(meta)
+    scope = InstrumentationScope(SCOPE_NAME, str(run.pathprof_version or pathprof.__version__))
+    agent_host = run_host(run)
     where = process_hosts(topology)
-    anchors = ids.Anchors(messages, meta)
-    off = wall_offset_ns(meta)
+    anchors = ids.Anchors(messages, run)
+    off = wall_offset_ns(run)
     has_host = "host" in df.columns
     resources: dict[str, object] = {}
     cols = {c: df[c].tolist() for c in ("ts_ns", "dur_ns", "stage", "role", "leg", "txn", "pid", "tid")
@@ -144,7 +147,7 @@ def build(traces: pd.DataFrame | None, messages: pd.DataFrame | None, meta: dict
         iv[0], iv[1], iv[2] = min(iv[0], t0), max(iv[1], t1), iv[2] or has_client
     rooted: set = set()
     for rows, complete, res_host, hit, tid, t0, t1, has_client in plans:
-        resource = resources.get(res_host) or resources.setdefault(res_host, _resource(meta, res_host))
+        resource = resources.get(res_host) or resources.setdefault(res_host, _resource(run, res_host))
         root = ids.root_span_id(tid)
         t0, t1, host_has_client = span_of[(tid, res_host)]
         txn_attrs = {"pathprof.host": res_host, "pathprof.complete": bool(complete),
@@ -176,5 +179,5 @@ def build(traces: pd.DataFrame | None, messages: pd.DataFrame | None, meta: dict
 
 
 def build_from_run(rd) -> Built:
-    return build(rd.read_frame("traces.parquet"), rd.read_frame("messages.parquet"), rd.meta,
+    return build(rd.read_frame("traces.parquet"), rd.read_frame("messages.parquet"), rd.run,
                  rd.read_json("topology.json"))

@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 
 import pandas as pd
+from pathprof.analysis.run_model import RunMeta
 
 ID_SCHEME = "pathprof-otlp/1"
 
@@ -68,16 +69,16 @@ def span_id(tid: int, host: str, stage: str, ts_ns: int, thread: int) -> int:
     return _h(f"{ID_SCHEME}|span|{tid:032x}|{host}|{stage}|{ts_ns}|{thread}", 8)
 
 
-def wire_map(meta: dict) -> dict[str, str]:
+def wire_map(meta: dict | RunMeta) -> dict[str, str]:
     """Socket tuple "local>remote" -> the client connection on the wire "client>server", for this host's
     connections that leave it (run.json scope.leaving_connections; empty for a run on one machine)."""
     out = {}
-    for c in ((meta or {}).get("scope") or {}).get("leaving_connections") or []:
-        if not c.get("wire_local") or not c.get("wire_remote"):
+    for c in RunMeta.of(meta or {}).scope.leaving_connections:
+        if not c.wire_local or not c.wire_remote:
             continue
-        key = f"{c['local']}>{c['remote']}"
-        out[key] = (f"{c['wire_local']}>{c['wire_remote']}" if c.get("side") == "client"
-                    else f"{c['wire_remote']}>{c['wire_local']}")
+        key = f"{c.local}>{c.remote}"
+        out[key] = (f"{c.wire_local}>{c.wire_remote}" if c.side == "client"
+                    else f"{c.wire_remote}>{c.wire_local}")
     return out
 
 
@@ -96,7 +97,7 @@ class Anchors:
     through the request marker of the same socket and transaction number (a client's agent whose chain starts at
     the response's delivery: the request's wire belongs to the other host)."""
 
-    def __init__(self, messages: pd.DataFrame | None, meta: dict):
+    def __init__(self, messages: pd.DataFrame | None, meta: dict | RunMeta):
         self._at: dict[tuple[int, int], tuple[str, int]] = {}
         self._req: dict[tuple[str, int], tuple[str, int, int | None]] = {}
         if messages is None or not len(messages):

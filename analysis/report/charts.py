@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from pathprof.analysis.explain import _distinct_label, _num, connection_totals, cpu_totals, run_label
 from pathprof.analysis.report.palette import cause_color, cause_rank, hops_of, qdisc_aware_cause
+from pathprof.analysis.run_model import Summary
 
 LEG_ORDER = ("request", "server", "response", "client")
 _RUN_COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"]
@@ -31,12 +32,13 @@ class RunColors:
         return self.assigned[name]
 
 
-def labels(summaries: list[dict]) -> list[str]:
+def labels(summaries: list[dict | Summary]) -> list[str]:
     """Distinct axis labels: a sweep or repeats share a topology, and matplotlib would stack same-named bars."""
+    summaries = [Summary.of(s) for s in summaries]
     out = [run_label(s) for s in summaries]
     if len(set(out)) < len(out):
-        if len({s.get("clients") for s in summaries}) == len(summaries):       # a sweep
-            out = [f"{lb} ({s.get('clients', '?')} cl.)" for lb, s in zip(out, summaries)]
+        if len({s.clients for s in summaries}) == len(summaries):       # a sweep
+            out = [f"{lb} ({s.clients} cl.)" for lb, s in zip(out, summaries)]
         else:                                                                    # e.g. -C against long connections
             out = out[:1] + [_distinct_label(summaries[0], s) for s in summaries[1:]]
     if len(set(out)) < len(out):
@@ -50,23 +52,24 @@ def png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def stage_groups(s: dict, hops: set[str]) -> dict[tuple[str, str], float]:
+def stage_groups(s: dict | Summary, hops: set[str]) -> dict[tuple[str, str], float]:
     """(leg, cause) -> µs per transaction, legs in path order and causes in palette order within a leg;
     connection setup (-C) last, as its own group."""
+    s = Summary.of(s)
     acc: dict[tuple[str, str], float] = {}
-    for st in s.get("stages") or []:
-        if st.get("parent"):
+    for st in s.stages:
+        if st.parent:
             continue
-        leg = st.get("leg") or "other"
-        key = (leg, qdisc_aware_cause(str(st.get("name")), hops))
-        acc[key] = acc.get(key, 0.0) + _num(st.get("us_per_txn"))
+        leg = st.leg or "other"
+        key = (leg, qdisc_aware_cause(str(st.name), hops))
+        acc[key] = acc.get(key, 0.0) + _num(st.us_per_txn)
     for name, us in connection_totals(s).items():
         acc[("connection", "connection setup")] = acc.get(("connection", "connection setup"), 0.0) + us
     rank = {leg: i for i, leg in enumerate(LEG_ORDER)}
     return dict(sorted(acc.items(), key=lambda kv: (rank.get(kv[0][0], len(rank)), cause_rank(kv[0][1]), kv[0][1])))
 
 
-def cpu_groups(s: dict, hops: set[str]) -> dict[str, float]:
+def cpu_groups(s: dict | Summary, hops: set[str]) -> dict[str, float]:
     acc: dict[str, float] = {}
     for name, us in cpu_totals(s).items():
         c = qdisc_aware_cause(name, hops)
@@ -169,17 +172,18 @@ def tps_figure(summaries: list[dict], color: RunColors, repeats: list[list[dict]
     ax = fig.add_subplot()
     names = labels(summaries)
     xs = list(range(len(summaries)))
-    tps = [_num(s.get("tps")) for s in summaries]
+    summaries = [Summary.of(s) for s in summaries]
+    tps = [_num(s.tps) for s in summaries]
     ax.bar(xs, tps, color=[color(run_label(s)) for s in summaries], label="measured")
     if repeats and any(len(r) > 1 for r in repeats):
         for x, runs, mid in zip(xs, repeats, tps):
-            vals = [_num(r.get("tps")) for r in runs]
+            vals = [_num(Summary.of(r).tps) for r in runs]
             if len(vals) > 1:
                 ax.errorbar([x], [mid], yerr=[[mid - min(vals)], [max(vals) - mid]], color="black", capsize=6,
                             linewidth=1)
                 ax.scatter([x] * len(vals), vals, s=12, color="#333", zorder=4)
         ax.errorbar([], [], yerr=[], color="black", capsize=6, linewidth=1, label="repeats: min–max, each run a dot")
-    pred = [s.get("predicted_tps") for s in summaries]
+    pred = [s.predicted_tps for s in summaries]
     if any(p is not None for p in pred):
         ax.scatter(xs, [_num(p, default=float("nan")) for p in pred], marker="_", s=600, color="black",
                    label="predicted by the model", zorder=3)

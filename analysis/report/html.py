@@ -16,6 +16,7 @@ from pathprof.analysis.report import charts
 from pathprof.analysis.report.palette import hops_of, qdisc_aware_cause
 from pathprof.analysis.report.parts import CSS, SCRIPT, cause_legend, diagrams, waterfalls
 from pathprof.analysis.report.render import CLOSURE_WARN_PCT, LEG_ORDER
+from pathprof.analysis.run_model import Stage, Summary
 from pathprof.analysis.sweep import sweep_text
 
 
@@ -23,15 +24,13 @@ def _e(x) -> str:
     return html.escape(str(x))
 
 
-def _checks(summaries: list[dict]) -> str:
+def _checks(summaries: list[Summary]) -> str:
     """Closure and probe cost per run, in one block near the top: a figure that does not add up, or probes that
     cost a visible share of a transaction, change how much a reader should trust everything below."""
     rows, bad = [], []
     for s in summaries:
-        closure = s.get("closure") or {}
         cells = [run_label(s)]
-        for key, view in (("latency_error_pct", "latency view"), ("cpu_error_pct", "CPU view")):
-            err = closure.get(key)
+        for err, view in ((s.closure.latency_error_pct, "latency view"), (s.closure.cpu_error_pct, "CPU view")):
             if err is None:
                 cells.append("not measured")
                 bad.append(f"{run_label(s)}: the {view} closure was not measured, so its figures are not checked")
@@ -40,8 +39,8 @@ def _checks(summaries: list[dict]) -> str:
                 if abs(_num(err)) > CLOSURE_WARN_PCT:
                     bad.append(f"{run_label(s)}: the {view} does not close ({_num(err):+.1f} %); treat its "
                                f"per-stage figures as approximate")
-        cost = s.get("probe_cost_ns_per_txn")
-        mean_us = _num((s.get("latency_ms") or {}).get("mean")) * 1000
+        cost = s.probe_cost_ns_per_txn
+        mean_us = _num(s.latency_ms.mean) * 1000
         if cost is None:
             cells.append("not measured")
             bad.append(f"{run_label(s)}: the probes' own cost was not measured")
@@ -57,18 +56,17 @@ def _checks(summaries: list[dict]) -> str:
             + _table(["run", "latency closure", "CPU closure", "probe cost per txn"], rows) + "</div>")
 
 
-def _runs_table(summaries: list[dict], repeats: list[list[dict]] | None = None) -> str:
-    base_tps = _num(summaries[0].get("tps"))
+def _runs_table(summaries: list[Summary], repeats: list[list[Summary]] | None = None) -> str:
+    base_tps = _num(summaries[0].tps)
     rows = []
     for i, (label, s) in enumerate(zip(charts.labels(summaries), summaries)):
-        lat = s.get("latency_ms") or {}
-        tps = _num(s.get("tps"))
+        tps = _num(s.tps)
         rows.append([label, f"{tps:,.0f}", "baseline" if i == 0 else
                      (f"{(tps - base_tps) / base_tps * 100:+.1f} %" if base_tps else "–"),
-                     f"{_num(lat.get('mean')):.3f}", f"{_num(lat.get('p99')):.3f}", s.get("regime") or "?",
-                     f"{_num(s['predicted_tps']):,.0f}" if s.get("predicted_tps") is not None else "–"])
+                     f"{_num(s.latency_ms.mean):.3f}", f"{_num(s.latency_ms.p99):.3f}", s.regime or "?",
+                     f"{_num(s.predicted_tps):,.0f}" if s.predicted_tps is not None else "–"])
         if repeats:
-            vals = [_num(r.get("tps")) for r in repeats[i]] if i < len(repeats) else []
+            vals = [_num(r.tps) for r in repeats[i]] if i < len(repeats) else []
             rows[-1].append(f"{min(vals):,.0f} … {max(vals):,.0f} ({len(vals)} runs)" if len(vals) > 1 else "–")
     head = ["run", "TPS", "Δ TPS", "mean ms", "p99 ms", "regime", "predicted TPS"]
     return _table(head + (["TPS spread of the repeats"] if repeats else []), rows, sortable=True)
@@ -84,43 +82,46 @@ def _table(head: list[str], rows: list[list], total: list | None = None, sortabl
     return f"<table{cls}><thead><tr>{h}</tr></thead><tbody>{body}</tbody>{foot}</table>"
 
 
-def _sum_label(s: dict, lat: dict) -> str:
-    cycle = (s.get("closure") or {}).get("cycle_us")
+def _sum_label(s: Summary) -> str:
+    cycle = s.closure.cycle_us
     if cycle:
         return f"sum of stages (measured cycle, clients ÷ TPS: {_num(cycle):,.1f})"
-    return "sum of stages (measured mean " + f"{_num(lat.get('mean')) * 1000:,.1f})"
+    return "sum of stages (measured mean " + f"{_num(s.latency_ms.mean) * 1000:,.1f})"
 
 
-def _run_section(s: dict) -> str:
-    lat = s.get("latency_ms") or {}
-    parts = [f"<h2>{_e(run_label(s))} — {_e(s.get('clients', '?'))} clients</h2>",
-             f"<p>{_num(s.get('tps')):,.0f} TPS measured"
-             + (f", {_num(s['predicted_tps']):,.0f} predicted" if s.get("predicted_tps") is not None else "")
-             + f"; regime <b>{_e(s.get('regime') or 'unknown')}</b>; latency "
-             + ", ".join(f"{k} {_num(lat.get(k)):.3f} ms" for k in ("mean", "p50", "p95", "p99") if k in lat)
+def _stage_row(st: Stage, hops: set[str], tot: float) -> list:
+    return [st.leg if st.leg is not None else "", qdisc_aware_cause(str(st.name), hops), st.name,
+            f"{_num(st.us_per_txn):,.1f}", f"{_num(st.p99_us):,.1f}" if st.p99_us is not None else "–",
+            f"{_num(st.us_per_txn) / tot * 100:.1f} %" if tot else "–"]
+
+
+def _run_section(s: dict | Summary) -> str:
+    s = Summary.of(s)
+    lat = s.latency_ms
+    parts = [f"<h2>{_e(run_label(s))} — {_e(s.clients)} clients</h2>",
+             f"<p>{_num(s.tps):,.0f} TPS measured"
+             + (f", {_num(s.predicted_tps):,.0f} predicted" if s.predicted_tps is not None else "")
+             + f"; regime <b>{_e(s.regime or 'unknown')}</b>; latency "
+             + ", ".join(f"{k} {_num(getattr(lat, k)):.3f} ms" for k in ("mean", "p50", "p95", "p99") if k in lat.doc)
              + "</p>"]
-    stages = [st for st in s.get("stages") or [] if not st.get("parent")]
-    tot = sum(_num(st.get("us_per_txn")) for st in stages)
+    stages = [st for st in s.stages if not st.parent]
+    tot = sum(_num(st.us_per_txn) for st in stages)
     rank = {leg: i for i, leg in enumerate(LEG_ORDER)}
     hops = hops_of([s])
-    rows = [[st.get("leg", ""), qdisc_aware_cause(str(st.get("name")), hops), st.get("name"),
-             f"{_num(st.get('us_per_txn')):,.1f}",
-             f"{_num(st.get('p99_us')):,.1f}" if st.get("p99_us") is not None else "–",
-             f"{_num(st.get('us_per_txn')) / tot * 100:.1f} %" if tot else "–"]
-            for st in sorted(stages, key=lambda st: rank.get(st.get("leg"), len(rank)))]
+    rows = [_stage_row(st, hops, tot) for st in sorted(stages, key=lambda st: rank.get(st.leg, len(rank)))]
     if rows:
         parts.append("<h3>Latency view (µs per transaction)</h3>" + _table(
             ["leg", "cause", "stage", "µs/txn", "p99 µs", "share"], rows,
-            ["", "", _sum_label(s, lat), f"{tot:,.1f}", "", ""], sortable=True))
-    parts_ = [st for st in s.get("stages") or [] if st.get("parent")]
+            ["", "", _sum_label(s), f"{tot:,.1f}", "", ""], sortable=True))
+    parts_ = [st for st in s.stages if st.parent]
     if parts_:
         title = ("Inside backend.execute: exclusive parts that add up to it, and · phases that overlap them"
-                 if any(st.get("part") for st in parts_) else
+                 if any(st.part for st in parts_) else
                  "Inside backend.execute (PostgreSQL USDT, not added again)")
         parts.append(f"<h4>{title}</h4>" + _table(
-            ["part", "µs/txn", "p99 µs"], [[("· " if st.get("phase") else "") + str(st.get("name")),
-                                           f"{_num(st.get('us_per_txn')):,.1f}",
-                                           f"{_num(st.get('p99_us')):,.1f}" if st.get("p99_us") is not None
+            ["part", "µs/txn", "p99 µs"], [[("· " if st.phase else "") + str(st.name),
+                                           f"{_num(st.us_per_txn):,.1f}",
+                                           f"{_num(st.p99_us):,.1f}" if st.p99_us is not None
                                            else "–"] for st in parts_], sortable=True))
     cpu = sorted(cpu_totals(s).items(), key=lambda kv: -kv[1])
     if cpu:
@@ -129,30 +130,33 @@ def _run_section(s: dict) -> str:
             ["component", "cause", "µs/txn", "share"],
             [[n, qdisc_aware_cause(n, hops), f"{v:,.1f}", f"{v / ctot * 100:.1f} %"] for n, v in cpu],
             [f"sum of components (measured {measured_cpu_us(s):,.1f})", "", f"{ctot:,.1f}", ""], sortable=True))
-    conn = s.get("connection_setup") or []
+    conn = s.connection_setup
     if conn:
         parts.append("<h3>Connection setup (µs per connection)</h3>" + _table(
-            ["step", "µs/conn"], [[c.get("name"), f"{_num(c.get('us_per_conn')):,.1f}"] for c in conn],
-            ["total", f"{sum(_num(c.get('us_per_conn')) for c in conn):,.1f}"]))
-    notes = s.get("notes")
+            ["step", "µs/conn"], [[c.name, f"{_num(c.us_per_conn):,.1f}"] for c in conn],
+            ["total", f"{sum(_num(c.us_per_conn) for c in conn):,.1f}"]))
+    notes = s.notes
     if notes:
         notes = [notes] if isinstance(notes, str) else notes
         parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
-    host = s.get("host") or {}
-    facts = [f"{k} {host[k]}" for k in ("hostname", "kernel", "cpus") if host.get(k)]
-    facts += [f"accelerator {s['accelerator']}"] if s.get("accelerator") else []
-    facts += [f"run directory {s['run_dir']}"] if s.get("run_dir") else []
+    host = s.host
+    facts = [f"{k} {v}" for k, v in (("hostname", host.hostname), ("kernel", host.kernel), ("cpus", host.cpus)) if v]
+    facts += [f"accelerator {s.accelerator}"] if s.accelerator else []
+    facts += [f"run directory {s.run_dir}"] if s.run_dir else []
     if facts:
         parts.append(f'<p class="muted">{_e(", ".join(facts))}</p>')
     return "\n".join(parts)
 
 
-def write_html(summaries: list[dict], path: Path, explanations=None, sweep=None,
+def write_html(summaries: list[dict | Summary], path: Path, explanations=None, sweep=None,
                latency_samples: dict[str, list[float]] | None = None,
-               repeats: list[list[dict]] | None = None) -> Path:
+               repeats: list[list[dict | Summary]] | None = None) -> Path:
     """Write the report to `path` and its figures to `<stem>-<figure>.png` beside it; return `path`.
     repeats: with `compare --repeat`, every run of each entry (aligned with `summaries`, which hold the median
-    runs), for the spread in the throughput chart and the runs table."""
+    runs), for the spread in the throughput chart and the runs table. Runs are read through the typed run model
+    (analysis.run_model.Summary) from here down."""
+    summaries = [Summary.of(s) for s in summaries]
+    repeats = [[Summary.of(r) for r in rs] for rs in repeats] if repeats is not None else None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     runs_color = charts.RunColors()
@@ -186,7 +190,7 @@ def write_html(summaries: list[dict], path: Path, explanations=None, sweep=None,
     return path
 
 
-def _figure_sections(figures: list, path: Path, summaries: list[dict]) -> list[str]:
+def _figure_sections(figures: list, path: Path, summaries: list[Summary]) -> list[str]:
     """Each figure as a PNG beside the report and inline in it, the causes' legend after the first."""
     imgs = []
     for name, caption, fig in figures:
@@ -201,17 +205,17 @@ def _figure_sections(figures: list, path: Path, summaries: list[dict]) -> list[s
     return imgs
 
 
-def _lead(summaries: list[dict], explanations, sweep) -> list[str]:
+def _lead(summaries: list[Summary], explanations, sweep) -> list[str]:
     """The report's first sentences: each explanation, the sweep, else the first run's headline."""
     lead = [explain_text(e) for e in explanations or []]
     if sweep:
         lead.append(sweep_text(sweep))
     if not lead and summaries:
         s = summaries[0]
-        biggest = max(s.get("stages") or [{}], key=lambda st: _num(st.get("us_per_txn")))
-        lead.append(f"{run_label(s)}: {_num(s.get('tps')):,.0f} TPS, {s.get('regime') or 'regime unknown'}"
-                    + (f"; the largest stage is {biggest['name']} ({_num(biggest.get('us_per_txn')):,.1f} µs per "
-                       f"transaction)" if biggest.get("name") else ""))
+        biggest = max(s.stages or [Stage()], key=lambda st: _num(st.us_per_txn))
+        lead.append(f"{run_label(s)}: {_num(s.tps):,.0f} TPS, {s.regime or 'regime unknown'}"
+                    + (f"; the largest stage is {biggest.name} ({_num(biggest.us_per_txn):,.1f} µs per "
+                       f"transaction)" if biggest.name else ""))
     return lead
 
 

@@ -41,7 +41,8 @@ def cause_rank(cause: str) -> int:
         CAUSE_ORDER.index(cause) if cause in CAUSE_ORDER else len(CAUSE_ORDER))
 
 
-def hops_of(summaries: list[dict]) -> set[str]:
+def hops_of(summaries: list) -> set[str]:
+    """The hops of these runs (summary documents or analysis.run_model.Summary), from their stage and CPU names."""
     out: set[str] = set()
     for s in summaries:
         out |= hop_names(s)

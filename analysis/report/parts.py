@@ -9,6 +9,7 @@ from pathlib import Path
 from pathprof.analysis.causes import hop_names
 from pathprof.analysis.report import path_model, svg_path, waterfall
 from pathprof.analysis.report.palette import CAUSE_COLORS, cause_color, cause_rank, hops_of, qdisc_aware_cause
+from pathprof.analysis.run_model import Summary
 
 CSS = """
 body{font:15px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;
@@ -57,8 +58,9 @@ def cause_legend(summaries: list[dict]) -> str:
     hops = hops_of(summaries)
     causes = set()
     for s in summaries:
-        causes |= {qdisc_aware_cause(str(st.get("name")), hops) for st in s.get("stages") or []}
-        causes |= {qdisc_aware_cause(str(c.get("component")), hops) for c in s.get("cpu") or []}
+        s = Summary.of(s)
+        causes |= {qdisc_aware_cause(str(st.name), hops) for st in s.stages}
+        causes |= {qdisc_aware_cause(str(c.component), hops) for c in s.cpu}
     causes = sorted(causes & (set(CAUSE_COLORS) | {f"hop {h}" for h in hops}), key=lambda c: (cause_rank(c), c))
     if not causes:
         return ""
@@ -67,8 +69,9 @@ def cause_legend(summaries: list[dict]) -> str:
             + "</p>")
 
 
-def _model(s: dict) -> dict:
-    topo, spec = path_model.load_topology(s.get("run_dir"))
+def _model(s: dict | Summary) -> dict:
+    s = Summary.of(s)
+    topo, spec = path_model.load_topology(s.run_dir)
     return path_model.build(s, topo, spec)
 
 
@@ -104,7 +107,7 @@ def _traces(run_dir) -> "object | None":
 def waterfalls(summaries: list[dict], labels: list[str]) -> str:
     parts = []
     for s, label in zip(summaries, labels):
-        traces = _traces(s.get("run_dir"))
+        traces = _traces(Summary.of(s).run_dir)
         if traces is None:
             continue
         order = [p["id"] for p in _model(s)["processes"]]

@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pathprof.analysis.run_model import Stage, Summary
+
 WAIT_KINDS = ("wakeup", "idle_exit", "runqueue", "recv", "queued", "poolwait", "connwait")
 KERNEL_KINDS = ("wire", "netfilter", "dev", "qdisc", "delay")
 HOOK_ORDER = {"output": 1, "postrouting": 2, "forward": 3, "prerouting": 5, "input": 6}
@@ -61,7 +63,7 @@ def _pids(e: dict) -> list:
     return list(e.get("pids") or ([e["pid"]] if e.get("pid") else []))
 
 
-def _processes(topo: dict | None, summary: dict) -> list[dict]:
+def _processes(topo: dict | None, summary: Summary) -> list[dict]:
     """Processes in path order: [{id, label, kind, host, netns, pids}]; ids are the stage names' receivers.
     Every client entry (a discovered path lists each client process, pgbench or not) is the one client `pgbench`,
     the role its stages carry."""
@@ -109,9 +111,13 @@ def _processes(topo: dict | None, summary: dict) -> list[dict]:
     return procs
 
 
-def _hops_in(summary: dict) -> set[str]:
-    names = [str(s.get("name", "")) for s in summary.get("stages") or []]
-    names += [str(c.get("component", "")) for c in summary.get("cpu") or []]
+def _str(name) -> str:
+    return "" if name is None else str(name)
+
+
+def _hops_in(summary: Summary) -> set[str]:
+    names = [_str(s.name) for s in summary.stages]
+    names += [_str(c.component) for c in summary.cpu]
     return {n.split(".")[1] for n in names if n.startswith("hop.") and n.count(".") >= 1}
 
 
@@ -168,8 +174,9 @@ def _stage_key(name: str) -> tuple[str, str, str]:
     return kind, rest, ""
 
 
-def build(summary: dict, topo: dict | None = None, spec: dict | None = None) -> dict:
+def build(summary: dict | Summary, topo: dict | None = None, spec: dict | None = None) -> dict:
     """The drawable model of one run (see the module docstring)."""
+    summary = Summary.of(summary)
     procs = _processes(topo, summary)
     index = {p["id"]: i for i, p in enumerate(procs)}
     host_of = {p["id"]: p.get("host") for p in procs}
@@ -181,25 +188,46 @@ def build(summary: dict, topo: dict | None = None, spec: dict | None = None) -> 
         order = range(len(procs) - 1) if leg == "request" else range(len(procs) - 1, 0, -1)
         legs[leg] = [{"from": procs[i]["id"], "to": procs[i + 1 if leg == "request" else i - 1]["id"],
                       "elements": [], "leg": leg} for i in order]
-    unplaced: dict[str, list[dict]] = {}
-    stages = [s for s in summary.get("stages") or [] if not s.get("parent")]
-    total = sum(_num(s.get("us_per_txn")) for s in stages)
+    stages = [s for s in summary.stages if not s.parent]
+    total = sum(_num(s.us_per_txn) for s in stages)
     devices, taps = _spec_devices(spec)
+    unplaced = _place_stages(stages, procs, legs, (index, host_of, netns_of), (devices, taps))
+    for p in procs:
+        p["us"] = p["own_us"] + p["wait_us"]
+    _attach_cpu(procs, summary)
+    _unseen_devices(legs, devices, host_of)
+    for segs in legs.values():
+        for seg in segs:
+            seg["elements"].sort(key=_element_order)
+    kernel_cpu = [{"name": str(c.component), "us": _num(c.us_per_txn)}
+                  for c in summary.cpu if _cpu_owner(str(c.component), index) is None]
+    return {"processes": procs, "hosts": _hosts(topo, procs), "legs": legs, "unplaced": unplaced,
+            "total_us": total, "kernel_cpu": kernel_cpu, "topology": summary.topology,
+            "has_topology_json": topo is not None}
 
-    def proc_for(stage_name: str) -> str | None:
-        if stage_name == "client.pgbench" or stage_name.startswith("client."):
-            return "pgbench"
-        if stage_name.startswith("backend."):
-            return "backend"
-        if stage_name.startswith("hop."):
-            return _hop_id(stage_name) if _hop_id(stage_name) in index else None
-        return None
 
+def _proc_for(stage_name: str, index: dict) -> str | None:
+    """The process whose own work a stage is (client, backend, a hop on the path), or None."""
+    if stage_name == "client.pgbench" or stage_name.startswith("client."):
+        return "pgbench"
+    if stage_name.startswith("backend."):
+        return "backend"
+    if stage_name.startswith("hop."):
+        return _hop_id(stage_name) if _hop_id(stage_name) in index else None
+    return None
+
+
+def _place_stages(stages: list[Stage], procs: list[dict], legs: dict, where: tuple, spec_devices: tuple) -> dict:
+    """Each stage onto its process (its own work, or a wait for it) or onto a leg's segment (kernel work);
+    returns the stages that fit neither, by leg."""
+    index, host_of, netns_of = where
+    devices, taps = spec_devices
+    unplaced: dict[str, list[dict]] = {}
     for st in stages:
-        name, leg, us = str(st.get("name", "")), str(st.get("leg") or ""), _num(st.get("us_per_txn"))
+        name, leg, us = _str(st.name), str(st.leg or ""), _num(st.us_per_txn)
         kind, subject, netns = _stage_key(name)
-        item = {"name": name, "leg": leg, "us": us, "p99_us": st.get("p99_us")}
-        owner = proc_for(name)
+        item = {"name": name, "leg": leg, "us": us, "p99_us": st.p99_us}
+        owner = _proc_for(name, index)
         if owner is not None:
             p = procs[index[owner]]
             p["own_us"] += us
@@ -217,18 +245,7 @@ def build(summary: dict, topo: dict | None = None, spec: dict | None = None) -> 
             continue
         seg_obj, placement = seg
         _add_element(seg_obj, kind, name, subject, netns, item, placement)
-    for p in procs:
-        p["us"] = p["own_us"] + p["wait_us"]
-    _attach_cpu(procs, summary)
-    _unseen_devices(legs, devices, host_of)
-    for segs in legs.values():
-        for seg in segs:
-            seg["elements"].sort(key=_element_order)
-    kernel_cpu = [{"name": str(c.get("component")), "us": _num(c.get("us_per_txn"))}
-                  for c in summary.get("cpu") or [] if _cpu_owner(str(c.get("component")), index) is None]
-    return {"processes": procs, "hosts": _hosts(topo, procs), "legs": legs, "unplaced": unplaced,
-            "total_us": total, "kernel_cpu": kernel_cpu, "topology": summary.get("topology"),
-            "has_topology_json": topo is not None}
+    return unplaced
 
 
 def _add_element(seg: dict, kind: str, name: str, subject: str, netns: str, item: dict, placement: str) -> None:
@@ -310,14 +327,14 @@ def _cpu_owner(component: str, index: dict) -> str | None:
     return None
 
 
-def _attach_cpu(procs: list[dict], summary: dict) -> None:
+def _attach_cpu(procs: list[dict], summary: Summary) -> None:
     index = {p["id"]: p for p in procs}
-    for c in summary.get("cpu") or []:
-        name = str(c.get("component"))
+    for c in summary.cpu:
+        name = str(c.component)
         owner = _cpu_owner(name, index)
         if owner is not None:
-            index[owner]["cpu_us"] += _num(c.get("us_per_txn"))
-            index[owner]["cpu"].append({"name": name, "us": _num(c.get("us_per_txn"))})
+            index[owner]["cpu_us"] += _num(c.us_per_txn)
+            index[owner]["cpu"].append({"name": name, "us": _num(c.us_per_txn)})
 
 
 def elements(model: dict) -> dict[tuple, float | None]:
