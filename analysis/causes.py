@@ -10,7 +10,8 @@ A line item (`softirq.net`, `wire.backend`, `hop.docker-proxy.sys`) answers "whe
   netfilter           netfilter.* stages and the `netfilter` CPU component (rules, conntrack, NAT)
   devices             dev.* (veth, bridge, tap, lo queues)
   link impairment     delay.* and qdisc.*: a delay or rate limit put on a link (--link, netem tables)
-  packet loss         retx_*: messages that waited for a TCP retransmission (timeout, fast recovery, probe)
+  packet loss         retx_*: messages that waited for a TCP retransmission (timeout, fast recovery, probe), and
+                      connect.syn_retx / synack_retx / setup_retx: connection setup that waited for one (-C)
   network stack       wire.* and softirq.net: protocol processing between the send and the receiver's socket
   scheduler           wakeup.*, idle_exit.*, runqueue.*, recv.*, queued.* of the run's own processes: waiting to
                       be woken, for a CPU to leave idle, for a CPU, behind other work
@@ -52,7 +53,7 @@ def cause_of(name: str, hops: set[str]) -> str:
         return "devices"
     if name.startswith(("delay.", "qdisc.")):
         return "link impairment"
-    if name.startswith("retx_"):
+    if name.startswith("retx_") or name in ("connect.syn_retx", "connect.synack_retx", "connect.setup_retx"):
         return "packet loss"
     if name == "softirq.net":
         return "network stack"

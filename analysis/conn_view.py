@@ -4,11 +4,24 @@ Read from `connect.parquet` (written by pathprof.agent.probing.conn, one row per
 path, back to back, so they add up to `connect.total` (the client's connect() call -> it has read the first
 ReadyForQuery) -- `summary["connection_setup"]`, µs per connection:
 
-  connect.tcp_handshake      client SYN_SENT -> client ESTABLISHED (TCP only; absent on unix sockets). A SYN
-                             dropped by a full listen queue is retransmitted after 1 s: inside this step, and
-                             counted (`connection_probe.counters`: syn_retransmits -- syn_retransmits_sampled
-                             of connections sampled --, synack_retransmits, and the server namespace's
-                             listen_overflows / listen_drops from TcpExt)
+  connect.syn_retx           client SYN_SENT -> the handshake's last retransmission (TCP only, connections
+                             that had one; per connection sampled): a SYN or SYN-ACK lost on the wire, or a SYN
+                             a full listen queue dropped, waits for a retransmission timer (1 s, then 2 s ...).
+                             The client's SYN again or the server's SYN-ACK again (paired by the server's
+                             initial sequence number, so NAT does not matter); emitted by the client alone.
+                             Counted (`connection_probe.counters`: syn_retransmits -- syn_retransmits_sampled
+                             of connections sampled --, synack_retransmits, handshake_retx_sampled: connections
+                             sampled that waited, and the server namespace's listen_overflows / listen_drops)
+  connect.tcp_handshake      client SYN_SENT (or the handshake's last retransmission) -> client ESTABLISHED
+                             (TCP only; absent on unix sockets): the handshake's trip
+  connect.synack_retx        client ESTABLISHED -> the last retransmission before the postmaster's accept()
+                             took the connection (the server's SYN-ACK again, or the client's first data
+                             again): its final ACK was dropped by a full accept queue (ListenOverflows) or
+                             lost. Paired connections only (synack_retx_sampled); else inside connect.unsplit
+  connect.setup_retx         a setup message (SSLRequest, its refusal, the startup packet, the hello) that reached
+                             its receiver only with a retransmission: its send -> that retransmission, timed by
+                             the per-message probe (probes/tcp_loss.bpf.h) and moved out of the step that held it
+                             (backend_init_auth; ready_delivery or unsplit for the hello): split_setup_retx
   connect.accept             handshake done (TCP) / connect() called (unix) -> the postmaster's accept()
                              returns: the accept queue (the postmaster waking from its select(), or busy forking
                              for earlier connections) and the accept itself
@@ -32,7 +45,8 @@ ReadyForQuery) -- `summary["connection_setup"]`, µs per connection:
                              client's own connect time (connect.client_total: connect start -> its read of the
                              hello) minus the backend's steps above (fork, first_run, backend_init_auth), which
                              are measured without a client: handshakes, accept queues, the hop accepting and
-                             dialing upstream, the hello's way back
+                             dialing upstream, the hello's way back (connect.syn_retx, measured on the client
+                             alone, is left out of it)
 
 The summary also puts these steps into the latency view (leg `connect`, µs per transaction = µs per
 connection): the per-message stages leave the setup exchange to this probe (probes/msg.bpf.h, conn_split), so
@@ -64,9 +78,12 @@ import pandas as pd
 from pathprof.analysis.histogram import quantile as hist_quantile
 from pathprof.analysis.run_model import LoadResult
 
-SETUP_STEPS = ["connect.tcp_handshake", "connect.accept", "connect.fork", "connect.first_run",
-               "connect.backend_init_auth", "connect.ready_delivery", "connect.thread_wait"]
+SETUP_STEPS = ["connect.syn_retx", "connect.tcp_handshake", "connect.synack_retx", "connect.accept", "connect.fork",
+               "connect.first_run", "connect.backend_init_auth", "connect.ready_delivery", "connect.thread_wait"]
 BACKEND_STEPS = ("connect.fork", "connect.first_run", "connect.backend_init_auth")   # need no client pairing
+CLIENT_STEPS = ("connect.syn_retx",)      # measured on the client alone: inside connect.client_total too
+RETX_STEPS = ("connect.syn_retx", "connect.synack_retx")   # only the connections that had one
+SETUP_RETX = ("connect.setup_retx",)      # from the per-message probe: split_setup_retx
 CONNECT_LEG = "connect"
 NOT_IN_PGBENCH_CONNECTION_TIME = ("connect.thread_wait",)     # the latency view's leg of the setup steps (stages.py)
 ASYNC_STEPS = ["connect.first_query", "connect.teardown", "connect.reap"]
@@ -96,6 +113,8 @@ def _rows(frame: pd.DataFrame | None, names: list[str], connections: int) -> lis
                     "p50_us": None if p50 is None else round(p50 / 1e3, 2),
                     "p99_us": None if p99 is None else round(p99 / 1e3, 2),
                     "count": int(r.count)})
+        if name in RETX_STEPS:
+            out[-1]["sampled"] = int(denom)     # the connections its mean is over (count of them waited)
     return out
 
 
@@ -107,7 +126,7 @@ def _unsplit(frame: pd.DataFrame | None, setup: list[dict]) -> list[dict]:
     total = _rows(frame, ["connect.client_total"], 0)
     if "connect.ready_delivery" in names or not total:
         return setup
-    own = sum(s["us_per_conn"] for s in setup if s["name"] in BACKEND_STEPS)
+    own = sum(s["us_per_conn"] for s in setup if s["name"] in BACKEND_STEPS + CLIENT_STEPS)
     row = {**total[0], "name": "connect.unsplit", "us_per_conn": round(max(total[0]["us_per_conn"] - own, 0.0), 2),
            "p50_us": None, "p99_us": None}
     return [row] + setup
@@ -131,7 +150,8 @@ def setup_stages(setup: list[dict]) -> list[dict]:
     is µs per transaction. The per-message stages leave the setup exchange out (probes/msg.bpf.h, conn_split), so
     together they tile the client's cycle."""
     return [{"name": s["name"], "leg": CONNECT_LEG, "us_per_txn": s["us_per_conn"], "p50_us": s.get("p50_us"),
-             "p99_us": s.get("p99_us"), "count_per_txn": 1.0} for s in setup]
+             "p99_us": s.get("p99_us"),
+             "count_per_txn": round(s["count"] / s["sampled"], 4) if s.get("sampled") else 1.0} for s in setup]
 
 
 def probe_counters(frame: pd.DataFrame | None) -> dict:
@@ -187,3 +207,60 @@ def add_connection_setup(summary: dict, rd) -> None:
     closure["connection_measured_us"] = None if measured_ms is None else measured_ms * 1000.0
     closure["connection_error_pct"] = (round((total - measured_ms * 1000.0) / (measured_ms * 1000.0) * 100, 1)
                                        if measured_ms else None)
+
+
+# where a setup message's retransmission wait sits among the steps, by where it fell (probes/tcp_loss.bpf.h): into a
+# backend (or the 1-byte SSL refusal, which the backend answers with its wait for the startup packet), or the hello
+SETUP_RETX_FROM = {"init": ("connect.backend_init_auth", "connect.unsplit"),
+                   "hello": ("connect.ready_delivery", "connect.unsplit", "connect.backend_init_auth")}
+
+
+def split_setup_retx(setup: list[dict], parts: list[dict] | None, txns: int) -> list[dict]:
+    """-C over a lossy path: a setup message (SSLRequest, its refusal, the startup packet, the hello) delivered only by
+    a retransmission waited for it inside connect.backend_init_auth, connect.ready_delivery or connect.unsplit. The
+    per-message probe times that wait (send -> last retransmission) and keeps it apart (`parts`, ns over the
+    windows' `txns`); it moves out of the step that holds it into `connect.setup_retx`, so the sum is unchanged."""
+    if not parts or not txns:
+        return setup
+    by = {s["name"]: s for s in setup}
+    moved, count = 0.0, 0
+    for p in parts:
+        us = p["sum_ns"] / txns / 1e3
+        count += p["count"]
+        for name in SETUP_RETX_FROM.get(p["where"], SETUP_RETX_FROM["hello"]):
+            s = by.get(name)
+            take = min(us, s["us_per_conn"]) if s else 0.0
+            if take > 0:
+                s["us_per_conn"] = round(s["us_per_conn"] - take, 2)
+                us -= take
+                moved += take
+    if moved <= 0:
+        return setup
+    row = {"name": "connect.setup_retx", "us_per_conn": round(moved, 2), "p50_us": None, "p99_us": None,
+           "count": count, "sampled": int(txns)}
+    at = next((i for i, s in enumerate(setup) if s["name"] in ("connect.backend_init_auth", "connect.unsplit")),
+              len(setup))
+    return setup[:at] + [row] + setup[at:]
+
+
+def connect_retransmits(summary: dict, kernel: dict, setup_parts: list[dict] | None = None) -> dict | None:
+    """What lost or dropped packets cost connection setup (-C over TCP): the probe's SYN and SYN-ACK retransmissions
+    of the run, the kernel's own count in the path's namespaces (TcpExt TCPSynRetrans: both kinds, every socket
+    there), the server's ListenOverflows/ListenDrops, the setup messages delivered by a retransmission, and the
+    connect.syn_retx / synack_retx / setup_retx waits per transaction as a share of the cycle. None without any."""
+    c = (summary.get("connection_probe") or {}).get("counters") or {}
+    waits = {s["name"]: s for s in summary.get("connection_setup") or [] if s["name"] in RETX_STEPS + SETUP_RETX}
+    syn, synack = c.get("syn_retransmits", 0), c.get("synack_retransmits", 0)
+    if not (syn or synack or waits):
+        return None
+    wait = sum(s["us_per_conn"] for s in waits.values())
+    cycle = (summary.get("closure") or {}).get("cycle_us")
+    out = {"syn": syn, "synack": synack, "setup_messages": sum(p["count"] for p in setup_parts or []),
+           "listen_overflows": c.get("listen_overflows", 0), "listen_drops": c.get("listen_drops", 0),
+           "connections_waited": sum(s["count"] for n, s in waits.items() if n in RETX_STEPS),
+           "wait_us_per_txn": round(wait, 1),
+           "wait_share_pct": round(100.0 * wait / cycle, 1) if cycle else None,
+           "by_stage": {n: s["us_per_conn"] for n, s in waits.items()}}
+    if kernel:
+        out["kernel_syn_retrans"] = sum(v.get("TCPSynRetrans", 0) for v in kernel.values())
+    return out

@@ -518,6 +518,7 @@ class Summary:
     windows: Windows | None = None
     scheduler: list | None = None
     tcp_retransmits: TcpRetransmits | None = None
+    connect_retransmits: dict | None = None   # -C: SYN/SYN-ACK and setup-message retransmissions (conn_view)
     disk: list[DiskRow] = field(default_factory=list)
     connection_setup: list[ConnectionStep] = field(default_factory=list)
     connection_async: list[ConnectionStep] = field(default_factory=list)

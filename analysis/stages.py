@@ -171,6 +171,9 @@ def _collect(stages: pd.DataFrame, txns: int, out: dict) -> tuple[dict, dict]:
             out.setdefault("tcp_retransmits", []).append({"leg": r.leg, "kind": r.hook or "other",
                                                           "sender": _label(r.role, r.hop), "count": int(r.count)})
             continue
+        if kind == "setup_retx":      # -C: inside the connection probe's steps, moved out there (conn_view)
+            out.setdefault("setup_retx", []).append({"where": r.hook, "sum_ns": int(r.sum_ns), "count": int(r.count)})
+            continue
         if kind == "pg_excl":
             if r.role == "backend":
                 excl[r.hook] = excl.get(r.hook, 0) + int(r.sum_ns)

@@ -150,7 +150,7 @@ def _add_latency_view(out: dict, rd: RunDir, stages, basis: dict, cycle_us: floa
             "takes timestamps lazily, so very short transactions are logged too short. Trust the cycle and "
             "the latency view's request/server/response legs.")
     if run.workload.connect and rd.file("connect.parquet").exists():
-        _add_connection_setup(out, rd)
+        _add_connection_setup(out, rd, lv.get("setup_retx"), txns)
 
 
 def _add_cpu_view(out: dict, cpu, basis: dict, clients: int, probes: Probes) -> None:
@@ -210,13 +210,15 @@ def probe_cost_share(out: dict) -> dict:
     return {}
 
 
-def _add_connection_setup(out: dict, rd: RunDir) -> None:
+def _add_connection_setup(out: dict, rd: RunDir, setup_retx: list | None = None, txns: int = 0) -> None:
     """A new connection per transaction (-C): the connection probe's setup steps join the latency view (leg
     `connect`), so the stages tile the client's whole cycle, connect to close. The per-message stages leave the
     setup exchange to that probe (probes/msg.bpf.h), so nothing is counted twice; the latency-bound prediction
     (cpu_view, from stages_sum_us) then includes the setup too."""
-    from pathprof.analysis.conn_view import add_connection_setup, setup_stages
+    from pathprof.analysis.conn_view import add_connection_setup, connect_retransmits, setup_stages, split_setup_retx
     add_connection_setup(out, rd)
+    if out.get("connection_setup"):
+        out["connection_setup"] = split_setup_retx(out["connection_setup"], setup_retx, txns)
     rows = setup_stages(out.get("connection_setup") or [])
     if not rows:
         return
@@ -227,6 +229,9 @@ def _add_connection_setup(out: dict, rd: RunDir) -> None:
     ref = cl.get("cycle_us")
     if ref:
         cl["latency_error_pct"] = round((total - ref) / ref * 100.0, 2)
+    hs = connect_retransmits(out, rd.meta.get("tcp_counters") or {}, setup_retx)
+    if hs:
+        out["connect_retransmits"] = hs
     win = out.get("windows") or {}
     if ref and win.get("window_s") and not win.get("always_on") and ref > 0.02 * win["window_s"] * 1e6:
         # a wait that began before a window opened is not counted (its start is not known), so the longer the

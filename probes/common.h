@@ -45,6 +45,9 @@ enum pp_stage {
 	PP_ST_RETX_RTO = 25,      /* a message's wait for the TCP retransmission that delivered it, after a timeout */
 	PP_ST_RETX_FAST = 26,     /* ... a fast retransmission (duplicate ACKs / SACK: the sender was in recovery) */
 	PP_ST_RETX_PROBE = 27,    /* ... a tail loss probe or another retransmission */
+	PP_ST_SETUP_RETX = 29,    /* --connect: a setup message's wait for the retransmission that delivered it, inside
+	                            * the connection probe's steps (sub 1: into a backend, or the 1-byte SSL refusal;
+	                            * 2: the hello, or into a hop); the analysis moves it out into connect.setup_retx */
 	PP_ST_RETX_COUNT = 28,    /* retransmissions of the run's sockets, by outgoing leg (sub: 1 rto 2 fast 3 probe);
 	                            * counts only, not time */
 	PP_ST_XSEND = 31,         /* --trace-sample, marker (ring buffer only): a TCP message's send start on this host,
@@ -90,6 +93,8 @@ enum pp_stat {              /* per-CPU counters of everything not aggregated, so
 	PP_STAT_RETRANSMITS = 28,   /* retransmissions of the run's sockets (tcp_retransmit_skb) */
 	PP_STAT_RETX_DELIVERED = 29, /* messages whose wire was split at the retransmission that delivered them */
 	PP_STAT_RETX_SLOT_LOST = 30, /* a retransmission's stamp replaced by another connection's (slot collision) */
+	PP_STAT_RETX_SETUP = 31,    /* --connect: a setup message delivered by a retransmission: its wait is inside the
+				     * connection probe's steps (conn.bpf.c), not a retx_* stage */
 	PP_STAT_SETUP_SPANS = 34,   /* spans of connection-setup messages left out: --connect, the connection probe's; else
 				     * pgbench's wait from the server's hello to its first query (its start barrier) */
 	PP_STAT_CONN_WAIT = 35,     /* --connect: pieces whose wait overlapped their thread opening another connection */

@@ -234,6 +234,8 @@ static __always_inline void delivered(struct pc_task *c, __u64 ready, __u64 at)
 	c->ready_ts = 0;
 }
 
+#include "conn_syn.bpf.h"       /* SYN and SYN-ACK retransmits: connect.syn_retx, connect.synack_retx */
+
 /* ---------------- scheduler: first run, on-CPU buckets, the dead backend leaving ---------------- */
 static __always_inline void finish(struct pc_task *t, __u32 tid, __u64 now, int reaping)
 {
@@ -344,7 +346,7 @@ int BPF_PROG(pc_tcp_state, const struct sock *sk, const int oldstate, const int 
 	} else if (newstate == TCP_ESTABLISHED && oldstate == TCP_SYN_SENT) {
 		struct pc_pending *p = bpf_map_lookup_elem(&pending, &key);
 		if (p)
-			p->est_ts = bpf_ktime_get_ns();
+			syn_established(p, sk, bpf_ktime_get_ns());
 	}
 	return 0;
 }
@@ -443,15 +445,16 @@ static __always_inline void backend_ready(struct pc_task *t, struct sock *sk, __
 	}
 	t->matched = 1;
 	cstat(PC_STAT_MATCHED);
-	__u64 start = p->start_ts, est = p->est_ts;
+	__u64 start = p->start_ts, est = p->est_ts, hs_from = p->hs_from;
 	__u32 ctid = p->tid, p_sampled = p->sampled;
+	__u64 acc_from = syn_accept_from(p, t->accept_ts, p_sampled);
 	bpf_map_delete_elem(&pending, &peer);
 	if (!p_sampled)
 		return;                          /* not sampled: started outside the measurement windows */
 	t->sampled = 1;
 	cstat(PC_STAT_SAMPLED);
-	step_span(PC_ST_HANDSHAKE, est ? start : 0, est);
-	step_span(PC_ST_ACCEPT, est ? est : start, t->accept_ts);
+	step_span(PC_ST_HANDSHAKE, est ? hs_from : 0, est);
+	step_span(PC_ST_ACCEPT, acc_from, t->accept_ts);
 	step_span(PC_ST_FORK, t->accept_ts, t->fork_ts);
 	step_span(PC_ST_FIRST_RUN, t->fork_ts, t->first_run_ts);
 	step_span(PC_ST_INIT_AUTH, t->first_run_ts, at);
@@ -542,29 +545,5 @@ int BPF_PROG(pc_recv, struct sock *sk, int ret, int flags)
 		t->cpu[PC_B_TAIL] = 0;
 	}
 	t->recv_ts = now;
-	return 0;
-}
-
-/* ---------------- SYN and SYN-ACK retransmits: a listen or accept queue that overflowed ---------------- */
-SEC("tp_btf/tcp_retransmit_skb")
-int BPF_PROG(pc_retransmit, const struct sock *sk, const struct sk_buff *skb)
-{
-	/* the client's SYN again (SYN_SENT): the first was dropped, usually by a full listen queue */
-	if (sk->__sk_common.skc_state != TCP_SYN_SENT || !is_svc_port(bpf_ntohs(sk->__sk_common.skc_dport)))
-		return 0;
-	cstat(PC_STAT_SYN_RETRANS);
-	__u64 key = (__u64)sk;
-	struct pc_pending *p = bpf_map_lookup_elem(&pending, &key);
-	if (p && p->sampled)
-		cstat(PC_STAT_SYN_RETRANS_SAMPLED);   /* its wait is in connect.tcp_handshake */
-	return 0;
-}
-
-SEC("tp_btf/tcp_retransmit_synack")
-int BPF_PROG(pc_retransmit_synack, const struct sock *sk, const struct request_sock *req)
-{
-	/* sk is the listener: the client's ACK did not make it into the accept queue (full) */
-	if (is_svc_port(sk->__sk_common.skc_num))
-		cstat(PC_STAT_SYNACK_RETRANS);
 	return 0;
 }

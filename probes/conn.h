@@ -23,6 +23,12 @@ enum pc_step {
 	PC_ST_CLIENT_TOTAL = 12, /* client's connect start -> its first read of more than 1 byte (the hello), measured on
 	                          * the client alone: what a backend that cannot be paired with it (a hop or NAT in
 	                          * between) leaves unsplit */
+	PC_ST_SYN_RETX = 13,    /* client SYN_SENT -> the handshake's last retransmission before ESTABLISHED (the
+	                         * client's SYN or the server's SYN-ACK again). Sum only, one per connection that had
+	                         * one; emitted by the client alone (no pairing needed). conn_syn.bpf.h */
+	PC_ST_SYNACK_RETX = 14, /* client ESTABLISHED -> the last retransmission before the server took the connection
+	                         * (its SYN-ACK again, or the client's first data): the final ACK was dropped (a full
+	                         * accept queue). Sum only; paired connections. conn_syn.bpf.h */
 	/* CPU, on-CPU ns per matched connection */
 	PC_ST_CPU_CLIENT = 16,  /* client thread, connect start -> ReadyForQuery received */
 	PC_ST_CPU_INIT = 17,    /* backend, first run -> ready (backend start + auth) */
@@ -54,7 +60,9 @@ enum pc_stat {              /* per-CPU counters: nothing unmatched or lost goes 
 	PC_STAT_UNPAIRED_SAMPLED = 17, /* backends ready inside a window with no client paired (hop or NAT in between) */
 	PC_STAT_STALE = 18,          /* client connection starts never paired, dropped at the client's next start */
 	PC_STAT_SYN_RETRANS_SAMPLED = 19, /* ... of them, SYNs of connections sampled (started inside a window) */
-	PC_NSTATS = 20,
+	PC_STAT_HS_RETX_SAMPLED = 20,     /* sampled connections whose handshake waited for a retransmission */
+	PC_STAT_SYNACK_RETX_SAMPLED = 21, /* sampled, paired connections the server took only after a retransmission */
+	PC_NSTATS = 24,
 };
 
 enum pc_role { PC_ROLE_CLIENT = 1, PC_ROLE_BACKEND = 2 };
@@ -92,5 +100,11 @@ struct pc_pending {         /* `pending` LRU hash, key: the client's struct sock
 	__u64 est_ts;           /* TCP: client ESTABLISHED, 0 for unix */
 	__u32 tid;              /* client thread */
 	__u32 sampled;          /* started inside a window: sampled however long it takes (a SYN retransmitted) */
+	__u64 retx_ts;          /* TCP: the connection's last retransmission in its current phase (SYN_SENT, then
+	                         * ESTABLISHED until paired) */
+	__u64 hs_from;          /* TCP: where connect.tcp_handshake starts (the last handshake retransmission, or
+	                         * the start) */
+	__u32 srv_isn;          /* TCP: the server's initial sequence number (its SYN-ACK's), for SYN-ACK retransmits */
+	__u32 pad;
 };
 #endif

@@ -312,7 +312,7 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 		t->send_ts = now;             /* unix: the send path up to here stays in the sender's stage */
 		t->in_send = 1;
 		stat_inc(PP_STAT_WIRE_UNTIMED);
-	} else if (!(sk->__sk_common.skc_family != AF_UNIX_NUM && retx_delivered(sk, s, ws, now, seq))) {
+	} else if (!(sk->__sk_common.skc_family != AF_UNIX_NUM && retx_delivered(sk, s, ws, now, seq, setup))) {
 		stat_inc(PP_STAT_WIRE_UNPAIRED);
 	}
 	return 0;

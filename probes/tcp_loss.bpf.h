@@ -75,8 +75,10 @@ int BPF_PROG(pp_tcp_retransmit, const struct sock *csk, const struct sk_buff *sk
 }
 
 /* The receiver's sk_data_ready found no send in progress: was it a retransmission of a message of the run's?
- * Then its wire starts at the message's send and the recovery wait is split out; 1 when spans were emitted. */
-static __always_inline int retx_delivered(struct sock *sk, struct pp_sock *s, __u64 ws, __u64 now, __u32 seq)
+ * Then its wire starts at the message's send and the recovery wait is split out; 1 when spans were emitted (or,
+ * for a --connect setup message, left to the connection probe, whose steps hold its wait: counted only). */
+static __always_inline int retx_delivered(struct sock *sk, struct pp_sock *s, __u64 ws, __u64 now, __u32 seq,
+					  int setup)
 {
 	__u32 seq_key = BPF_CORE_READ((struct tcp_sock *)sk, rcv_nxt);
 	struct pp_retx *r = retx_slot(seq_key);
@@ -95,6 +97,16 @@ static __always_inline int retx_delivered(struct sock *sk, struct pp_sock *s, __
 	 * retransmission's own trip is shorter than the wait before it */
 	if (sent < ws || !(sent <= rt && rt <= now) || now - rt > rt - sent)
 		return 0;
+	if (setup) {
+		/* the connection probe's steps hold its wait (backend_init_auth, ready_delivery or unsplit): kept apart
+		 * by where it falls, so the analysis can name it without counting it twice */
+		__u64 got = BPF_CORE_READ((struct tcp_sock *)sk, bytes_received);
+		struct pp_stage_key k = { .stage = PP_ST_SETUP_RETX, .role = s->role, .leg = s->leg, .hop = s->hop,
+					  .sub = s->role == PP_ROLE_BACKEND || got <= 1 ? 1 : 2 };
+		stage_add(&k, rt - sent);
+		stat_inc(PP_STAT_RETX_SETUP);
+		return 1;
+	}
 	struct pp_stage_key k = { .stage = kind, .role = s->role, .leg = s->leg, .hop = s->hop };
 	stage_add(&k, rt - sent);
 	trace_emit(kind, s->role, s->leg, s->hop, sent, rt - sent, seq);

@@ -36,6 +36,9 @@ STEPS = {
     10: ("connect.total", "latency", "conn"),
     11: ("connect.thread_wait", "latency", "total"),
     12: ("connect.client_total", "latency", "conn"),
+    # a handshake retransmission's wait: only connections that had one, so per connection sampled
+    13: ("connect.syn_retx", "latency", "total"),
+    14: ("connect.synack_retx", "latency", "total"),
     16: ("cpu.client_connect", "cpu", "conn"),
     17: ("cpu.backend_init", "cpu", "conn"),
     18: ("cpu.backend_first_query", "cpu", "conn"),
@@ -50,7 +53,8 @@ NSTEPS = 24
 STATS = {0: "starts", 1: "accepts", 2: "forks", 3: "ready", 4: "matched", 5: "unmatched", 6: "tasks_full",
          7: "pending_full", 8: "out_of_order", 9: "gone_unready", 10: "reaped", 11: "accept_lost", 12: "no_peer",
          13: "negotiation", 14: "sampled", 15: "syn_retransmits", 16: "synack_retransmits", 17: "unpaired_sampled",
-         18: "stale_starts", 19: "syn_retransmits_sampled"}
+         18: "stale_starts", 19: "syn_retransmits_sampled", 20: "handshake_retx_sampled",
+         21: "synack_retx_sampled"}
 # the server namespace's own counters (/proc/PID/net/netstat, TcpExt), read at reset() and stop(): connections
 # the kernel refused or dropped because the postmaster's listen/accept queue was full
 NETSTAT = {"ListenOverflows": "listen_overflows", "ListenDrops": "listen_drops"}

@@ -123,6 +123,9 @@ def stage_frame(now: dict, base: dict, devs: dict, hops: dict, netns_names: dict
         if kind == "retx_count":     # retransmissions by outgoing leg; their kind in `hook`
             row(kind, d, role, leg, hop_names.get(hop, ""), hook={1: "rto", 2: "fast", 3: "probe"}.get(sub, "other"))
             continue
+        if kind == "setup_retx":     # -C: a setup message's retransmission wait, by where it falls, in `hook`
+            row(kind, d, role, leg, hop_names.get(hop, ""), hook={1: "init", 2: "hello"}.get(sub, "other"))
+            continue
         if kind == "pg_excl":        # exclusive part of a backend wait/I-O: named by its owner, in `hook`
             row(kind, d, role, leg, hop_names.get(hop, ""), hook=L.EXCL_OWNERS.get(sub, f"u{sub}"))
             continue

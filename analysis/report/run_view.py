@@ -275,6 +275,20 @@ def retransmit_line(r: dict | TcpRetransmits) -> str:
     return text
 
 
+def connect_retransmit_line(h: dict) -> str:
+    """One sentence on lost or dropped packets of connection setup under -C: how many, what they cost the cycle."""
+    text = (f"Connection setup retransmissions: {h['syn']:,} SYN, {h['synack']:,} SYN-ACK, "
+            f"{h.get('setup_messages', 0):,} setup messages; they cost {h['wait_us_per_txn']:,.1f} µs per transaction "
+            f"({', '.join(f'{n} {v:,.1f}' for n, v in h['by_stage'].items()) or 'none sampled'})")
+    if h.get("wait_share_pct") is not None:
+        text += f", {h['wait_share_pct']:.1f} % of the cycle"
+    if h.get("kernel_syn_retrans") is not None:
+        text += f"; the kernel counted {h['kernel_syn_retrans']:,} SYN and SYN-ACK (TCPSynRetrans in the path's namespaces)"
+    if h.get("listen_drops"):
+        text += f"; the server's listen queue dropped {h['listen_drops']:,} (ListenDrops)"
+    return text
+
+
 def report_view(summary: dict | Summary):
     summary = Summary.of(summary)
     parts = [header(summary), latency_table(summary), Text(""), cpu_table(summary)]
@@ -286,6 +300,8 @@ def report_view(summary: dict | Summary):
             parts += [Text(""), extra]
     if summary.tcp_retransmits:
         parts += [Text(""), Text(retransmit_line(summary.tcp_retransmits))]
+    if summary.connect_retransmits:
+        parts += [Text(""), Text(connect_retransmit_line(summary.connect_retransmits))]
     if summary.pooler_counters:
         from pathprof.analysis.pooler import describe
         parts += [Text(""), Text("\n".join(describe(r) for r in summary.pooler_counters))]

@@ -190,3 +190,62 @@ def test_summary_folds_the_setup_into_the_latency_closure(tmp_path):
     total = 1000 + 180 + 480 + 150 + 2000 + 80
     assert s["closure"]["stages_sum_us"] == pytest.approx(total)
     assert s["closure"]["latency_error_pct"] == pytest.approx((total - 4000) / 4000 * 100, abs=0.01)
+
+
+def retx_row(name: str, count: int, sum_ms: float) -> dict:
+    return {"step": name, "kind": "latency", "per": "total", "count": count, "sum_ns": int(sum_ms * 1e6), "hist": None}
+
+
+def test_handshake_retransmission_waits_are_spread_over_the_connections_sampled(tmp_path):
+    """connect.syn_retx comes only from the connections whose handshake waited (2 of 100, 1 s each): per
+    transaction it is their sum over all 100 sampled, 20 ms, with 0.02 of a wait per transaction; it is first in the
+    timeline, before the handshake's last trip."""
+    steps = dict(UNIX, **{"connect.tcp_handshake": (100, 40.0)})
+    fr = pd.concat([frame(steps, {"sampled": 100, "matched": 100, "syn_retransmits": 2, "synack_retransmits": 1}),
+                    pd.DataFrame([retx_row("connect.syn_retx", 2, 2000.0)])], ignore_index=True)
+    s = {"closure": {"cycle_us": 40_000.0}}
+    V.add_connection_setup(s, make_rundir(tmp_path, fr))
+    rows = s["connection_setup"]
+    assert [r["name"] for r in rows][:2] == ["connect.syn_retx", "connect.tcp_handshake"]
+    assert rows[0]["us_per_conn"] == pytest.approx(20_000.0)
+    assert V.setup_stages(rows)[0]["count_per_txn"] == pytest.approx(0.02)
+    hs = V.connect_retransmits(s, {"pp-a": {"TCPSynRetrans": 2}, "pp-b": {"TCPSynRetrans": 1}})
+    assert hs["syn"] == 2 and hs["synack"] == 1 and hs["kernel_syn_retrans"] == 3
+    assert hs["wait_share_pct"] == pytest.approx(50.0) and hs["connections_waited"] == 2
+
+
+def test_unsplit_leaves_out_the_handshake_retransmission_the_client_measured(tmp_path):
+    """No backend paired with its client (NAT, a hop, the delay line's reinjection): connect.syn_retx is measured
+    on the client alone and is inside its connect.client_total, so connect.unsplit must not hold it again."""
+    steps = {k: v for k, v in UNIX.items() if k not in ("connect.accept", "connect.ready_delivery")}
+    steps["connect.client_total"] = (100, 12_830.0)      # 10 ms of SYN waits + 2,630 own steps + 200 unsplit
+    fr = pd.concat([frame(steps, {"unpaired_sampled": 100}), pd.DataFrame([retx_row("connect.syn_retx", 1, 1000.0)])],
+                   ignore_index=True)
+    s = {}
+    V.add_connection_setup(s, make_rundir(tmp_path, fr))
+    rows = {r["name"]: r["us_per_conn"] for r in s["connection_setup"]}
+    assert rows["connect.syn_retx"] == pytest.approx(10_000.0)
+    assert rows["connect.unsplit"] == pytest.approx(12_830.0 - 10_000.0 - 480 - 150 - 2000)
+
+
+def test_no_handshake_retransmissions_no_entry():
+    assert V.connect_retransmits({"connection_probe": {"counters": {"syn_retransmits": 0}}}, {}) is None
+
+
+def test_a_setup_message_retransmission_moves_out_of_the_step_that_held_it():
+    """The startup packet lost once (200 ms tail-loss probe) over 10 transactions: 20 ms per transaction out of
+    connect.backend_init_auth; a lost hello: out of connect.ready_delivery. The setup's sum is unchanged."""
+    setup = V.connection_setup_view(frame(UNIX), 100)
+    before = sum(s["us_per_conn"] for s in setup)
+    parts = [{"where": "init", "sum_ns": 10 * 150_000, "count": 1}, {"where": "hello", "sum_ns": 10 * 50_000,
+                                                                      "count": 1}]
+    rows = {s["name"]: s for s in V.split_setup_retx(setup, parts, 10)}
+    assert rows["connect.setup_retx"]["us_per_conn"] == pytest.approx(200.0)
+    assert rows["connect.backend_init_auth"]["us_per_conn"] == pytest.approx(2000.0 - 150.0)
+    assert rows["connect.ready_delivery"]["us_per_conn"] == pytest.approx(80.0 - 50.0)
+    assert sum(s["us_per_conn"] for s in rows.values()) == pytest.approx(before)
+    # more than a step holds: it takes what the next one in line has, never below zero
+    rows = {s["name"]: s for s in V.split_setup_retx(V.connection_setup_view(frame(UNIX), 100),
+                                                       [{"where": "hello", "sum_ns": 10 * 100_000, "count": 1}], 10)}
+    assert rows["connect.ready_delivery"]["us_per_conn"] == 0
+    assert rows["connect.backend_init_auth"]["us_per_conn"] == pytest.approx(2000.0 - 20.0)

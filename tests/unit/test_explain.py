@@ -251,6 +251,14 @@ def test_a_reply_waiting_for_a_thread_blocked_in_a_connect_is_connection_setup()
     assert cause_of("wakeup.pgbench", set()) == "scheduler"
 
 
+def test_a_handshake_waiting_for_a_retransmission_is_packet_loss():
+    from pathprof.analysis.causes import cause_of
+    assert cause_of("connect.syn_retx", set()) == "packet loss"
+    assert cause_of("connect.synack_retx", set()) == "packet loss"
+    assert cause_of("connect.setup_retx", set()) == "packet loss"
+    assert cause_of("connect.tcp_handshake", set()) == "connection setup"
+
+
 def test_a_part_one_run_lacks_is_zero_there_not_a_fallback_to_the_parent():
     """A deep baseline whose backend never waited has no backend.execute split; the other run's lock wait must
     still be named (#22.5), not folded into backend.execute for both."""
