@@ -283,7 +283,8 @@ def connect_retransmit_line(h: dict) -> str:
     if h.get("wait_share_pct") is not None:
         text += f", {h['wait_share_pct']:.1f} % of the cycle"
     if h.get("kernel_syn_retrans") is not None:
-        text += f"; the kernel counted {h['kernel_syn_retrans']:,} SYN and SYN-ACK (TCPSynRetrans in the path's namespaces)"
+        text += (f"; the kernel counted {h['kernel_syn_retrans']:,} SYN and SYN-ACK "
+                 "(TCPSynRetrans in the path's namespaces)")
     if h.get("listen_drops"):
         text += f"; the server's listen queue dropped {h['listen_drops']:,} (ListenDrops)"
     return text

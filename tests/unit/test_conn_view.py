@@ -249,3 +249,12 @@ def test_a_setup_message_retransmission_moves_out_of_the_step_that_held_it():
                                                        [{"where": "hello", "sum_ns": 10 * 100_000, "count": 1}], 10)}
     assert rows["connect.ready_delivery"]["us_per_conn"] == 0
     assert rows["connect.backend_init_auth"]["us_per_conn"] == pytest.approx(2000.0 - 20.0)
+
+
+def test_the_report_says_what_setup_retransmissions_cost():
+    from pathprof.analysis.report.run_view import connect_retransmit_line
+    text = connect_retransmit_line({"syn": 18, "synack": 9, "setup_messages": 33, "wait_us_per_txn": 52715.4,
+                                    "wait_share_pct": 73.2, "kernel_syn_retrans": 27, "listen_drops": 0,
+                                    "by_stage": {"connect.syn_retx": 38404.6, "connect.setup_retx": 14310.9}})
+    assert "18 SYN, 9 SYN-ACK, 33 setup messages" in text and "73.2 % of the cycle" in text
+    assert "connect.syn_retx 38,404.6" in text and "the kernel counted 27" in text
