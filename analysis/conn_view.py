@@ -22,6 +22,10 @@ ReadyForQuery) -- `summary["connection_setup"]`, µs per connection:
                              its receiver only with a retransmission: its send -> that retransmission, timed by
                              the per-message probe (probes/tcp_loss.bpf.h) and moved out of the step that held it
                              (backend_init_auth; ready_delivery or unsplit for the hello): split_setup_retx
+  connect.hop_accept         a hop's end of the connection established -> the hop's first read on it (any of its
+                             processes): its accept queue, its accept, its read of the client's first message.
+                             pgpool-II with fewer children (num_init_children) than clients: the wait for a free
+                             child. Only on a path with a hop; subtracted from connect.unsplit, which holds it
   connect.accept             handshake done (TCP) / connect() called (unix) -> the postmaster's accept()
                              returns: the accept queue (the postmaster waking from its select(), or busy forking
                              for earlier connections) and the accept itself
@@ -78,10 +82,13 @@ import pandas as pd
 from pathprof.analysis.histogram import quantile as hist_quantile
 from pathprof.analysis.run_model import LoadResult
 
-SETUP_STEPS = ["connect.syn_retx", "connect.tcp_handshake", "connect.synack_retx", "connect.accept", "connect.fork",
-               "connect.first_run", "connect.backend_init_auth", "connect.ready_delivery", "connect.thread_wait"]
+SETUP_STEPS = ["connect.syn_retx", "connect.tcp_handshake", "connect.synack_retx", "connect.hop_accept",
+               "connect.accept", "connect.fork", "connect.first_run", "connect.backend_init_auth",
+               "connect.ready_delivery", "connect.thread_wait"]
 BACKEND_STEPS = ("connect.fork", "connect.first_run", "connect.backend_init_auth")   # need no client pairing
 CLIENT_STEPS = ("connect.syn_retx",)      # measured on the client alone: inside connect.client_total too
+# inside the client's connect and timed without pairing either: a hop's accept queue (pgpool's wait for a child)
+HOP_STEPS = ("connect.hop_accept",)
 RETX_STEPS = ("connect.syn_retx", "connect.synack_retx")   # only the connections that had one
 SETUP_RETX = ("connect.setup_retx",)      # from the per-message probe: split_setup_retx
 CONNECT_LEG = "connect"
@@ -126,7 +133,7 @@ def _unsplit(frame: pd.DataFrame | None, setup: list[dict]) -> list[dict]:
     total = _rows(frame, ["connect.client_total"], 0)
     if "connect.ready_delivery" in names or not total:
         return setup
-    own = sum(s["us_per_conn"] for s in setup if s["name"] in BACKEND_STEPS + CLIENT_STEPS)
+    own = sum(s["us_per_conn"] for s in setup if s["name"] in BACKEND_STEPS + CLIENT_STEPS + HOP_STEPS)
     row = {**total[0], "name": "connect.unsplit", "us_per_conn": round(max(total[0]["us_per_conn"] - own, 0.0), 2),
            "p50_us": None, "p99_us": None}
     return [row] + setup

@@ -51,7 +51,8 @@ message the probes measure, back to back, so the stages tile the connection's ti
 
 A new connection per transaction (--connect, pgbench -C): the summary adds the connection probe's steps as
 stages of the leg `connect` (names and meaning in pathprof.analysis.conn_view: connect.tcp_handshake,
-connect.accept -- the accept queue --, connect.fork, connect.first_run, connect.backend_init_auth,
+connect.hop_accept -- a hop's accept queue: pgpool's wait for a free child --, connect.accept -- the accept
+queue --, connect.fork, connect.first_run, connect.backend_init_auth,
 connect.ready_delivery, connect.thread_wait -- a closed client waiting for its pgbench thread to reconnect it --,
 and, where no backend could be paired with its client (a hop or NAT between them), connect.unsplit),
 and the per-message stages above leave out the setup exchange (SSLRequest, startup packet, the server's hello up

@@ -37,9 +37,11 @@ char LICENSE[] SEC("license") = "GPL";
 #define TASK_DEAD 0x80
 #define TCP_ESTABLISHED 1
 #define TCP_SYN_SENT 2
+#define TCP_SYN_RECV 3
 
 const volatile __u32 pm_pid = 0;       /* the server process that accepts and forks (postmaster) */
 const volatile __u16 svc_ports[PP_MAX_PORTS] = {};   /* host order, 0-terminated: the run's service ports */
+const volatile __u16 hop_ports[PP_MAX_PORTS] = {};   /* the service ports a hop listens on (not the postmaster) */
 const volatile __u32 max_closed = 0;   /* clients per pgbench thread (0: unknown): at most that many wait for it */
 
 static __always_inline int is_svc_port(__u16 port) { return port_in(svc_ports, port); }
@@ -67,6 +69,13 @@ struct {
 	__type(key, __u64);
 	__type(value, struct pc_pending);
 } pending SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);   /* a hop's connections ESTABLISHED in a window, not read yet */
+	__uint(max_entries, 4096);
+	__type(key, __u64);                    /* the hop's struct sock * */
+	__type(value, __u64);                  /* ESTABLISHED */
+} hop_est SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -343,6 +352,12 @@ int BPF_PROG(pc_tcp_state, const struct sock *sk, const int oldstate, const int 
 		if (bpf_map_update_elem(&pending, &key, &p, BPF_ANY))
 			cstat(PC_STAT_PENDING_FULL);
 		c->pend_key = key;
+	} else if (newstate == TCP_ESTABLISHED && oldstate == TCP_SYN_RECV && hop_ports[0] &&
+		   port_in(hop_ports, sk->__sk_common.skc_num)) {
+		/* a hop's end of a new connection: in its accept queue until the hop takes it (hop_first_read) */
+		__u64 now = bpf_ktime_get_ns();
+		if (in_window(now))
+			bpf_map_update_elem(&hop_est, &key, &now, BPF_ANY);
 	} else if (newstate == TCP_ESTABLISHED && oldstate == TCP_SYN_SENT) {
 		struct pc_pending *p = bpf_map_lookup_elem(&pending, &key);
 		if (p)
@@ -508,9 +523,24 @@ int BPF_PROG(pc_send, struct sock *sk, int ret, int flags)
 	return 0;
 }
 
+/* A hop's first read on a connection it accepted (any of its processes: pgpool's children are not followed):
+ * ESTABLISHED -> here is the wait in its accept queue (pgpool with every child busy: for a free child), its
+ * accept and its read of the client's first message, which was waiting already */
+static __always_inline void hop_first_read(struct sock *sk, __u64 now)
+{
+	__u64 key = (__u64)sk, *est = bpf_map_lookup_elem(&hop_est, &key);
+	if (!est)
+		return;
+	step_span(PC_ST_HOP_ACCEPT, *est, now);
+	bpf_map_delete_elem(&hop_est, &key);
+}
+
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(pc_recv, struct sock *sk, int ret, int flags)
 {
+	if (hop_ports[0] && ret > 0 && sk->__sk_common.skc_family != AF_UNIX &&
+	    port_in(hop_ports, sk->__sk_common.skc_num))
+		hop_first_read(sk, bpf_ktime_get_ns());
 	__u32 tid;
 	struct pc_task *t = current_tracked(&tid);
 	if (!t || ret < 0 || (flags & MSG_PEEK))

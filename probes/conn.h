@@ -29,6 +29,8 @@ enum pc_step {
 	PC_ST_SYNACK_RETX = 14, /* client ESTABLISHED -> the last retransmission before the server took the connection
 	                         * (its SYN-ACK again, or the client's first data): the final ACK was dropped (a full
 	                         * accept queue). Sum only; paired connections. conn_syn.bpf.h */
+	PC_ST_HOP_ACCEPT = 15,  /* a hop's end of the connection ESTABLISHED -> the hop's first read on it: the hop's accept
+	                         * queue (pgpool-II with every child busy: the wait for a free child) and its accept */
 	/* CPU, on-CPU ns per matched connection */
 	PC_ST_CPU_CLIENT = 16,  /* client thread, connect start -> ReadyForQuery received */
 	PC_ST_CPU_INIT = 17,    /* backend, first run -> ready (backend start + auth) */

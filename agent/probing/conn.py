@@ -39,6 +39,7 @@ STEPS = {
     # a handshake retransmission's wait: only connections that had one, so per connection sampled
     13: ("connect.syn_retx", "latency", "total"),
     14: ("connect.synack_retx", "latency", "total"),
+    15: ("connect.hop_accept", "latency", "conn"),
     16: ("cpu.client_connect", "cpu", "conn"),
     17: ("cpu.backend_init", "cpu", "conn"),
     18: ("cpu.backend_first_query", "cpu", "conn"),
@@ -99,8 +100,10 @@ def libc_of(pid: int) -> str:
 
 class ConnProbe:
     def __init__(self, postmaster_pid: int, service_ports: list[int], client_pids_hint=None,
-                 clients_per_thread: int = 0):
+                 clients_per_thread: int = 0, hop_ports: list[int] | None = None):
         self.pm_pid = int(postmaster_pid)
+        # the ports hops listen on: their accept queues are timed (connect.hop_accept)
+        self.hop_ports = sorted({int(p) for p in hop_ports or [] if p})[:MAX_PORTS]
         self.clients_per_thread = max(int(clients_per_thread or 0), 0)
         self.ports = sorted({int(p) for p in service_ports if p})
         if len(self.ports) > MAX_PORTS:
@@ -122,7 +125,8 @@ class ConnProbe:
         try:
             self.obj = BpfObject(str(_probes_dir() / "conn.bpf.o"))
             self.obj.set_rodata(pm_pid=C.c_uint32(self.pm_pid), svc_ports=(C.c_uint16 * MAX_PORTS)(*self.ports),
-                                max_closed=C.c_uint32(self.clients_per_thread))
+                                max_closed=C.c_uint32(self.clients_per_thread),
+                                hop_ports=(C.c_uint16 * MAX_PORTS)(*self.hop_ports))
             self.obj.load()
             for name, prog in self.obj.programs.items():
                 if prog.section.startswith("tp_btf/"):

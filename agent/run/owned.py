@@ -203,7 +203,9 @@ def _conn_probe(opts, probes, pg, ui):
         return None
     from pathprof.agent.probing.conn import ConnProbe
     w = opts.workload
-    cp = ConnProbe(pg.pid, probes.config.service_ports, clients_per_thread=-(-w.clients // max(w.threads or 1, 1)))
+    hops = [p for p in probes.config.service_ports if p and int(p) != int(pg.port)]   # a pooler's, a proxy's
+    cp = ConnProbe(pg.pid, probes.config.service_ports, clients_per_thread=-(-w.clients // max(w.threads or 1, 1)),
+                   hop_ports=hops)
     try:
         cp.start()
     except UserError as e:

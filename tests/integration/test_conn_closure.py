@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import run_pathprof
+from conftest import _run_json, run_pathprof
 
 pytestmark = pytest.mark.integration
 CLOSURE_PCT = 5.0
@@ -113,6 +113,28 @@ def test_a_poolers_own_queries_are_not_a_transactions(connect_run):
     assert hop["response"]["count_per_txn"] <= 1.1, hop    # the reply to the client only (was 2.0)
     wait = stages(doc, "request")["poolwait.pgbouncer"]
     assert 0.9 <= wait["count_per_txn"] <= 1.1, wait       # the SET's round trip, once per transaction
+
+
+def test_clients_waiting_for_a_free_pgpool_child_is_a_named_setup_step(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    """pgpool-II with fewer children than clients under -C: a child serves one client connection at a time, so the
+    other clients' connections wait in pgpool's accept queue for a free child. That wait is connect.hop_accept (the
+    hop's end established -> the hop's first read on it); before, it was inside connect.unsplit, unnamed. Ground
+    truth: one child against four for 4 clients, the step carries at least 70 % of the cycle's growth (it carries
+    more: with one child the backends start one at a time and their own steps get shorter)."""
+    one, four = (_run_json("--topology", "pgpool", "--clients", "4", "--threads", "4", "--option", f"children={n}",
+                           "--connect", "--mode", "extended", "--duration", "4", runs_dir=tmp_path / f"runs{n}")
+                 for n in (1, 4))
+    for doc in (one, four):
+        assert abs(doc["closure"]["latency_error_pct"]) <= CLOSURE_PCT, (doc["closure"], doc["run_dir"])
+    gap = one["closure"]["cycle_us"] - four["closure"]["cycle_us"]
+    wait = {n: stages(doc, "connect")["connect.hop_accept"]["us_per_txn"] for n, doc in ((1, one), (4, four))}
+    assert gap > 0, (one["closure"], four["closure"])
+    assert wait[1] - wait[4] >= 0.7 * gap, (wait, gap)
+    # it is taken out of what stays unsplit, not added on top of it
+    setup = {s["name"]: s["us_per_conn"] for s in one["connection_setup"]}
+    assert setup["connect.unsplit"] < setup["connect.hop_accept"], setup
 
 
 SMALL_QUEUE_SYSCTLS = """

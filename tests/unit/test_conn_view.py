@@ -164,6 +164,20 @@ def test_thread_wait_through_a_pooler_is_divided_by_the_client_connects_sampled(
     assert rows["connect.unsplit"]["us_per_conn"] == pytest.approx(170.0)
 
 
+def test_a_hops_accept_queue_is_named_and_taken_out_of_the_unsplit_connect():
+    """pgpool with every child busy: the client's connection waits in the hop's accept queue (connect.hop_accept),
+    measured without pairing the client, like the backend's own steps; what stays unsplit is the rest."""
+    fr = frame({"connect.client_total": (50, 9000.0), "connect.hop_accept": (50, 6000.0),
+                "connect.fork": (50, 200.0), "connect.first_run": (50, 100.0),
+                "connect.backend_init_auth": (50, 1000.0)})
+    rows = V._unsplit(fr, V.connection_setup_view(fr, 50))
+    by = {r["name"]: r["us_per_conn"] for r in rows}
+    assert by["connect.hop_accept"] == pytest.approx(6000.0)
+    assert by["connect.unsplit"] == pytest.approx(9000.0 - 6000 - 200 - 100 - 1000)
+    assert sum(by.values()) == pytest.approx(9000.0)      # the setup still adds up to the client's connect
+    assert [r["name"] for r in rows][:3] == ["connect.unsplit", "connect.hop_accept", "connect.fork"]
+
+
 def test_setup_stages_are_connect_leg_rows_per_transaction():
     rows = V.setup_stages(V.connection_setup_view(frame(UNIX), 100))
     assert [r["leg"] for r in rows] == ["connect"] * 5
