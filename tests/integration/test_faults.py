@@ -110,7 +110,7 @@ def test_link_down_mid_run_names_the_link(runs_dir):
     """The wire between client and server host goes down: pgbench cannot finish; after pathprof's bounded wait
     the one error line names the link, and everything is torn down."""
     before = machine_state()
-    p = _run_until_pgbench(runs_dir, "--topology", "nic", "--clients", "1", "--duration", "3", "--probes", "off",
+    p = _run_until_pgbench(runs_dir, "--topology", "nic", "--clients", "1", "--duration", "2", "--probes", "off",
                            "--no-live", settle_s=1)
     subprocess.run(["ip", "-n", "pp-nic-srv", "link", "set", "pp-nic-s", "down"], check=True)
     _, err = p.communicate(timeout=180)

@@ -67,18 +67,10 @@ def test_pg_sleep_moves_backend_execute_by_2ms(pg):
         assert abs(slow["names"][st] - base["names"][st]) < 50, (st, base["names"][st], slow["names"][st])
 
 
-def test_deep_adds_usdt_breakdown(pg):
-    r = profile(pg, level="deep", script="sleep.sql", clients=1, duration=2)
-    kids = {s["name"]: s for s in r["latency"]["stages"] if s.get("parent") == "backend.execute"}
-    assert "backend.query" in kids or "backend.executor" in kids, sorted(r["names"])
-    q = kids.get("backend.query") or kids["backend.executor"]
-    assert 1500 <= q["us_per_txn"] <= 2600
-
-
-def test_untracked_postgres_never_enters_the_figures(pg):
-    """USDT probes are attached to the binary (every postgres mapping it takes the traps), but only tracked
-    threads are counted: a second, untracked server under the same load leaves the per-transaction counts of
-    the run's own stages where they are (one executor span and one request per transaction, not two)."""
+@pytest.fixture(scope="module")
+def deep(pg):
+    """One deep profile (USDT attach and detach cost ~3 s a session) read by the two tests below: pg_sleep(2 ms)
+    per transaction on the tracked server, while a second, untracked server runs select 1 as fast as it can."""
     other = ThrowawayPostgres(55438).start()
     load = None
     try:
@@ -86,12 +78,26 @@ def test_untracked_postgres_never_enters_the_figures(pg):
                                  str(other.dir / "select1.sql"), "-c", "1", "-T", "5", "-h", "127.0.0.1",
                                  "-p", str(other.port), "postgres"], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
-        r = profile(pg, level="deep", clients=1)
+        return profile(pg, level="deep", script="sleep.sql", clients=1)
     finally:
         if load is not None:
             load.kill()
             load.wait()
         other.stop()
-    per_txn = {s["name"]: s["count_per_txn"] for s in r["latency"]["stages"]}
+
+
+def test_deep_adds_usdt_breakdown(deep):
+    kids = {s["name"]: s for s in deep["latency"]["stages"] if s.get("parent") == "backend.execute"}
+    assert "backend.query" in kids or "backend.executor" in kids, sorted(deep["names"])
+    q = kids.get("backend.query") or kids["backend.executor"]
+    assert 1500 <= q["us_per_txn"] <= 2600
+
+
+def test_untracked_postgres_never_enters_the_figures(deep):
+    """USDT probes are attached to the binary (every postgres mapping it takes the traps), but only tracked
+    threads are counted: a second, untracked server under load (tens of its executor spans for each of the run's
+    own) leaves the per-transaction counts of the run's own stages where they are (one executor span and one
+    request per transaction, not more)."""
+    per_txn = {s["name"]: s["count_per_txn"] for s in deep["latency"]["stages"]}
     assert 0.9 <= per_txn["backend.executor"] <= 1.1, per_txn
     assert 0.9 <= per_txn["backend.execute"] <= 1.1, per_txn
