@@ -119,11 +119,11 @@ def _shared(tmp_path_factory, name: str, make):
 @pytest.fixture(scope="session")
 def connect_run(tmp_path_factory):
     """connect_run(topology, clients): a new connection per transaction (-C, extended protocol), default probe
-    schedule, 4 s (its one window is the 1..3 s of a 5 s run's). Read by test_conn_closure and test_conn_probe."""
+    schedule, 3 s (one window, 0.75 .. 2.25 s). Read by test_conn_closure and test_conn_probe."""
     def make(key, root):
         topology, clients = key
         return _run_json("--topology", topology, "--clients", str(clients), "--connect", "--mode", "extended",
-                         "--duration", "4", runs_dir=root)
+                         "--duration", "3", runs_dir=root)
     return _shared(tmp_path_factory, "connect-runs", make)
 
 

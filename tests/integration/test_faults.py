@@ -37,7 +37,7 @@ def _postmasters(state_prefix: str) -> list[int]:
 def test_postmaster_killed_mid_run_is_reported_as_a_broken_run(runs_dir):
     before = machine_state()
     p = _run_until_pgbench(runs_dir, "--topology", "unix", "--clients", "2", "--duration", "6", "--probes", "basic",
-                           "--no-live", settle_s=2.5)
+                           "--no-live", settle_s=1.5)
     (run_id,) = _run_ids_of(runs_dir)                 # this run's postmaster only: the machine is shared
     pids = _postmasters(f"/var/lib/pathprof/state/{run_id}/")
     assert pids, "no postmaster found"
@@ -58,7 +58,7 @@ def test_postmaster_killed_mid_run_is_reported_as_a_broken_run(runs_dir):
 def test_hop_killed_mid_run_names_the_hop(runs_dir):
     before = machine_state()
     p = _run_until_pgbench(runs_dir, "--topology", "pgbouncer", "--clients", "2", "--duration", "6", "--probes",
-                           "off", "--no-live", settle_s=2.5)
+                           "off", "--no-live", settle_s=1.5)
     (run_id,) = _run_ids_of(runs_dir)                 # this run's pgbouncer only: the machine is shared
     pids = [int(x) for x in subprocess.run(["pgrep", "-f", f"pgbouncer /var/lib/pathprof/state/{run_id}/"],
                                            capture_output=True, text=True).stdout.split()]
