@@ -51,7 +51,7 @@ int BPF_PROG(pp_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	__u64 *idle = bpf_map_lookup_elem(&cpu_idle, &cpu);
 	if (idle)
 		*idle = next->pid == 0 ? now : 0;    /* pid 0: this CPU's idle task */
-	struct pp_task *nt = task_of(next, ws);
+	struct pp_task *nt = next->pid ? task_of(next, ws) : 0;   /* idle is never tracked: no lookup */
 	cs->cur_tracked = nt != 0;
 	if (nt) {
 		nt->oncpu_ts = now;
