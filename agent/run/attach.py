@@ -21,7 +21,7 @@ from pathprof.agent.run.observed import observed_result
 from pathprof.agent.run.observed import watch as _watch
 from pathprof.agent.run.options import Reporter
 from pathprof.agent.run.outcome import recording
-from pathprof.agent.run.pipeline import DiscoveredSource, Measurement, record_head
+from pathprof.agent.run.pipeline import DiscoveredSource, LiveFeed, Measurement, record_head
 from pathprof.agent.run.signals import sigterm_as_interrupt
 from pathprof.analysis.rundir import RunDir
 from pathprof.errors import UserError
@@ -39,6 +39,7 @@ class AttachOptions:
     netns: str | None = None        # this namespace alone, as if it were the machine (one agent per "host")
     remote: str | None = None       # ADDR:PORT of a server on another machine: profile this host's clients of it
     host_name: str | None = None    # the host's name in merged runs (default: the namespace's, else hostname)
+    status_every_s: float = 10.0    # <run dir>/status.json rewritten this often while attached (0: never)
 
 
 def resolve(opts: AttachOptions):
@@ -133,7 +134,7 @@ def execute_attach(opts: AttachOptions, ui: Reporter) -> RunDir:
                 postgres={"owned": False, "pid": path.postmaster}, scope=scope, status="running")
     with recording(rd):
         source.write_topology(rd, f"attach {target}")
-        presult = _measure(opts, probes, source, ui)
+        presult = _measure(opts, rd, probes, source, ui)
         _record_observed(opts, rd, presult, capabilities, source)
     return rd
 
@@ -163,15 +164,19 @@ def _record_observed(opts: AttachOptions, rd: RunDir, presult, capabilities, sou
     rd.update(observed=observed, cpu=cpu, probes=meta)
 
 
-def _measure(opts: AttachOptions, probes, source: DiscoveredSource, ui: Reporter):
+def _measure(opts: AttachOptions, rd: RunDir, probes, source: DiscoveredSource, ui: Reporter):
     """Probes on, always on, for the duration; their result. The probes are closed on every way out."""
+    feed = LiveFeed.keeping_status(rd, probes, ui, opts.status_every_s, opts.duration_s)
     try:
         with sigterm_as_interrupt():
             source.attach_probes(probes, ui, opts.probes)
             m = Measurement(probes, ui, opts.duration_s)
             m.open_probes()
             ui.phase(f"attached: {source.path.client_connections} client connections, {opts.duration_s:g} s")
-            _watch(probes, source.path, opts.duration_s, ui)
+            try:
+                _watch(probes, source.path, opts.duration_s, ui, feed)
+            finally:
+                feed.close()            # a status.json write in flight reads the probes' maps
             return m.read()
     finally:
         probes.close()

@@ -11,6 +11,7 @@ from pathprof.agent.run.pipeline import (
     DiscoveredSource,
     LiveFeed,
     Measurement,
+    drive_pgbench,
     pgbench_logs,
     pgbench_results,
     record_head,
@@ -109,10 +110,12 @@ def _measure(opts: RunOptions, rd: RunDir, argv: list[str], probing: tuple, sour
     if probes is not None:
         source.attach_probes(probes, ui, opts.probes, clients=False)   # pgbench is the client to follow
     m = Measurement(probes, ui, w.duration_s)
-    feed = LiveFeed(probes, ui, t0=lambda: m.t0)
-    ui.phase(f"pgbench: {w.clients} clients, {w.duration_s} s")
+    feed = LiveFeed.keeping_status(rd, probes, ui, opts.status_every_s, w.duration_s, t0=lambda: m.t0)
     log_dir = rd.file("pgbench") / "log"
-    result = pgbench.run(None, argv, rd.file("pgbench"), on_progress=feed, on_start=m.open, env=secret_env)
+    try:
+        result = drive_pgbench(None, argv, rd, w, ui, feed, m.open, env=secret_env)
+    finally:
+        feed.close()                    # a status.json write in flight reads the probes' maps
     cpu = m.cpu()
     presult = m.read()
     logs = pgbench_logs(result, log_dir, presult)

@@ -55,11 +55,12 @@ def leg_mean_us(stages, n: int, connections: int, tps: float) -> float | None:
     return sum(legs) if legs else None
 
 
-def watch(probes, path, duration_s: float, ui: Reporter) -> None:
+def watch(probes, path, duration_s: float, ui: Reporter, feed: LiveFeed | None = None) -> None:
     """Progress once a second from the probes' own exchange count (the live view's TPS line), with the stage
-    and CPU breakdown so far (the probes are always on here: no window to wait for)."""
+    and CPU breakdown so far (the probes are always on here: no window to wait for), into `feed` (attach's
+    keeps status.json)."""
     from pathprof.agent.host.machine import cpu_busy_ns
-    feed = LiveFeed(probes, ui)
+    feed = feed if feed is not None else LiveFeed(probes, ui)
     t0, (busy0, _) = time.monotonic(), cpu_busy_ns()
     last_n, last_t = 0, t0
     while True:

@@ -12,7 +12,14 @@ from pathprof.agent.run.built import build, claim, dead_parts, preflight
 from pathprof.agent.run.options import Reporter, RunOptions
 from pathprof.agent.run.outcome import recording
 from pathprof.agent.run.phase_clock import PhaseClock
-from pathprof.agent.run.pipeline import LiveFeed, Measurement, pgbench_logs, pgbench_results, record_head
+from pathprof.agent.run.pipeline import (
+    LiveFeed,
+    Measurement,
+    drive_pgbench,
+    pgbench_logs,
+    pgbench_results,
+    record_head,
+)
 from pathprof.agent.run.setup import STATE_ROOT  # noqa: F401  (owned.STATE_ROOT: topology_cmd)
 from pathprof.agent.run.signals import checkpoint, interrupted, sigterm_as_interrupt
 from pathprof.agent.run.status import rss_kb
@@ -99,7 +106,6 @@ def _drive(opts, topo, ctx, pg, services, argv, m: Measurement, conn_probe, rd: 
     """pgbench through the built path, the measured interval opening at its start; what the results need."""
     from pathprof.agent.run import recorder
     from pathprof.agent.run.pooler_counters import PoolerCounters
-    from pathprof.agent.run.status import StatusFile
     w = opts.workload
     pooler = PoolerCounters(services)
     tcp0: dict = {}
@@ -115,10 +121,8 @@ def _drive(opts, topo, ctx, pg, services, argv, m: Measurement, conn_probe, rd: 
         tcp0.update(recorder.tcp_counters(topo))   # the kernel's retransmission counters, for the check
         lines0.update(delayline.usage(ctx.journal))  # the delay lines' CPU and packets (the machine's costs)
 
-    ui.phase(f"pgbench: {w.clients} clients, {w.duration_s} s")
     seen_sockets: dict = {}
-    status = StatusFile(rd.file("status.json"), m.probes, opts.status_every_s, w.duration_s)
-    feed = LiveFeed(m.probes, ui, t0=lambda: m.t0, status=status)
+    feed = LiveFeed.keeping_status(rd, m.probes, ui, opts.status_every_s, w.duration_s, t0=lambda: m.t0)
 
     def on_progress(pr) -> None:
         if not seen_sockets:  # one look at the live connections, while pgbench holds them open
@@ -132,9 +136,8 @@ def _drive(opts, topo, ctx, pg, services, argv, m: Measurement, conn_probe, rd: 
     try:
         try:
             with phases.phase("pgbench"):
-                result = pgbench.run(topo.netns_of(topo.client.host), argv, rd.file("pgbench"),
-                                     on_progress=on_progress, on_start=started, should_stop=interrupted,
-                                     path_broken=path_broken)
+                result = drive_pgbench(topo.netns_of(topo.client.host), argv, rd, w, ui, feed, started,
+                                       on_progress=on_progress, should_stop=interrupted, path_broken=path_broken)
         except UserError as e:             # pgbench stuck or failed: say what of the path is broken, if anything
             broken = path_broken()
             if broken:
@@ -143,7 +146,7 @@ def _drive(opts, topo, ctx, pg, services, argv, m: Measurement, conn_probe, rd: 
             raise
         conn_frame = conn_probe.stop() if conn_probe is not None else None
     finally:
-        status.close()                  # a status.json write in flight reads the probes' maps
+        feed.close()                    # a status.json write in flight reads the probes' maps
         counters = pooler.stop()
         if conn_probe is not None:
             conn_probe.close()

@@ -19,7 +19,8 @@ rate: pgbench, or the traffic already flowing), around one core. Read side by si
                    (+ pooler counters, -C probe)    its environment                 of the probes' own counts
   interval opens   pgbench's start                  pgbench's start                 once the path is tracked
   live             status.json, LiveBreakdown,      LiveBreakdown, progress         exchanges counted by the
-                   progress                                                         probes (observed.py)
+                   progress                         (status.json since #23.3)       probes (observed.py;
+                                                                                    status.json since #23.3)
   interval closes  CPU, TCP counters, windows, read CPU, windows, read              windows, read
   results          pgbench logs -> percentiles,     the same + discovered-path      save_probe_result, always-on
                    window_meta, save_probe_result;  notes                           schedule, observed_result
@@ -31,22 +32,25 @@ What was common is here, once: the run.json head (`record_head`), the measured i
 the load starts, the CPU clock, close and read the probes), the one live snapshot (`LiveFeed`: each tick writes
 status.json when the run keeps one, computes the probes' breakdown with agent.probing.live_breakdown.breakdown and
 hands the same snapshot to the Reporter, which the terminal and the --metrics-port endpoint both render), the
-pgbench results phase (`pgbench_logs`, `pgbench_results`), a discovered path (`DiscoveredSource`), and the way out
+pgbench load driver (`drive_pgbench`, the one place pgbench is started), the pgbench results phase
+(`pgbench_logs`, `pgbench_results`), a discovered path (`DiscoveredSource`), and the way out
 (agent.run.outcome.recording, with the built path's teardown as its `cleanup`).
 
 The sources and drivers, and the three commands as compositions of them:
 
   path sources     built.py (BuiltPath: preflight, claim, build, teardown)   DiscoveredSource (here)
-  load drivers     pgbench: owned.py _drive/_results, dsn.py _measure         observed.py (watch, observed_result)
-  run              built.BuiltPath + owned._drive (pgbench) + Measurement + LiveFeed(status.json) + pgbench_results
-  run --dsn        DiscoveredSource(clients=False) + dsn._measure (pgbench) + Measurement + LiveFeed + pgbench_results
+  load drivers     pgbench: drive_pgbench (here), with owned.py _drive/_results  observed.py (watch, observed_result)
+                   and dsn.py _measure around it
+  run              built.BuiltPath + owned._drive (drive_pgbench) + Measurement + LiveFeed + pgbench_results
+  run --dsn        DiscoveredSource(clients=False) + dsn._measure (drive_pgbench) + Measurement + LiveFeed
+                   + pgbench_results
   attach           DiscoveredSource + Measurement.open_probes + observed.watch (LiveFeed) + observed_result
+  (every LiveFeed keeps status.json: LiveFeed.keeping_status)
 
 What differs stays with its command, on purpose: building, starting and tearing down a path, the pooler counters,
-the -C probe, status.json and the broken-path checks belong to a path pathprof owns (built.py, owned.py); a DSN's
-connection check and its pgbench command line (dsn.py); resolving an attach target and the second look at its
-clients (attach.py). pgbench is still started in two places (owned._drive, dsn._measure): the built path's run
-adds hooks at its start (pooler counters, -C probe, TCP counters) and a broken-path check, which dsn has not.
+the -C probe and the broken-path checks belong to a path pathprof owns (built.py, owned.py: its hooks at
+pgbench's start and its path_broken go to drive_pgbench); a DSN's connection check and its pgbench command line
+(dsn.py); resolving an attach target and the second look at its clients (attach.py).
 """
 from __future__ import annotations
 
@@ -116,6 +120,18 @@ class LiveFeed:
         self.history: list = []
         self._windowed = None
 
+    @classmethod
+    def keeping_status(cls, rd: RunDir, probes, ui, every_s: float, duration_s: float | None, t0=None) -> LiveFeed:
+        """The feed of a run that keeps <run dir>/status.json (agent.run.status; every_s 0: never written).
+        Every command keeps one: run, run --dsn and attach."""
+        from pathprof.agent.run.status import StatusFile
+        return cls(probes, ui, t0=t0, status=StatusFile(rd.file("status.json"), probes, every_s, duration_s))
+
+    def close(self) -> None:
+        """Before the probes are read or closed: a status.json write in flight reads their maps."""
+        if self.status is not None:
+            self.status.close()
+
     def __call__(self, pr, breakdown: dict | None = None) -> None:
         if self.status is not None:
             self.status.update(pr)
@@ -130,6 +146,18 @@ class LiveFeed:
             from pathprof.agent.probing.live_breakdown import LiveBreakdown
             self._windowed = LiveBreakdown(self.probes, self.t0())
         return self._windowed.refresh(self.history)
+
+
+def drive_pgbench(netns: str | None, argv: list[str], rd: RunDir, workload, ui, feed: LiveFeed, on_start,
+                  **hooks):
+    """The pgbench load driver, started here for `run` and `run --dsn`: its phase line, then pgbench to
+    completion with each progress line into `feed` and the measured interval opened by `on_start(pid)`.
+    hooks: what pgbench.run takes besides (a DSN's secret `env`, `should_stop`, `path_broken`, `on_progress`
+    in place of the feed)."""
+    from pathprof.agent.postgres import pgbench
+    ui.phase(f"pgbench: {workload.clients} clients, {workload.duration_s} s")
+    on_progress = hooks.pop("on_progress", feed)
+    return pgbench.run(netns, argv, rd.file("pgbench"), on_progress=on_progress, on_start=on_start, **hooks)
 
 
 def pgbench_logs(result, log_dir, presult):
