@@ -142,6 +142,15 @@ def undo(entry: dict) -> bool:
         if not _quiet(netns_argv(ns, ["ip", "link", "show", "dev", name])):
             return True
         return _quiet(netns_argv(ns, ["ip", "link", "del", "dev", name]))
+    if k in ("iptables_batch", "qdisc", "iptables", "iptables_chain", "sysctl"):
+        return _undo_rule(k, entry, ns)
+    if k in ("mount", "loop", "cgroup", "cgroup_subtree", "dir"):
+        return _undo_storage(k, entry)
+    return k in ("note", "owner")
+
+
+def _undo_rule(k: str, entry: dict, ns: str | None) -> bool:
+    """undo() of the netfilter rules and chains, a qdisc and a sysctl: what a path sets inside a namespace."""
     if k == "iptables_batch":
         from pathprof.agent.host.iptables_batch import remove
         return remove(entry)
@@ -165,6 +174,11 @@ def undo(entry: dict) -> bool:
         if entry.get("old") is None:
             return True
         return _quiet(netns_argv(ns, ["sysctl", "-q", "-w", f"{entry['name']}={entry['old']}"]))
+    return False
+
+
+def _undo_storage(k: str, entry: dict) -> bool:
+    """undo() of the WAL device's mounts, loop devices and cgroups, and a run's own directories."""
     if k == "mount":
         from pathprof.agent.host.storage import undo_mount
         return undo_mount(entry["path"])
@@ -183,8 +197,6 @@ def undo(entry: dict) -> bool:
             return False
         shutil.rmtree(p, ignore_errors=True)
         return not p.exists()
-    if k in ("note", "owner"):
-        return True
     return False
 
 

@@ -130,51 +130,57 @@ def validate_trace_events(doc) -> list[str]:
     except (TypeError, ValueError) as exc:
         errors.append(f"not strict JSON: {exc}")
 
-    def is_int(v) -> bool:
-        return isinstance(v, Integral) and not isinstance(v, bool)
-
-    def is_num(v) -> bool:
-        return isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v)
-
     for i, ev in enumerate(events):
-        where = f"event {i}"
-        if not isinstance(ev, dict):
-            errors.append(f"{where}: not an object")
-            continue
-        ph = ev.get("ph")
-        if not isinstance(ph, str) or ph not in _PHASES:
-            errors.append(f"{where}: ph {ph!r} is not a trace-event phase")
-            continue
-        if not isinstance(ev.get("name"), str) and ph in "XBiIM":
-            errors.append(f"{where}: name missing or not a string")
-        for key in ("pid", "tid"):
-            if key in ev and not is_int(ev[key]):
-                errors.append(f"{where}: {key} must be an integer")
-        if "pid" not in ev:
-            errors.append(f"{where}: pid missing")
-        if "args" in ev and not isinstance(ev["args"], dict):
-            errors.append(f"{where}: args must be an object")
-        if ph == "M":
-            if ev.get("name") not in _METADATA_NAMES:
-                errors.append(f"{where}: unknown metadata name {ev.get('name')!r}")
-            elif ev["name"].endswith("_name") or ev["name"] == "process_labels":
-                key = "labels" if ev["name"] == "process_labels" else "name"
-                if not isinstance((ev.get("args") or {}).get(key), str):
-                    errors.append(f"{where}: {ev['name']} needs args.{key} as a string")
-            elif not is_int((ev.get("args") or {}).get("sort_index")):
-                errors.append(f"{where}: {ev['name']} needs an integer args.sort_index")
-            continue
-        if not is_num(ev.get("ts")):
-            errors.append(f"{where}: ts missing or not a finite number (µs)")
-        elif ev["ts"] < 0:
-            errors.append(f"{where}: ts is negative")
-        if "tid" not in ev:
-            errors.append(f"{where}: tid missing")
-        if ph == "X":
-            if not is_num(ev.get("dur")):
-                errors.append(f"{where}: complete event needs a finite numeric dur (µs)")
-            elif ev["dur"] < 0:
-                errors.append(f"{where}: dur is negative")
+        errors += _event_errors(f"event {i}", ev)
+    return errors
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, Integral) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _event_errors(where: str, ev) -> list[str]:
+    """validate_trace_events' checks of one event."""
+    errors: list[str] = []
+    if not isinstance(ev, dict):
+        return [f"{where}: not an object"]
+    ph = ev.get("ph")
+    if not isinstance(ph, str) or ph not in _PHASES:
+        return [f"{where}: ph {ph!r} is not a trace-event phase"]
+    if not isinstance(ev.get("name"), str) and ph in "XBiIM":
+        errors.append(f"{where}: name missing or not a string")
+    for key in ("pid", "tid"):
+        if key in ev and not _is_int(ev[key]):
+            errors.append(f"{where}: {key} must be an integer")
+    if "pid" not in ev:
+        errors.append(f"{where}: pid missing")
+    if "args" in ev and not isinstance(ev["args"], dict):
+        errors.append(f"{where}: args must be an object")
+    if ph == "M":
+        if ev.get("name") not in _METADATA_NAMES:
+            errors.append(f"{where}: unknown metadata name {ev.get('name')!r}")
+        elif ev["name"].endswith("_name") or ev["name"] == "process_labels":
+            key = "labels" if ev["name"] == "process_labels" else "name"
+            if not isinstance((ev.get("args") or {}).get(key), str):
+                errors.append(f"{where}: {ev['name']} needs args.{key} as a string")
+        elif not _is_int((ev.get("args") or {}).get("sort_index")):
+            errors.append(f"{where}: {ev['name']} needs an integer args.sort_index")
+        return errors
+    if not _is_num(ev.get("ts")):
+        errors.append(f"{where}: ts missing or not a finite number (µs)")
+    elif ev["ts"] < 0:
+        errors.append(f"{where}: ts is negative")
+    if "tid" not in ev:
+        errors.append(f"{where}: tid missing")
+    if ph == "X":
+        if not _is_num(ev.get("dur")):
+            errors.append(f"{where}: complete event needs a finite numeric dur (µs)")
+        elif ev["dur"] < 0:
+            errors.append(f"{where}: dur is negative")
     return errors
 
 
