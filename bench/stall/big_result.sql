@@ -1,0 +1,1 @@
+select repeat('x', 2000000);
