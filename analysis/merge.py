@@ -58,11 +58,15 @@ class Host:
         self.shift_ns, self.drift_ppm = int(shift_ns), float(drift_ppm)
         self.shift_from = int(self.messages["ts_ns"].min()) if len(self.messages) else 0
         self.messages = self.messages.assign(ts_ns=self.shifted(self.messages["ts_ns"]))
-        obs = m.get("observed") or {}
-        self.txns = int(obs.get("transactions") or 0)
+        # what the probe tables are divided by, as the report divides them: attach's observed exchanges, or a
+        # pgbench-driven run's (run --dsn) transactions inside the measurement windows
+        from pathprof.analysis.summary import _basis
+        basis = _basis(self.rd.run, {"notes": []})
+        self.txns = int(basis["txns"] or 0)
         if not self.txns or self.stages is None:
             raise UserError(f"{path} ({self.name}) measured no exchanges: nothing to merge")
-        self.tps = obs.get("tps")
+        self.tps = basis["tps"] or None
+        self.busy_ns, self.elapsed_ns = basis["busy"], basis["elapsed"]
         self.connections = (m.get("workload") or {}).get("clients") or len(self.conns)
 
     def shifted(self, ts_ns: pd.Series) -> pd.Series:

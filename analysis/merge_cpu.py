@@ -40,14 +40,13 @@ def _machine_rows(hs: list, n: int, machine: str) -> tuple[list[pd.DataFrame], d
     frames.append(wide.assign(ns=ns.round().astype("int64")))
     cput = first.rd.meta.get("cpu") or {}
     ncpu = cput.get("ncpu") or (first.rd.meta.get("host") or {}).get("cpus") or 1
-    busy = {"busy_ns": float(cput.get("busy_ns") or 0) * f, "ncpu": int(ncpu)}
+    busy = {"busy_ns": float(first.busy_ns or 0) * f, "ncpu": int(ncpu)}
     return frames, busy
 
 
 def merged_cpu(hosts: list, n: int) -> tuple[pd.DataFrame | None, dict | None, str]:
     """(cpu.parquet, run.json `cpu`, a note) of the merged run; (None, None, why) when a host has no CPU table."""
-    missing = [h.name for h in hosts if h.rd.read_frame("cpu.parquet") is None
-               or not (h.rd.meta.get("cpu") or {}).get("busy_ns")]
+    missing = [h.name for h in hosts if h.rd.read_frame("cpu.parquet") is None or not h.busy_ns]
     if missing:
         return None, None, f"CPU view: {', '.join(missing)} recorded no CPU table; see each host's own run"
     machines: dict[str, list] = {}
@@ -59,8 +58,7 @@ def merged_cpu(hosts: list, n: int) -> tuple[pd.DataFrame | None, dict | None, s
         frames += fr
         busy_ns += b["busy_ns"]
         ncpu += b["ncpu"]
-    first_cpu = hosts[0].rd.meta.get("cpu") or {}
-    doc = {"busy_ns": int(round(busy_ns)), "elapsed_ns": first_cpu.get("elapsed_ns"), "ncpu": ncpu,
+    doc = {"busy_ns": int(round(busy_ns)), "elapsed_ns": hosts[0].elapsed_ns, "ncpu": ncpu,
            "machines": {m: [h.name for h in hs] for m, hs in machines.items()}}
     shared = [f"{m} ({', '.join(h.name for h in hs)})" for m, hs in machines.items() if len(hs) > 1]
     note = ("CPU view: every host's components per transaction, named with their host; busy time of "

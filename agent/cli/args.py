@@ -218,6 +218,13 @@ def _add_run(sub, fmt) -> None:
                    help="a built-in path (pathprof topology list) or a .toml spec file (default: %(default)s)")
     r.add_argument("--dsn", metavar="CONNINFO", help="profile an existing server instead: no path is built, "
                                                      "no server started")
+    r.add_argument("--netns", metavar="NAME",
+                   help="with --dsn: run pgbench (and pathprof's own connection) inside this network namespace, "
+                        "standing for the client's machine: the server is on another \"host\", whose own agent "
+                        "(attach --netns) records its side for `pathprof merge`")
+    r.add_argument("--host-name", metavar="NAME",
+                   help="with --dsn: this host's name in merged runs (default: the --netns name, else the machine's "
+                        "hostname)")
     add_workload_options(r)
     add_metrics_port(r)
 
@@ -430,4 +437,13 @@ def run_options(a, topology: str, clients: int | None = None):
                       wal_device_limit=_wal_limit(a),
                       probe_window_s=a.probe_window, probe_period_s=probe_period(a),
                       status_every_s=getattr(a, "status_every", 10.0),
-                      probe_lo_device=getattr(a, "probe_lo_device", False))
+                      probe_lo_device=getattr(a, "probe_lo_device", False),
+                      netns=_dsn_only(a, "netns"), host_name=_dsn_only(a, "host_name"))
+
+
+def _dsn_only(a, name: str):
+    value = getattr(a, name, None)
+    if value and not getattr(a, "dsn", None):
+        raise UserError(f"--{name.replace('_', '-')} goes with --dsn (a run against a server pathprof does not "
+                        "own); a topology's hosts are its own namespaces")
+    return value

@@ -25,6 +25,8 @@ class RunOptions:
     probe_period_s: float = DEFAULT_PERIOD_S
     probe_lo_device: bool = False    # dev.lo as its own stage (two more programs per packet on lo)
     status_every_s: float = 10.0     # <run dir>/status.json rewritten this often while pgbench runs (0: never)
+    netns: str | None = None         # run --dsn from this namespace, standing for the client's machine
+    host_name: str | None = None     # this host's name in merged runs (run.json scope.host)
 
 
 class Reporter:
