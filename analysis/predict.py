@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathprof.analysis.mva import Centre, solve
 from pathprof.analysis.predict_inputs import LEARN_IDLE_EVENTS_PER_TXN, machine_value, wal_device
 from pathprof.analysis.predict_text import assumptions_of, limited_by
+from pathprof.analysis.run_model import Summary
 from pathprof.analysis.scenarios import Scenario, _links, apply, parse_link, parse_pg_set, parse_wal_limit
 from pathprof.errors import UserError
 
@@ -81,63 +82,64 @@ class Base:
     delaylines: dict = field(default_factory=dict)   # link -> (delay lines, their CPU µs per txn) a scenario adds
 
 
-def _stage_sum(summary: dict, prefixes: tuple) -> float:
-    return sum(float(s["us_per_txn"]) for s in summary.get("stages") or []
-               if "parent" not in s and s["name"].startswith(prefixes))
+def _stage_sum(summary: Summary, prefixes: tuple) -> float:
+    return sum(float(s.us_per_txn) for s in summary.stages if s.parent is None and s.name.startswith(prefixes))
 
 
-def _part(summary: dict, name: str) -> float:
+def _part(summary: Summary, name: str) -> float:
     """An exclusive part of backend.execute (deep runs), µs per transaction; 0 without it."""
-    return sum(float(s["us_per_txn"]) for s in summary.get("stages") or [] if s["name"] == name and s.get("part"))
+    return sum(float(s.us_per_txn) for s in summary.stages if s.name == name and s.part)
 
 
-def _path_work(summary: dict) -> float:
-    names = summary.get("stages") or []
-    own = sum(float(s["us_per_txn"]) for s in names if "parent" not in s
-              and (s["name"].startswith(PATH_WORK) or s["name"].startswith("hop.")
-                   or s["name"] in ("backend.execute", "client.pgbench")))
-    io = sum(float(s["us_per_txn"]) for s in names if s.get("part") and s["name"] in
+def _path_work(summary: Summary) -> float:
+    names = summary.stages
+    own = sum(float(s.us_per_txn) for s in names if s.parent is None
+              and (s.name.startswith(PATH_WORK) or s.name.startswith("hop.")
+                   or s.name in ("backend.execute", "client.pgbench")))
+    io = sum(float(s.us_per_txn) for s in names if s.part and s.name in
              ("backend.wal_flush", "backend.data_read", "backend.lock_wait"))
     return max(own - io, 0.0)
 
 
-def measured_tps(summary: dict) -> float:
+def measured_tps(summary: dict | Summary) -> float:
     """The run's TPS without probes attached (outside the windows) when it has one, else pgbench's."""
-    out = (summary.get("windows") or {}).get("tps_out")
-    return float(out or summary.get("tps") or 0.0)
+    summary = Summary.of(summary)
+    out = summary.windows.tps_out if summary.windows else None
+    return float(out or summary.tps or 0.0)
 
 
-def base_from_run(summary: dict, progress_tps: list[float] | None = None, spec: dict | None = None,
+def base_from_run(summary: dict | Summary, progress_tps: list[float] | None = None, spec: dict | None = None,
                   machine: dict | None = None) -> Base:
     """The model's inputs from a summary (analysis.summary.summarize); UserError when the run cannot support it.
     `machine`: the machine's costs the run recorded (run.json machine_costs), for what the run never showed."""
-    if not summary.get("cpu"):
-        raise UserError(f"{summary.get('run_dir')}: no CPU view (the run was made with --probes off or recorded no "
+    summary = Summary.of(summary)
+    if not summary.cpu:
+        raise UserError(f"{summary.run_dir}: no CPU view (the run was made with --probes off or recorded no "
                         "CPU table): the model needs CPU per transaction; record the run with --probes basic")
-    if not summary.get("stages"):
-        raise UserError(f"{summary.get('run_dir')}: no latency view: the model needs the run's stages")
-    if (summary.get("workload") or {}).get("connect"):
+    if not summary.stages:
+        raise UserError(f"{summary.run_dir}: no latency view: the model needs the run's stages")
+    if summary.workload.connect:
         raise UserError("runs with a new connection per transaction (-C) are not modelled: connection setup "
                         "serialises on the postmaster, which the model does not represent")
-    clients = int(summary.get("clients") or 1)
-    ncpu_host = float((summary.get("host") or {}).get("cpus") or 1)
-    tps_in = float((summary.get("windows") or {}).get("tps_in") or summary.get("tps") or 0.0)
-    comps = {c["component"]: float(c["us_per_txn"]) for c in summary["cpu"]}
+    clients = int(summary.clients or 1)
+    ncpu_host = float(summary.host.cpus or 1)
+    tps_in = float((summary.windows.tps_in if summary.windows else None) or summary.tps or 0.0)
+    comps = {c.component: float(c.us_per_txn) for c in summary.cpu}
     foreign = comps.pop("other", 0.0) * tps_in / 1e6
     comps.pop("probes", None)
-    probe_us = (summary.get("probe_cost_ns_per_txn") or 0.0) / 1e3
+    probe_us = (summary.probe_cost_ns_per_txn or 0.0) / 1e3
     hops = sorted({c.split(".")[1] for c in comps if c.startswith("hop.")})
     wal = _part(summary, "backend.wal_flush")
     view_us = sum(comps.values())
     ncpu = max(ncpu_host - foreign, 1.0)      # what the run had: the model is anchored on it
     # the run's own regime: its own CPU (probes included) against the CPUs foreign load left it
-    own_cpus = (view_us + (probe_us if "probes" in {c["component"] for c in summary["cpu"]} else 0.0)) * tps_in / 1e6
+    own_cpus = (view_us + (probe_us if "probes" in {c.component for c in summary.cpu} else 0.0)) * tps_in / 1e6
     # fewer clients than CPUs cannot fill the pool: such a run is anchored on its latency
     regime = "cpu-bound" if own_cpus >= SATURATED * ncpu and clients >= ncpu_host else "latency-bound"
     b = Base(clients=clients, ncpu=ncpu, cpu=comps, hops=hops, think_us=0.0, idle_us=0.0,
              wal_us=wal, regime=regime, measured_tps=measured_tps(summary), machine=dict(machine or {}))
-    b.round_trips = max([float(s.get("count_per_txn") or 0) for s in summary["stages"]
-                         if s["name"] == "wire.backend" and s["leg"] == "request"] or [1.0]) or 1.0
+    b.round_trips = max([float(s.count_per_txn or 0) for s in summary.stages
+                         if s.name == "wire.backend" and s.leg == "request"] or [1.0]) or 1.0
     if b.regime != "cpu-bound":
         path = max(_path_work(summary) - probe_us, 0.0)
         if 0 < path < view_us:
@@ -162,11 +164,11 @@ def base_from_run(summary: dict, progress_tps: list[float] | None = None, spec: 
     return b
 
 
-def _backend_waits(b: Base, summary: dict, tps_in: float) -> None:
+def _backend_waits(b: Base, summary: Summary, tps_in: float) -> None:
     """Deep runs: a row lock that serialises the transactions becomes a queue; other lock waits and reads on
     shared_buffers misses stay delays, as measured."""
     lock, reads = _part(summary, "backend.lock_wait"), _part(summary, "backend.data_read")
-    cycle_in = (summary.get("closure") or {}).get("cycle_us") or 0.0
+    cycle_in = summary.closure.cycle_us or 0.0
     if lock and cycle_in and lock >= LOCK_SHARE * cycle_in and tps_in:
         # transactions queue for one row lock (tpcb-like at scale 1: the branch row): its hold time per
         # transaction is the time between grants, 1 / TPS, at the rate measured without probes (deep probes slow
@@ -182,13 +184,12 @@ def _backend_waits(b: Base, summary: dict, tps_in: float) -> None:
         b.delays["backend reads on shared_buffers misses (as measured)"] = reads
 
 
-def _anchor(b: Base, summary: dict) -> None:
+def _anchor(b: Base, summary: Summary) -> None:
     """Make the model reproduce the measured (unprobed) TPS at the run's own client count."""
     idle_stages = _stage_sum(summary, IDLE)
-    events = sum(float(s.get("count_per_txn") or 0) for s in summary.get("stages") or [] if
-                 s["name"].startswith(IDLE))
-    b.receivers = len({(s["name"].split(".", 1)[1], s["leg"]) for s in summary.get("stages") or []
-                       if s["name"].startswith(("wakeup.", "idle_exit.", "queued.", "runqueue."))}) or 2
+    events = sum(float(s.count_per_txn or 0) for s in summary.stages if s.name.startswith(IDLE))
+    b.receivers = len({(s.name.split(".", 1)[1], s.leg) for s in summary.stages
+                       if s.name.startswith(("wakeup.", "idle_exit.", "queued.", "runqueue."))}) or 2
     b.think_us = sum(b.delays.values())
     if not b.measured_tps:
         return
@@ -273,14 +274,14 @@ def _bisect(b: Base, set_factor) -> float:
     return f
 
 
-def _saturated_hop(b: Base, summary: dict) -> tuple[str | None, float]:
+def _saturated_hop(b: Base, summary: Summary) -> tuple[str | None, float]:
     """The hop whose messages found it already awake (queued.<hop>) at least SATURATED of the time."""
     best, share = None, 0.0
     for h in b.hops:
         counts = {k: 0.0 for k in ("queued", "other")}
-        for s in summary.get("stages") or []:
-            if s["name"] in (f"queued.{h}", f"wakeup.{h}", f"idle_exit.{h}"):
-                counts["queued" if s["name"].startswith("queued.") else "other"] += float(s.get("count_per_txn") or 0)
+        for s in summary.stages:
+            if s.name in (f"queued.{h}", f"wakeup.{h}", f"idle_exit.{h}"):
+                counts["queued" if s.name.startswith("queued.") else "other"] += float(s.count_per_txn or 0)
         total = counts["queued"] + counts["other"]
         if total and counts["queued"] / total >= SATURATED and counts["queued"] / total > share:
             best, share = h, counts["queued"] / total
@@ -306,7 +307,7 @@ def _centres(b: Base, clients: int) -> list[Centre]:
     return cs
 
 
-def _band(b: Base, summary: dict, progress_tps: list[float] | None) -> None:
+def _band(b: Base, summary: Summary, progress_tps: list[float] | None) -> None:
     """Half-width of the band, % of the prediction: the root sum of squares of the run's own spread (the
     coefficient of variation of pgbench's per-second TPS), its worse closure error, and the gap between the TPS
     with probes attached and without (how far the probes moved the system the demands were measured on)."""
@@ -315,10 +316,10 @@ def _band(b: Base, summary: dict, progress_tps: list[float] | None) -> None:
     if len(pts) >= 2:
         mean = sum(pts) / len(pts)
         cv = math.sqrt(sum((t - mean) ** 2 for t in pts) / (len(pts) - 1)) / mean * 100.0
-    clo = summary.get("closure") or {}
-    closure = max(abs(clo.get("latency_error_pct") or 0.0), abs(clo.get("cpu_error_pct") or 0.0))
-    w = summary.get("windows") or {}
-    inout = abs((w.get("tps_in") or 0) / w["tps_out"] * 100.0 - 100.0) if w.get("tps_out") and w.get("tps_in") else 0.0
+    clo = summary.closure
+    closure = max(abs(clo.latency_error_pct or 0.0), abs(clo.cpu_error_pct or 0.0))
+    w = summary.windows
+    inout = abs(w.tps_in / w.tps_out * 100.0 - 100.0) if w and w.tps_out and w.tps_in else 0.0
     b.band_parts = {"tps_spread_pct": round(cv, 1), "closure_pct": round(closure, 1),
                     "probes_in_out_pct": round(inout, 1)}
     b.band_pct = round(math.sqrt(cv ** 2 + closure ** 2 + inout ** 2), 1)
@@ -365,39 +366,42 @@ def progress_tps(run_dir) -> list[float]:
     return [float(m.group(1)) for m in re.finditer(r"progress: [\d.]+ s, ([\d.]+) tps", path.read_text())]
 
 
-def base_of(rd, summary: dict | None = None, machine: dict | None = None) -> Base:
+def base_of(rd, summary: dict | Summary | None = None, machine: dict | None = None) -> Base:
     """The model's base from a run directory (analysis.rundir.RunDir); `machine`: the machine's costs to use when
     the run recorded none (a run made before pathprof kept them)."""
     from pathprof.analysis.summary import summarize
-    s = summary or summarize(rd)
+    s = Summary.of(summary or summarize(rd))
+    run = rd.run
     # what the run recorded wins; a cost it did not know yet (a run made before the machine learned it) is
     # taken from `machine`
-    costs = {**(machine or {}), **(rd.meta.get("machine_costs") or {})}
-    b = base_from_run(s, progress_tps(rd.path), ((rd.meta.get("topology") or {}).get("spec") or {}), costs)
-    b.wal_device = wal_device(rd.meta, s)
+    costs = {**(machine or {}), **(run.machine_costs or {})}
+    b = base_from_run(s, progress_tps(rd.path), run.topology.spec or {}, costs)
+    b.wal_device = wal_device(run, s)
     return b
 
 
-def predict_for(base_summary: dict, target: dict) -> dict | None:
+def predict_for(base_summary: dict | Summary, target: dict | Summary) -> dict | None:
     """The prediction, from the first run of a compare/sweep, of another run's TPS (None when the model cannot
     say): same path with another client count, or the same path without a hop the base had."""
     from pathlib import Path
 
     from pathprof.analysis.rundir import RunDir
+    base_summary, target = Summary.of(base_summary), Summary.of(target)
+    if base_summary.run_dir is None:
+        return None
     try:
-        b = base_of(RunDir.open(Path(base_summary["run_dir"])), base_summary)
+        b = base_of(RunDir.open(Path(base_summary.run_dir)), base_summary)
     except (UserError, KeyError, OSError):
         return None
     sc = Scenario()
-    if target.get("topology") != base_summary.get("topology"):
+    if target.topology != base_summary.topology:
         return None
-    missing = sorted(set(b.hops) - {c["component"].split(".")[1] for c in target.get("cpu") or []
-                                    if c["component"].startswith("hop.")})
-    if missing and target.get("cpu"):
+    missing = sorted(set(b.hops) - {c.component.split(".")[1] for c in target.cpu if c.component.startswith("hop.")})
+    if missing and target.cpu:
         sc = Scenario(without=tuple(missing))
-    elif target.get("topology_options") != base_summary.get("topology_options"):
+    elif target.topology_options != base_summary.topology_options:
         return None
-    row = predict(b, [int(target.get("clients") or 1)], sc)[0]
+    row = predict(b, [int(target.clients or 1)], sc)[0]
     meas = measured_tps(target)
     row["measured_tps"] = meas
     row["error_pct"] = round((row["tps"] - meas) / meas * 100.0, 1) if meas else None

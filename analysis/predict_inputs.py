@@ -5,34 +5,37 @@ from __future__ import annotations
 
 from pathlib import PurePath
 
+from pathprof.analysis.run_model import DiskRow, RunMeta, Summary
 
-def wal_device(meta: dict, summary: dict) -> dict | None:
+
+def wal_device(run: dict | RunMeta, summary: dict | Summary) -> dict | None:
     """run.json postgres.wal_device with `device_us`: what the WAL's device itself takes per transaction, from
     the disk view (block request issued to completed; a throttle holds a bio before the request exists, so its
     queue is not in it). A commit's fdatasync issues its writes together and waits for them, then for one cache
     flush: per cache flush, one write's mean time plus one flush's (summing every request would count the
     writes that overlapped once each). Without cache flushes: every request's time. None when the WAL had no
     device of its own."""
-    dev = (meta.get("postgres") or {}).get("wal_device")
+    run, summary = RunMeta.of(run), Summary.of(summary)
+    dev = run.postgres.wal_device
     if not dev or not dev.get("device"):
         return None
     name = PurePath(str(dev["device"])).name
-    rows = {d["op"]: d for d in summary.get("disk") or [] if d.get("device") == name}
+    rows = {d.op: d for d in summary.disk if d.device == name}
     return {**dev, "device": name, "device_us": _device_us(rows) if rows else None}
 
 
-def _device_us(rows: dict[str, dict]) -> float:
+def _device_us(rows: dict[str, DiskRow]) -> float:
     flush, write = rows.get("flush"), rows.get("write")
-    if flush and flush.get("requests_per_txn") and flush.get("mean_us") is not None:
-        return float(flush["requests_per_txn"]) * (float(flush["mean_us"]) + float((write or {}).get("mean_us") or 0))
-    return sum(float(d["us_per_txn"]) for d in rows.values())
+    if flush and flush.requests_per_txn and flush.mean_us is not None:
+        return float(flush.requests_per_txn) * (float(flush.mean_us) + float((write.mean_us if write else 0) or 0))
+    return sum(float(d.us_per_txn) for d in rows.values())
 
 
 LEARN_IDLE_EVENTS_PER_TXN = 0.3   # a run that woke a process onto an idle CPU this often prices that wakeup
 MIN_DELAYLINE_PACKETS = 1000
 
 
-def learned_costs(rd, summary: dict) -> dict:
+def learned_costs(rd, summary: dict | Summary) -> dict:
     """What a finished run measured of the machine (agent.host.machine_costs keeps it): the delay of one wakeup
     onto an idle CPU (idle_exit.*: the CPU leaving idle until the woken process runs), when its wakeups found an
     idle CPU often enough to price one; the delay line's CPU per packet and packets per round trip, when the run
@@ -40,17 +43,18 @@ def learned_costs(rd, summary: dict) -> dict:
     from pathprof.analysis.predict import base_from_run, progress_tps
     from pathprof.errors import UserError
     out: dict = {}
+    summary, run = Summary.of(summary), rd.run
     try:
-        b = base_from_run(summary, progress_tps(rd.path), ((rd.meta.get("topology") or {}).get("spec") or {}))
+        b = base_from_run(summary, progress_tps(rd.path), run.topology.spec or {})
     except UserError:
         return out
-    idle = [s for s in summary.get("stages") or [] if s["name"].startswith("idle_exit.") and "parent" not in s]
-    events = sum(float(s.get("count_per_txn") or 0) for s in idle)
+    idle = [s for s in summary.stages if s.name.startswith("idle_exit.") and s.parent is None]
+    events = sum(float(s.count_per_txn or 0) for s in idle)
     if events >= LEARN_IDLE_EVENTS_PER_TXN:
-        out["idle_wakeup_us"] = round(sum(float(s["us_per_txn"]) for s in idle) / events, 2)
-    lines = rd.meta.get("delay_lines") or []
+        out["idle_wakeup_us"] = round(sum(float(s.us_per_txn) for s in idle) / events, 2)
+    lines = run.delay_lines or []
     packets, cpu = sum(x["packets"] for x in lines), sum(x["cpu_us"] for x in lines)
-    txns = float(summary.get("transactions") or 0)
+    txns = float(summary.transactions or 0)
     if packets >= MIN_DELAYLINE_PACKETS and txns:
         out["delayline_cpu_us_per_packet"] = round(cpu / packets, 3)
         # per delay line: a run may delay one direction or both, a scenario either

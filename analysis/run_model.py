@@ -146,6 +146,7 @@ class Postgres:
     port: int | None = None
     settings: dict | None = None
     checkpoints: Checkpoints = field(default_factory=Checkpoints)
+    wal_device: dict | None = None      # --wal-device: the WAL's own device, its size and throttle
     doc: dict = _doc_field()
 
 

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from pathprof.analysis.run_model import Summary
 from pathprof.errors import UserError
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ def parse_link(text: str, base: Base) -> tuple[str, float]:
     return name, per_txn
 
 
-def parse_pg_set(items: list[str], base: Base, summary: dict) -> dict[str, str]:
+def parse_pg_set(items: list[str], base: Base, summary: dict | Summary) -> dict[str, str]:
     """--pg-set KEY=VALUE: only settings whose effect the model represents (removing the commit's WAL flush)."""
     out = {}
     for item in items or []:
@@ -78,7 +79,7 @@ def parse_pg_set(items: list[str], base: Base, summary: dict) -> dict[str, str]:
         if v.lower() not in WAL_SETTINGS.get(k, ()):
             raise UserError(f"--pg-set {k}={v}: the model cannot predict this setting; it represents only "
                             "settings that take the WAL flush out of a commit (synchronous_commit=off, fsync=off)")
-        if not any(s["name"] == "backend.wal_flush" and s.get("part") for s in summary.get("stages") or []):
+        if not any(s.name == "backend.wal_flush" and s.part for s in Summary.of(summary).stages):
             raise UserError(f"--pg-set {k}={v} needs the run's backend.wal_flush: record the run with --probes deep")
         out[k] = v
     return out

@@ -74,9 +74,8 @@ def cmd_predict(a) -> int:
     from pathprof.agent.cli.multi import parse_clients
     from pathprof.analysis import predict as model
     from pathprof.analysis.rundir import RunDir
-    from pathprof.analysis.summary import summarize
     rd = RunDir.open(a.run)
-    summary = summarize(rd)
+    summary = rd.summary()
     from pathprof.agent.host.machine_costs import current
     # the machine's costs the run recorded at its start; a run made before pathprof kept them: today's
     base = model.base_of(rd, summary, machine=current())
@@ -89,7 +88,7 @@ def cmd_predict(a) -> int:
     rows = model.predict(base, clients, foreign_cpus=a.foreign_cpus)
     if sc != model.Scenario():
         rows += model.predict(base, clients, sc, foreign_cpus=a.foreign_cpus)
-    doc = {"run_dir": str(rd.path), "topology": summary.get("topology"), "run_clients": base.clients,
+    doc = {"run_dir": str(rd.path), "topology": summary.topology, "run_clients": base.clients,
            "measured_tps": base.measured_tps, "band_pct": base.band_pct, "band_parts": base.band_parts,
            "scenarios": rows}
     if a.json:
