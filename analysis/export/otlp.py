@@ -108,25 +108,38 @@ def build(traces: pd.DataFrame | None, messages: pd.DataFrame | None, meta: dict
     import pathprof
     scope = InstrumentationScope(SCOPE_NAME, str(run.pathprof_version or pathprof.__version__))
     agent_host = run_host(run)
-    where = process_hosts(topology)
-    anchors = ids.Anchors(messages, run)
     off = wall_offset_ns(run)
-    has_host = "host" in df.columns
-    resources: dict[str, object] = {}
-    cols = {c: df[c].tolist() for c in ("ts_ns", "dur_ns", "stage", "role", "leg", "txn", "pid", "tid")
-            if c in df.columns}
-    hosts = df["host"].astype(str).tolist() if has_host else None
+    cols = _Columns(df)
     out = Built(left_out=len(df) - sum(len(c) for c, _ in chains))
+    plans = _plans(chains, cols, ids.Anchors(messages, run), run_id, agent_host, off, out)
+    _emit(plans, cols, run, scope, process_hosts(topology), agent_host, off, out)
+    return out
 
-    def col(name, i, default=None):
-        v = cols.get(name)
+
+class _Columns:
+    """The sampled spans' columns as lists (reading a DataFrame row per span is the slow way)."""
+
+    def __init__(self, df: pd.DataFrame):
+        self.lists = {c: df[c].tolist() for c in ("ts_ns", "dur_ns", "stage", "role", "leg", "txn", "pid", "tid")
+                      if c in df.columns}
+        self.hosts = df["host"].astype(str).tolist() if "host" in df.columns else None
+
+    def __call__(self, name, i, default=None):
+        v = self.lists.get(name)
         return default if v is None or pd.isna(v[i]) else v[i]
 
+    def ts(self, i) -> int:
+        return int(self.lists["ts_ns"][i])
+
+
+def _plans(chains, col: _Columns, anchors, run_id: str, agent_host: str, off: int, out: Built) -> list:
+    """Each chain's trace id (from the wire when another host can see the same request, else local), its host
+    and its time span."""
     plans = []
     for rows, complete in chains:
         first = rows[0]
-        res_host = hosts[first] if hosts else agent_host
-        starts = [(int(cols["ts_ns"][i]), int(col("txn", i, -1))) for i in rows]
+        res_host = col.hosts[first] if col.hosts else agent_host
+        starts = [(col.ts(i), int(col("txn", i, -1))) for i in rows]
         hit = anchors.find(starts)
         if hit:
             tid = ids.trace_id(hit[0], hit[1])
@@ -137,14 +150,21 @@ def build(traces: pd.DataFrame | None, messages: pd.DataFrame | None, meta: dict
         # the root starts at the client's request when this host sent it, though the request's wire and the
         # server's part are another host's spans
         t0 = min(starts[0][0], hit[2] if hit and hit[2] is not None else starts[0][0]) + off
-        t1 = int(cols["ts_ns"][rows[-1]]) + int(cols["dur_ns"][rows[-1]]) + off
+        t1 = col.ts(rows[-1]) + int(col.lists["dur_ns"][rows[-1]]) + off
         plans.append((rows, complete, res_host, hit, tid, t0, t1, any(col("role", i) == "pgbench" for i in rows)))
+    return plans
+
+
+def _emit(plans: list, col: _Columns, run: RunMeta, scope, where: dict, agent_host: str, off: int,
+          out: Built) -> None:
+    """The spans: per transaction and host one root (or a host span under the client's root), then its stages."""
     # A transaction whose spans came out as two chains on one host (a gap in the sampled spans at a window's
     # edge) keeps one root, spanning both, instead of a second detached part under a root the trace already has.
     span_of: dict[tuple, list] = {}
     for rows, complete, res_host, hit, tid, t0, t1, has_client in plans:
         iv = span_of.setdefault((tid, res_host), [t0, t1, False])
         iv[0], iv[1], iv[2] = min(iv[0], t0), max(iv[1], t1), iv[2] or has_client
+    resources: dict[str, object] = {}
     rooted: set = set()
     for rows, complete, res_host, hit, tid, t0, t1, has_client in plans:
         resource = resources.get(res_host) or resources.setdefault(res_host, _resource(run, res_host))
@@ -166,16 +186,15 @@ def build(traces: pd.DataFrame | None, messages: pd.DataFrame | None, meta: dict
                 out.spans.append(_span(f"host {res_host}", tid, parent, root, t0, t1, txn_attrs, resource, scope))
         for i in rows:
             role, stage = str(col("role", i, "unknown")), str(col("stage", i, "span"))
-            ts, dur, thread = int(cols["ts_ns"][i]), max(int(col("dur_ns", i, 0)), 0), int(col("tid", i, 0))
+            ts, dur, thread = col.ts(i), max(int(col("dur_ns", i, 0)), 0), int(col("tid", i, 0))
             attrs = {"pathprof.stage": stage, "pathprof.leg": str(col("leg", i, "")), "pathprof.role": role,
-                     "pathprof.host": (hosts[i] if hosts else where.get(role, agent_host)),
+                     "pathprof.host": (col.hosts[i] if col.hosts else where.get(role, agent_host)),
                      "process.pid": int(col("pid", i, 0)), "thread.id": thread,
                      "pathprof.txn": int(col("txn", i, -1))}
             sid = ids.span_id(tid, res_host, stage, ts, thread)
             out.spans.append(_span(stage, tid, sid, parent, ts + off, ts + off + dur, attrs, resource, scope))
         out.complete += bool(complete)
     out.traces = len(rooted)          # transactions: chains of one transaction on one host count once
-    return out
 
 
 def build_from_run(rd) -> Built:
