@@ -12,6 +12,27 @@ PATHPROF = [str(ROOT / ".venv" / "bin" / "pathprof")] if (ROOT / ".venv/bin/path
     [sys.executable, "-m", "pathprof.agent.cli.main"]
 
 
+def _cpu_times() -> tuple[int, int]:
+    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return sum(f), f[3] + f[4]          # all, idle + iowait
+
+
+def wait_for_idle_cpus(busy_pct: float = 15.0, timeout_s: float = 20.0) -> float:
+    """Wait (bounded) until the CPUs are nearly idle over half a second, so that a run whose figures depend on
+    the machine idling (wakeups onto idle CPUs) is not made while a previous test's processes still wind down.
+    Returns the last busy share seen, %."""
+    import time
+    end, busy = time.monotonic() + timeout_s, 100.0
+    while time.monotonic() < end:
+        t0, i0 = _cpu_times()
+        time.sleep(0.5)
+        t1, i1 = _cpu_times()
+        busy = 100.0 * (1 - (i1 - i0) / max(t1 - t0, 1))
+        if busy <= busy_pct:
+            break
+    return busy
+
+
 def machine_state() -> dict:
     """What teardown must restore: namespaces, links, and the root namespace's iptables rules."""
     def out(cmd):
@@ -135,6 +156,7 @@ def always_on_run(tmp_path_factory):
     def make(key, root):
         topology, clients = key
         before = machine_state()
+        wait_for_idle_cpus()        # test_foreign_load reads this run as the machine "alone"
         doc = _run_json("--topology", topology, "--clients", str(clients), "--duration", "3", "--probe-duty", "100",
                         runs_dir=root, timeout=600)
         assert machine_state() == before
