@@ -1,5 +1,5 @@
 """The house's rules that a reader relies on, checked on the source (issue #23): options are parsed once, at the
-CLI edge, so nothing below agent/cli sees argparse; analysis never reaches into the agent's run machinery."""
+CLI edge, so nothing below agent/cli sees argparse; analysis never reaches into the agent's run machinery; topologies share only the agent's host plumbing (agent.host), which reaches no higher layer."""
 import ast
 from pathlib import Path
 
@@ -40,4 +40,18 @@ def test_nothing_below_the_cli_sees_argparse(path):
 @pytest.mark.parametrize("path", list(_modules("analysis")), ids=lambda p: str(p.relative_to(ROOT)))
 def test_analysis_does_not_import_the_cli_or_the_run_machinery(path):
     bad = {n for n in _imports(path) if n.startswith(("pathprof.agent.cli", "pathprof.agent.run"))}
+    assert not bad, f"{path} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("path", list(_modules("topologies")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_topologies_use_only_the_host_plumbing_of_the_agent(path):
+    # one-way flow: the agent builds topologies; topologies share only agent.host (proc, netns, journal, ...)
+    bad = {n for n in _imports(path) if n.startswith("pathprof.agent") and not n.startswith("pathprof.agent.host")}
+    assert not bad, f"{path} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("path", list(_modules("agent/host")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_host_plumbing_reaches_no_higher_layer(path):
+    bad = {n for n in _imports(path)
+           if n.startswith(("pathprof.agent.cli", "pathprof.agent.run", "pathprof.topologies"))}
     assert not bad, f"{path} imports {sorted(bad)}"
