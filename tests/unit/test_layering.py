@@ -1,5 +1,6 @@
 """The house's rules that a reader relies on, checked on the source (issue #23): options are parsed once, at the
-CLI edge, so nothing below agent/cli sees argparse; analysis never reaches into the agent's run machinery; topologies share only the agent's host plumbing (agent.host), which reaches no higher layer."""
+CLI edge, so nothing below agent/cli sees argparse; analysis never reaches into the agent's run machinery;
+topologies share only the agent's host plumbing (agent.host), which reaches no higher layer."""
 import ast
 from pathlib import Path
 
