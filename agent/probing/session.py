@@ -155,14 +155,7 @@ class ProbeSession:
         if self.config.level == "off" or self.started:
             return
         from pathprof.agent.probing.bpf import layout as L
-        from pathprof.agent.probing.bpf.libbpf import (
-            BPF_NETFILTER,
-            BPF_PROG_TYPE_NETFILTER,
-            BpfObject,
-            RingBuffer,
-            kernel_has_tracepoint,
-            num_possible_cpus,
-        )
+        from pathprof.agent.probing.bpf.libbpf import BpfObject, RingBuffer, num_possible_cpus
         ensure_tracefs()
         ports = sorted({int(p) for p in self.config.service_ports if p})
         if len(ports) > L.MAX_PORTS:
@@ -183,23 +176,7 @@ class ProbeSession:
             self.main.maps["nfagg"].set_max_entries((len(self.netns_names) + 1) * L.NF_PER_NETNS)
             self.main.maps["cpu_idle"].set_max_entries(num_possible_cpus())
             self.hop_slots = hop_slots
-            for name, prog in self.main.programs.items():
-                prog.set_autoload(deep or not name.startswith("pg_"))
-                if name in QDISC_PROGS and not self.config.qdisc:
-                    prog.set_autoload(False)    # no netem on this path: never loaded, never attached
-                    self.dropped.add(name)
-                    continue
-                if name in DEVICE_PROGS and not (self.config.devices or self.config.lo_device):
-                    prog.set_autoload(False)    # only lo on this path, folded into the wire: two runs per packet saved
-                    self.dropped.add(name)
-                    continue
-                tp = prog.section.removeprefix("tp_btf/") if prog.section.startswith("tp_btf/") else None
-                if tp and not kernel_has_tracepoint(tp):      # drop only the stage that needs it
-                    prog.set_autoload(False)
-                    self.dropped.add(name)
-                    self._note(f"tracepoint {tp} is not in this kernel: {name} not loaded, its stage is missing")
-                if name in NETFILTER or name in HOLD_PRI:
-                    prog.set_type(BPF_PROG_TYPE_NETFILTER, BPF_NETFILTER)
+            self._select_programs(deep)
             self.main.load()
             for name in ALWAYS_ON:
                 self.main.attach(name)
@@ -211,6 +188,28 @@ class ProbeSession:
             raise
         self.started = True
         self.reset()
+
+    def _select_programs(self, deep: bool) -> None:
+        """Which programs load: deep's USDT only at --probes deep, qdisc and device programs only where the path
+        has them, a tp_btf program only where its tracepoint exists (only its stage goes missing)."""
+        from pathprof.agent.probing.bpf.libbpf import BPF_NETFILTER, BPF_PROG_TYPE_NETFILTER, kernel_has_tracepoint
+        for name, prog in self.main.programs.items():
+            prog.set_autoload(deep or not name.startswith("pg_"))
+            if name in QDISC_PROGS and not self.config.qdisc:
+                prog.set_autoload(False)    # no netem on this path: never loaded, never attached
+                self.dropped.add(name)
+                continue
+            if name in DEVICE_PROGS and not (self.config.devices or self.config.lo_device):
+                prog.set_autoload(False)    # only lo on this path, folded into the wire: two runs per packet saved
+                self.dropped.add(name)
+                continue
+            tp = prog.section.removeprefix("tp_btf/") if prog.section.startswith("tp_btf/") else None
+            if tp and not kernel_has_tracepoint(tp):      # drop only the stage that needs it
+                prog.set_autoload(False)
+                self.dropped.add(name)
+                self._note(f"tracepoint {tp} is not in this kernel: {name} not loaded, its stage is missing")
+            if name in NETFILTER or name in HOLD_PRI:
+                prog.set_type(BPF_PROG_TYPE_NETFILTER, BPF_NETFILTER)
 
     def _find_nf_hooks(self) -> None:
         from pathprof.agent.probing.nf_hooks import active_hooks
