@@ -129,7 +129,7 @@ def undo(entry: dict) -> bool:
         return True
     if k == "process":
         if entry.get("pid") is None:      # the intent: the spawn may have happened, its pid was never recorded
-            return all(_kill(pid, pid_start_time(pid)) for pid in marked(entry.get("mark")))
+            return all(_kill(pid, pid_start_time(pid)) for pid in _marked_settled(entry.get("mark")))
         return _kill(entry["pid"], entry.get("start_time"))
     if k == "netns":
         name = entry["name"]
@@ -214,6 +214,19 @@ def marked(mark: str | None) -> list[int]:
             except OSError:
                 continue              # gone meanwhile, or a kernel thread
     return out
+
+
+def _marked_settled(mark: str | None, tries: int = 6) -> list[int]:
+    """marked(), looked at again for a moment when nothing carries the mark: a process whose spawn returned a
+    moment ago (an undo right after a failed record) shows no environment until its exec has set up the new image
+    (Popen returns once the exec is committed, /proc/PID/environ is empty until the stack is built)."""
+    pids = marked(mark)
+    for _ in range(tries if mark else 0):
+        if pids:
+            break
+        time.sleep(0.05)
+        pids = marked(mark)
+    return pids
 
 
 def _kill(pid: int, start_time: int | None) -> bool:
