@@ -195,9 +195,10 @@ int BPF_PROG(pp_tcp_send, const struct sock *sk, const struct msghdr *msg, const
 		}
 		/* a hop sending again with no read since its last send (whose delivery is cont_ts) and no sleep either
 		 * goes on working on the same message (pgpool sends a reply's piece to the client, then the next request
-		 * to the backend): this send's processing starts where the last one was delivered */
-		if (is_hop_role(t->role) && !t->consume_ts && t->cont_ts >= ws && t->wake_ts < t->cont_ts &&
-		    t->send_ts > t->cont_ts) {
+		 * to the backend): this send's processing starts where the last one was delivered, on the leg of the
+		 * message it last read in this window (none read yet: the window opened inside that work) */
+		if (is_hop_role(t->role) && !t->consume_ts && t->consume_leg && t->cont_ts >= ws &&
+		    t->wake_ts < t->cont_ts && t->send_ts > t->cont_ts) {
 			t->consume_ts = t->cont_ts;
 			stat_inc(PP_STAT_HOP_CONTINUED);
 		}

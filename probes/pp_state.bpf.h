@@ -257,6 +257,7 @@ static __always_inline struct pp_task *task_of(struct task_struct *p, __u64 ws)
 		t->win = ws;
 		t->in_send = 0;
 		t->send_ts = t->wake_ts = t->oncpu_ts = t->runnable_ts = t->consume_ts = t->fwd_act = 0;
+		t->consume_leg = 0;       /* a hop's continued send needs a message read in this window */
 		t->last_utime = t->last_stime = 0;
 	}
 	return t;
