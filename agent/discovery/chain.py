@@ -4,7 +4,8 @@ From a client socket (pathprof's own test connection for `run --dsn`), or from t
 answers on (`attach --port`), each connection is followed to the process holding its other end
 (pathprof.agent.discovery.sockets: swapped 4-tuple, NAT through conntrack, else a listener). A process that is not
 PostgreSQL is a hop: it and its children are followed, and so is the connection it opens onward, until a
-PostgreSQL backend (whose parent is the postmaster). What cannot be seen is said, and the rest still works.
+PostgreSQL backend (whose parent is the postmaster), or a hop whose connections onward all leave the machine (its
+server is another host's: `onward_remote`). What cannot be seen is said, and the rest still works.
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ class DiscoveredPath:
     namespaces: list[int] = field(default_factory=list)  # every namespace crossed, client side first
     ports: set[int] = field(default_factory=set)         # the ports requests arrive on (the probes' legs)
     unseen: list[str] = field(default_factory=list)      # what could not be followed, in words
+    onward_remote: list[str] = field(default_factory=list)  # the last hop's server(s) on another machine
 
 
 def is_postgres(t: SocketTable, pid: int) -> bool:
@@ -116,12 +118,26 @@ def follow(t: SocketTable, start: Sock, path: DiscoveredPath | None = None) -> D
                   (x.kind == "unix" and not x.path or x.kind == "tcp" and x.local.port not in ports)]
         nxt = _first_resolving(t, onward)
         if nxt is None:
-            path.unseen.append(f"{comm} (pid {root}) has no open connection onward that leads to a process here "
-                               "(not connected yet, or its server is on another machine)")
+            _last_hop_here(t, path, onward, f"{comm} (pid {root})")
             return path
         s = nxt
     path.unseen.append(f"more than {MAX_HOPS} hops: stopped following")
     return path
+
+
+def _last_hop_here(t: SocketTable, path: DiscoveredPath, onward: list[Sock], who: str) -> None:
+    """A hop none of whose connections onward reaches a process here: its server is on another machine when
+    they leave it (the hop is then the path's last one on this host; that host's run has the rest), else it
+    has not connected yet."""
+    away = sorted({str(s.remote) for s in onward if s.kind == "tcp" and t.peer(s)[0] is None})
+    if not away:
+        path.unseen.append(f"{who} has no open connection onward (not connected to its server yet)")
+        return
+    path.onward_remote = away
+    # the onward port as dialled here: its packets on this host belong to the request/response legs
+    path.ports |= {s.remote.port for s in onward if str(s.remote) in away}
+    path.unseen.append(f"{who} connects onward to {', '.join(away)}, on another machine: the path on this host "
+                       "ends there (that machine's own run has the rest; pathprof merge joins them)")
 
 
 def _first_resolving(t: SocketTable, socks: list[Sock]) -> Sock | None:

@@ -59,16 +59,22 @@ def resolve(opts: AttachOptions):
         path, table = discovery.from_server_pid(opts.server_pid, SocketTable.take(opts.netns))
     else:
         path, table = discovery.from_port(opts.port, SocketTable.take(opts.netns))
-    what = f"port {opts.port}" if opts.port else (f"pid {opts.server_pid}" if opts.server_pid else "--dsn")
-    if path.postmaster is None and not any(h.role == "qemu" for h in path.hops):
+    check_profilable(path, f"port {opts.port}" if opts.port else (f"pid {opts.server_pid}" if opts.server_pid
+                                                                    else "--dsn"))
+    return table, path
+
+
+def check_profilable(path, what: str) -> None:
+    """A UserError unless the path reaches its server here, or its last hop here connects onward to a server
+    on another machine (that host's agent records the rest), or ends at a virtual machine's device."""
+    if path.postmaster is None and not path.onward_remote and not any(h.role == "qemu" for h in path.hops):
         first = path.hops[0] if path.hops else None
         who = f"{first.comm} (pid {first.pid})" if first else "its process"
         raise UserError(f"{what} is answered by {who}, which is not PostgreSQL and has no connection onward to a "
-                        "PostgreSQL server on this machine" + (f" ({path.unseen[0]})" if path.unseen else ""))
+                        "PostgreSQL server" + (f" ({path.unseen[0]})" if path.unseen else ""))
     if not path.client_connections:
         raise UserError(f"no client is connected to {what} now: attach profiles traffic that is already flowing "
                         "(start the load first, or use `pathprof run --dsn` to drive pgbench)")
-    return table, path
 
 
 def _from_dsn(dsn: str):

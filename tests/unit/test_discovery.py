@@ -82,3 +82,42 @@ def test_an_unanswered_connection_is_said_not_guessed():
 def test_hop_roles_by_command():
     assert [discovery.hop_role(c) for c in ("pgbouncer", "pgpool", "docker-proxy", "socat", "qemu-system-x86",
                                             "mystery")] == ["pooler", "pooler", "proxy", "proxy", "qemu", "other"]
+
+
+def _pooler_host() -> SocketTable:
+    """The pooler's machine of a 3-host path: pgbouncer (pid 20, ns 5) answers a client on another machine
+    (198.18.12.1) and holds one connection onward to a server on a third (198.18.12.3:5432): no PostgreSQL here."""
+    t = SocketTable(root_ns=5)
+    t.procs = {20: Proc(20, "pgbouncer", 1, 5)}
+    t.ns_pid = {5: 20}
+    t._unix_read, t._ct = True, []
+    t.socks = [Sock(5, "tcp", "listen", 500, Addr("198.18.12.2", 6432), Addr("0.0.0.0", 0)),
+               Sock(5, "tcp", "established", 501, Addr("198.18.12.2", 6432), Addr("198.18.12.1", 40000)),
+               Sock(5, "tcp", "established", 502, Addr("198.18.12.2", 50000), Addr("198.18.12.3", 5432))]
+    t.owners = {500: [20], 501: [20], 502: [20]}
+    return t
+
+
+def test_a_hop_whose_server_is_on_another_machine_is_the_last_hop_here():
+    path, t = discovery.from_port(6432, _pooler_host())
+    assert [h.name for h in path.hops] == ["pgbouncer"] and path.postmaster is None
+    assert path.onward_remote == ["198.18.12.3:5432"]
+    assert {6432, 5432} <= path.ports                  # the onward port gives its packets their legs
+    assert path.client_connections == 1                # from another machine: counted, its side not measured
+    assert any("198.18.12.3:5432" in u and "another machine" in u for u in path.unseen), path.unseen
+    from pathprof.agent.discovery import edge
+    leaving = edge.leaving(t, edge.path_pids(t, path))
+    assert [(c["side"], c["remote"]) for c in leaving] == [("client", "198.18.12.3:5432"),
+                                                          ("server", "198.18.12.1:40000")]
+
+
+def test_a_hop_with_no_connection_onward_is_still_refused():
+    t = _pooler_host()
+    t.socks = t.socks[:2]
+    path, _ = discovery.from_port(6432, t)
+    assert path.onward_remote == [] and path.postmaster is None
+    import pytest
+    from pathprof.agent.run.attach import check_profilable
+    from pathprof.errors import UserError
+    with pytest.raises(UserError, match="no connection onward"):
+        check_profilable(path, "port 6432")

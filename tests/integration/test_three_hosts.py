@@ -1,0 +1,102 @@
+"""Three machines (#21): client -> pooler -> server, each its own host. pathprof builds the pgbouncer-3host path
+(its own pp-pb3-* namespaces on one switch, 198.18.12.0/24) and drives pgbench through it with its probes off;
+one `pathprof attach --netns` per "host" records that host's part: the client's by `--remote` (its server is
+the pooler's machine), the pooler's by `--port 6432` (pgbouncer, whose server is on a third machine: the last
+hop on its host), the database's by `--port 5432`. `pathprof merge` joins the three runs: two links, each with
+its clock offset ± bound, a wire stage per direction on each, and the merged path closing against the client's
+cycle. On one kernel the true offsets are 0."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_merge_hosts import PP, _attach, _done  # noqa: E402
+
+CLI, POOL, DB = "pp-pb3-cli", "pp-pb3-pool", "pp-pb3-db"
+POOLER, SERVER = "198.18.12.2:6432", "198.18.12.3:5432"
+CLOSURE_PCT = 5.0          # the issue's bound, latency and CPU, against the client's cycle and the machine's CPU
+CLIENTS = 8
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces and loads BPF: root only")
+
+
+def _wait_clients(n: int, timeout: float = 90.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        out = subprocess.run(["ip", "netns", "exec", CLI, "ss", "-Htn", "state", "established", "( dport = :6432 )"],
+                             capture_output=True, text=True).stdout
+        if len(out.splitlines()) >= n:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"pgbench did not connect {n} clients to the pooler")
+
+
+def _three_agents(runs: Path) -> tuple[dict, dict, dict]:
+    """The built path with pgbench running and no probes of its own; the three agents' reports."""
+    load = subprocess.Popen([*PP, "run", "-t", "pgbouncer-3host", "--probes", "off", "-c", str(CLIENTS), "-j", "2",
+                             "-T", "60", "--no-live", "--runs-dir", str(runs / "built")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_clients(CLIENTS)
+        time.sleep(0.5)
+        agents = [_attach(["--netns", CLI, "--remote", POOLER], runs),
+                  _attach(["--netns", POOL, "--port", "6432"], runs),
+                  _attach(["--netns", DB, "--port", "5432"], runs)]
+        return tuple(_done(a) for a in agents)
+    finally:
+        load.send_signal(signal.SIGINT)          # the run stops early and tears its path down
+        _, err = load.communicate(timeout=120)
+        assert load.returncode in (0, 130), err[-2000:]
+
+
+def test_three_hosts_merge_through_the_pooler(tmp_path):
+    runs = tmp_path / "runs"
+    c, p, s = _three_agents(runs)
+    # the pooler's host: pgbouncer is the path's last hop there, its server named as another machine's
+    assert any("connects onward to " + SERVER in n for n in p["notes"]), p["notes"]
+    assert {x["name"] for x in p["stages"]} >= {"hop.pgbouncer"}
+    assert not any("backend" in x["name"] or "pgbench" in x["name"] for x in p["stages"])
+    scope = json.loads((Path(p["run_dir"]) / "run.json").read_text())["scope"]
+    sides = sorted((x["side"], x["remote"].rsplit(":", 1)[0]) for x in scope["leaving_connections"])
+    assert sides == [("client", "198.18.12.3")] * CLIENTS + [("server", "198.18.12.1")] * CLIENTS, sides
+
+    merged = tmp_path / "merged"
+    cp = subprocess.run([*PP, "merge", c["run_dir"], s["run_dir"], p["run_dir"], "-o", str(merged), "--json"],
+                        capture_output=True, text=True, timeout=180)
+    assert cp.returncode == 0, cp.stderr
+    d = json.loads(cp.stdout)
+    # connections matched across both boundaries, in the chain's order whatever the order given
+    meta = json.loads((merged / "run.json").read_text())
+    assert [(lk["client_host"], lk["server_host"], len(lk["connections"])) for lk in meta["links"]] == [
+        (CLI, POOL, CLIENTS), (POOL, DB, CLIENTS)], meta["links"]
+    assert [(o["host_a"], o["host_b"]) for o in d["clock_offsets"]] == [(CLI, POOL), (POOL, DB)]
+    for o in d["clock_offsets"]:
+        print(f"offset {o['host_a']} -> {o['host_b']}: {o['offset_us']:+.3f} ± {o['bound_us']:.3f} µs "
+              f"({o['samples_ab']} / {o['samples_ba']} trips)")
+        assert abs(o["offset_us"]) <= o["bound_us"] < 1000, o          # one kernel: the true offset is 0
+        assert o["samples_ab"] > 100 and o["samples_ba"] > 100, o
+    # every trip of every direction on both links: never negative once corrected
+    wire = pd.read_parquet(merged / "wire.parquet")
+    per_dir = wire.groupby(["client_host", "dir"])["wire_ns"].agg(["count", "min", "mean"])
+    print(per_dir)
+    assert len(per_dir) == 4 and (per_dir["count"] > 100).all() and (per_dir["min"] >= 0).all(), per_dir
+    names = {(x["name"], x["leg"]): x["us_per_txn"] for x in d["stages"]}
+    for stage in (("wire.pgbouncer", "request"), ("wire.backend", "request"), ("wire.pgbouncer", "response"),
+                  ("wire.pgbench", "response"), ("hop.pgbouncer", "request"), ("hop.pgbouncer", "response"),
+                  ("backend.execute", "server"), ("client.pgbench", "client")):
+        assert names.get(stage, 0) > 0, (stage, sorted(names))
+    print("3-host merged:", d["closure"])
+    assert d["closure"]["latency_basis"] == "cycle"
+    assert abs(d["closure"]["latency_error_pct"]) <= CLOSURE_PCT, d["closure"]
+    assert abs(d["closure"]["cpu_error_pct"]) <= CLOSURE_PCT, d["closure"]
+    cpu = {x["component"]: x.get("host") for x in d["cpu"]}
+    assert {cpu.get(k) for k in cpu if k.startswith("hop.pgbouncer")} == {POOL}, cpu
