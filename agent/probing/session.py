@@ -27,19 +27,13 @@ from pathlib import Path
 import pandas as pd
 from pathprof.agent.host.machine import cpu_busy_ns
 from pathprof.agent.probing import frames as F
+from pathprof.agent.probing.postgres_probes import PostgresProbes
 from pathprof.agent.probing.windows import DEFAULT_PERIOD_S, DEFAULT_WINDOW_S
 from pathprof.errors import UserError
 
 PROBES_DIR = Path(__file__).resolve().parents[2] / "probes"
 TRACEFS = "/sys/kernel/tracing"
 LEVELS = ("off", "basic", "deep")
-# (program pair prefix, exported function) timed by entry/return uprobes
-UPROBE_CALLS = [("wal_flush", "XLogFlush")]
-# (program pair prefix, USDT probe base name) on provider "postgresql"
-USDT_PAIRS = [("query", "query"), ("parse", "query__parse"), ("plan", "query__plan"), ("execute", "query__execute"),
-              ("data_read", "smgr__md__read"), ("dirty_write", "buffer__write__dirty"),
-              ("wal_full", "wal__buffer__write__dirty"),
-              ("lock", "lock__wait"), ("lwlock", "lwlock__wait")]
 ALWAYS_ON = ("pp_fork",)               # attached for the whole session; everything else only in windows
 NETFILTER = ("nf_begin", "nf_end")      # BPF netfilter links, attached per (namespace, hook) with functions
 PIDFD_THREAD = os.O_EXCL                # pidfd_open flag: a pidfd for one thread (Linux >= 6.9)
@@ -148,6 +142,7 @@ class ProbeSession:
         self._spans: list[bytes] = []
         self.started = False
         self._server = None              # ServerChildren: follow_server
+        self._postgres = PostgresProbes(self._note)   # deep: the postgres binary's USDT and uprobes
 
     # ---------------- lifecycle ----------------
     def start(self) -> None:
@@ -193,6 +188,8 @@ class ProbeSession:
         """Which programs load: deep's USDT only at --probes deep, qdisc and device programs only where the path
         has them, a tp_btf program only where its tracepoint exists (only its stage goes missing)."""
         from pathprof.agent.probing.bpf.libbpf import BPF_NETFILTER, BPF_PROG_TYPE_NETFILTER, kernel_has_tracepoint
+        if deep:
+            self._postgres.prepare(self.main)
         for name, prog in self.main.programs.items():
             prog.set_autoload(deep or not name.startswith("pg_"))
             if name in QDISC_PROGS and not self.config.qdisc:
@@ -228,20 +225,7 @@ class ProbeSession:
             if name not in ALWAYS_ON and name not in NETFILTER and name not in HOLD_PRI and not name.startswith("pg_"):
                 out.append(self.main.attach(name))
         if self.config.level == "deep":
-            binary = self.config.postgres_bin
-            if not binary or not os.path.exists(binary):
-                self._note(f"deep: postgres binary {binary!r} not found, USDT probes not attached")
-            else:
-                for prefix, probe in USDT_PAIRS:
-                    for end in ("start", "done"):
-                        out.append(self.main.attach(f"pg_{prefix}_{end}", "usdt", -1, binary, "postgresql",
-                                                    f"{probe}__{end}"))
-                for prefix, func in UPROBE_CALLS:
-                    try:
-                        out.append(self.main.attach_uprobe(f"pg_{prefix}_start", -1, binary, func))
-                        out.append(self.main.attach_uprobe(f"pg_{prefix}_done", -1, binary, func, retprobe=True))
-                    except UserError as e:      # a build without the symbol: that stage only is missing
-                        self._note(f"deep: {func} not found in {binary}: backend.{prefix} not measured ({e})")
+            out += self._postgres.attach(self.main, self.config.postgres_bin)
         for ns, hooks in self.nf_hooks.items():
             try:
                 for hook in hooks:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes as C
 import functools
 import os
+import threading
 
 # _lines, _take_log, Map, Program, num_possible_cpus: re-exported (callers and tests import them from here)
 from pathprof.agent.probing.bpf.cdll import (  # noqa: F401
@@ -45,7 +46,7 @@ class _UprobeOpts(C.Structure):
 
 
 class Link:
-    """A libbpf link (ptr) or a raw link fd (netfilter); destroy() detaches."""
+    """A libbpf link (ptr) or a raw link fd (netfilter, uprobe_multi); destroy() detaches."""
 
     def __init__(self, ptr=None, fd: int | None = None, what: str = ""):
         self.ptr, self.fd, self.what = ptr, fd, what
@@ -59,6 +60,23 @@ class Link:
             self.fd = None
 
 
+def _destroy_all(links: list) -> None:
+    """Destroy links, the raw-fd ones concurrently: releasing one waits for RCU grace periods (~50 ms for a
+    uprobe_multi link here), and closes in flight at once share them. libbpf's own links are destroyed one by
+    one (a USDT link returns its spec ids to an object-wide list)."""
+    raw = [link for link in links if link.fd is not None and not link.ptr]
+    threads = [threading.Thread(target=link.destroy, name="pp-detach") for link in raw[1:]]
+    for t in threads:
+        t.start()
+    try:
+        for link in [*raw[:1], *(link for link in reversed(links) if link not in raw)]:
+            link.destroy()
+    finally:
+        for t in threads:
+            t.join()
+
+
+from pathprof.agent.probing.bpf import uprobe_multi  # noqa: E402  (raw BPF_LINK_CREATE, see there)
 from pathprof.agent.probing.bpf.nflink import netfilter_link  # noqa: E402  (raw BPF_LINK_CREATE, see there)
 
 
@@ -167,17 +185,30 @@ class BpfObject:
         self.links.append(link)
         return link
 
+    def attach_uprobe_multi(self, prog: str, binary: str, offsets: list[int], ref_ctr_offsets: list[int] | None = None,
+                            retprobe: bool = False, pid: int = -1) -> Link:
+        """One uprobe_multi link of `prog` at file `offsets` of `binary` (semaphores at `ref_ctr_offsets`, 0 for
+        none); `prog` was loaded expecting them (uprobe_multi.BPF_TRACE_UPROBE_MULTI). No cookies: pathprof's
+        USDT programs read no arguments (libbpf's cookie is the argument spec's id)."""
+        try:
+            fd = uprobe_multi.link_create(self.programs[prog].fd, binary, offsets, ref_ctr_offsets,
+                                          retprobe=retprobe, pid=pid)
+        except OSError as e:
+            raise BpfError(f"attach {prog} ({'uretprobe' if retprobe else 'uprobe'}_multi {binary}, "
+                           f"{len(offsets)} sites, pid {pid}): {e.strerror}") from None
+        link = Link(fd=fd, what=prog)
+        self.links.append(link)
+        return link
+
     def detach(self, links: list) -> None:
         """Destroy some of this object's links (a measurement window closing); the object stays loaded."""
-        for link in reversed(links):
-            link.destroy()
-            if link in self.links:
-                self.links.remove(link)
+        _destroy_all(links)
+        gone = {id(link) for link in links}
+        self.links = [link for link in self.links if id(link) not in gone]
 
     def close(self) -> None:
         """Detach everything and free the object; its Map and Program handles refuse further use."""
-        for link in reversed(self.links):
-            link.destroy()
+        _destroy_all(self.links)
         self.links.clear()
         for h in [*self.maps.values(), *self.programs.values()]:
             h.invalidate()
