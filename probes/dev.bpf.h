@@ -23,7 +23,7 @@ int BPF_PROG(pp_dev_xmit, struct sk_buff *skb, struct net_device *dev)
 	if (q->skb && q->skb != (__u64)skb && q->ts >= ws)
 		stat_inc(PP_STAT_DEV_OVERWRITTEN);
 	struct pp_task *t = tap_wire ? cur_task(ws) : 0;  /* only a tap's reader (qemu) uses the send start */
-	q->send_ts = t && t->in_send ? t->send_ts : 0;     /* a tap: wire.qemu starts there */
+	q->send_ts = t && sending(t, 0) ? t->send_ts : 0;     /* a tap: wire.qemu starts there */
 	q->head = (__u64)skb->head;
 	q->ifindex = dev->ifindex;
 	q->netns = netns;

@@ -173,6 +173,8 @@ static __always_inline void own_or_reply(const struct sock *sk, const struct msg
 	}
 }
 
+static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 ws, int ret, int was_sending);
+
 SEC("tp_btf/tcp_sendmsg_locked")
 int BPF_PROG(pp_tcp_send, const struct sock *sk, const struct msghdr *msg, const struct sk_buff *skb, int goal)
 {
@@ -181,8 +183,11 @@ int BPF_PROG(pp_tcp_send, const struct sock *sk, const struct msghdr *msg, const
 		return 0;
 	struct pp_task *t = cur_task(ws);
 	if (t && !t->in_send) {
+		/* a client's or server's send is closed here (send_at_start): in_send stays clear, see sending() */
+		int close_now = send_at_start && !is_hop_role(t->role);
 		t->send_ts = bpf_ktime_get_ns();
-		t->in_send = 1;
+		t->in_send = !close_now;
+		t->send_sk = close_now ? (__u64)sk : 0;
 		if (trace_every) {
 			t->send_seq = send_number((struct sock *)sk, t);
 			struct pp_sock *u = bpf_sk_storage_get(&socks, (struct sock *)sk, 0, 0);
@@ -204,6 +209,8 @@ int BPF_PROG(pp_tcp_send, const struct sock *sk, const struct msghdr *msg, const
 		}
 		if (conn_split)
 			own_or_reply(sk, msg, t, ws);
+		if (close_now)
+			send_over((struct sock *)sk, t, ws, msg->msg_iter.count, 1);
 	}
 	return 0;
 }
@@ -303,7 +310,7 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 	if (qs && now > qs) {
 		if (!setup)
 			span(PP_ST_WIRE, s->role, s->leg, s->hop, qs, now - qs, seq);
-	} else if (t && t->in_send && now > t->send_ts) {
+	} else if (t && sending(t, (__u64)sk) && now > t->send_ts) {
 		if (!setup)
 			span(PP_ST_WIRE, s->role, s->leg, s->hop, t->send_ts, now - t->send_ts, seq);
 		if (t->role == PP_ROLE_QEMU)
@@ -472,17 +479,10 @@ int BPF_PROG(pp_tcp_consume, struct sock *sk)
 	return 0;
 }
 
-SEC("tp_btf/sock_send_length")
-int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
+/* The end of a send: the processing before it (consume -> send start), the reply's wait it answers, a hop's
+ * forwarding. At its start for a client's or server's TCP send (pp_tcp_send, send_at_start), else at its end. */
+static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 ws, int ret, int was_sending)
 {
-	__u64 ws = win_start();
-	if (!ws)
-		return 0;
-	struct pp_task *t = cur_task(ws);
-	if (!t)
-		return 0;
-	int was_sending = t->in_send;
-	t->in_send = 0;                   /* the send is over, whatever its outcome */
 	if (ret <= 0)
 		return 0;
 	if (conn_split && !was_sending) {
@@ -596,6 +596,22 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 	else if (!start)
 		stat_inc(PP_STAT_PROC_UNPAIRED);
 	return 0;
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
+{
+	__u64 ws = win_start();
+	if (!ws)
+		return 0;
+	struct pp_task *t = cur_task(ws);
+	if (!t)
+		return 0;
+	int was_sending = t->in_send;
+	t->in_send = 0;                   /* the send is over, whatever its outcome */
+	if (send_at_start && !is_hop_role(t->role) && sk->sk_protocol == IPPROTO_TCP_NUM)
+		return 0;                     /* closed at its start (pp_tcp_send) */
+	return send_over(sk, t, ws, ret, was_sending);
 }
 
 #endif /* PATHPROF_MSG_BPF_H */

@@ -32,6 +32,7 @@ struct pp_task {            /* task-local storage of a tracked thread: its prese
 	__u8  pad2[4];
 	__u64 fwd_act;          /* hops: where the forwarding upstream of the request whose response it consumed began
 				 * (from that connection's pp_sock.fwd_act), until it answers the client: holdq.bpf.h */
+	__u64 send_sk;          /* the socket of the send begun at send_ts (send_at_start: is it still under way?) */
 };
 
 struct pp_sock {            /* socket-local storage of a socket a tracked thread sent or received on */

@@ -22,6 +22,9 @@ const volatile __u32 trace_every = 0;                 /* --trace-sample N: 1 in 
 const volatile __u32 time_lo = 1;                     /* dev.lo as its own stage (else left inside the wire) */
 const volatile __u32 tap_wire = 1;                    /* the path has a qemu guest behind a tap (wire.qemu) */
 const volatile __u32 conn_split = 0;  /* --connect: setup exchanges are the connection probe's (conn.bpf.c), not ours */
+/* a client's or server's TCP send is closed at its start (pp_tcp_send), so sock_send_length need not be attached on
+ * a path without hops or AF_UNIX messages: two program runs per message saved. Off with --connect. */
+const volatile __u32 send_at_start = 0;
 /* unused: keeps struct pp_trace in the object's BTF for the layout test (the ring buffer has no value type) */
 const volatile struct pp_trace pp_trace_layout = {};
 
@@ -239,6 +242,17 @@ static __always_inline struct pp_cpu_state *cpu_state(__u64 ws)
 	return cs;
 }
 
+/* Is t inside the send it began at send_ts? A client's or server's TCP send closed at its start (send_at_start)
+ * has no end program to clear in_send, so it does not set it: it is under way while its socket is locked (tcp_sendmsg
+ * holds the lock up to the send's end, its delivery on loopback and veth included). `into`: the socket a delivery
+ * is for; a backlog drained into the socket the thread last sent on (inside its own recv) is not that send's. */
+static __always_inline int sending(struct pp_task *t, __u64 into)
+{
+	if (t->in_send)
+		return 1;
+	return send_at_start && t->send_sk && t->send_sk != into && kcast(t->send_sk, struct sock)->sk_lock.owned;
+}
+
 /* A task's timestamps are valid only inside the window that set them: on its first use in a new window,
  * whatever it had pending began before the window opened and is discarded -- counted, never silently.
  * oncpu_ts = 0 then means "on CPU since before the window" to sched_switch. */
@@ -256,6 +270,7 @@ static __always_inline struct pp_task *task_of(struct task_struct *p, __u64 ws)
 			stat_add(PP_STAT_WINDOW_EDGE, n);
 		t->win = ws;
 		t->in_send = 0;
+		t->send_sk = 0;
 		t->send_ts = t->wake_ts = t->oncpu_ts = t->runnable_ts = t->consume_ts = t->fwd_act = 0;
 		t->consume_leg = 0;       /* a hop's continued send needs a message read in this window */
 		t->last_utime = t->last_stime = 0;

@@ -67,7 +67,7 @@ static __always_inline void hold_start(struct pp_qdq *q, struct sk_buff *skb, __
 		if (q->skb && q->skb != (__u64)skb && q->ts >= ws)
 			stat_inc(PP_STAT_DEV_OVERWRITTEN);
 		struct pp_task *t = cur_task(ws);
-		q->send_ts = t && t->in_send ? t->send_ts : 0;
+		q->send_ts = t && sending(t, 0) ? t->send_ts : 0;
 	}
 	q->head = (__u64)skb->head;
 	q->ifindex = ifindex;

@@ -38,7 +38,11 @@ ALWAYS_ON = ("pp_fork",)               # attached for the whole session; everyth
 NETFILTER = ("nf_begin", "nf_end")      # BPF netfilter links, attached per (namespace, hook) with functions
 PIDFD_THREAD = os.O_EXCL                # pidfd_open flag: a pidfd for one thread (Linux >= 6.9)
 # attached (in windows) only when the run tracks a process of one of these roles: zero cost on other paths
-ONLY_FOR = {"pp_tcp_consume": {"pooler", "proxy", "qemu", "other"}, "pp_tap_read": {"qemu"}, "pp_tap_recv": {"qemu"}}
+HOP_ROLES = {"pooler", "proxy", "qemu", "other"}
+ONLY_FOR = {"pp_tcp_consume": HOP_ROLES, "pp_tap_read": {"qemu"}, "pp_tap_recv": {"qemu"}}
+# a send's end (sock_send_length): a client's or server's TCP send is closed at its start (pp_tcp_send), so it is
+# attached only for a hop's sends, AF_UNIX messages and --connect
+SEND_END = "pp_sock_send"
 # link impairments (topologies.impairments): loaded only when the path has an impaired link; the delay line's
 # brackets sit just before and after the mangle table (-150) of the hooks that hold packets
 DEVICE_PROGS = ("pp_dev_xmit", "pp_dev_recv")   # dev.<device>: net_dev_start_xmit -> netif_receive_skb
@@ -71,6 +75,7 @@ class ProbeConfig:
     qdisc: bool = False                   # an impaired link (topologies.impairments): qdisc.<dev> / delay.<dev>
     holds: list = field(default_factory=list)   # (netns, hook) of the delay lines: bracketed by pp_hold_*
     conn_split: bool = False              # --connect: setup exchanges are left to the connection probe (conn.py)
+    unix: bool = True                     # AF_UNIX messages may be on the path (their sends are closed at the end)
 
 
 @dataclass
@@ -166,7 +171,8 @@ class ProbeSession:
                                  tap_wire=C.c_uint32(1 if self.config.tap_hop else 0),
                                  time_lo=C.c_uint32(1 if self.config.lo_device else 0),
                                  qdisc_on=C.c_uint32(1 if self.config.qdisc else 0),
-                                 conn_split=C.c_uint32(1 if self.config.conn_split else 0))
+                                 conn_split=C.c_uint32(1 if self.config.conn_split else 0),
+                                 send_at_start=C.c_uint32(0 if self.config.conn_split else 1))
             self.main.maps["lat"].set_max_entries(L.lat_entries(hop_slots))
             self.main.maps["nfagg"].set_max_entries((len(self.netns_names) + 1) * L.NF_PER_NETNS)
             self.main.maps["cpu_idle"].set_max_entries(num_possible_cpus())
@@ -221,6 +227,8 @@ class ProbeSession:
         out = []
         for name, prog in self.main.programs.items():
             if (name in ONLY_FOR and not ONLY_FOR[name] & self.roles) or name in self.dropped:
+                continue
+            if name == SEND_END and not (self.config.unix or self.config.conn_split or HOP_ROLES & self.roles):
                 continue
             if name not in ALWAYS_ON and name not in NETFILTER and name not in HOLD_PRI and not name.startswith("pg_"):
                 out.append(self.main.attach(name))

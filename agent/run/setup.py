@@ -77,7 +77,8 @@ def probe_session(opts: RunOptions, topo):
                                  devices=bool(topo.links) or len(topo.namespaces()) > 1,
                                  lo_device=opts.probe_lo_device,
                                  qdisc=any(link.impairments() for link in topo.links), holds=netem.holds(topo),
-                                 conn_split=bool(opts.workload.connect))
+                                 conn_split=bool(opts.workload.connect),
+                                 unix=any(t.unix for t in topo.client.targets.values()))
     return probes_mod.ProbeSession(cfg)
 
 
