@@ -149,6 +149,18 @@ def connect_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def pgpool_children_run(tmp_path_factory):
+    """pgpool_children_run(children): pgpool with `children` children for 4 -C clients on 4 threads, extended,
+    default probe schedule, 4 s. Read by test_conn_closure (the wait for a child) and test_pooler_counters."""
+    def make(key, root):
+        (children,) = key
+        return _run_json("--topology", "pgpool", "--clients", "4", "--threads", "4", "--option",
+                         f"children={children}", "--connect", "--mode", "extended", "--duration", "4",
+                         runs_dir=root / f"children{children}")
+    return _shared(tmp_path_factory, "pgpool-children-runs", make)
+
+
+@pytest.fixture(scope="session")
 def always_on_run(tmp_path_factory):
     """always_on_run(topology, clients): probes always on (--probe-duty 100), 3 s, the machine restored
     afterwards. nic at 1 client is the base of test_netem and test_foreign_load and test_hops_probed's wire;

@@ -43,17 +43,23 @@ class PoolerCounters:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        out = {}
         for s in self.services:
+            out[s.hop] = {"source": s.counters_source or f"{s.kind} admin console", "servers_are": s.servers_are,
+                          "busy_is": s.busy_is,
+                          "every_s": self.every_s, "samples": self.samples[s.hop]}
+            try:
+                final = s.final_counters() if s.hop not in self.errors else None
+            except Exception as e:
+                final, self.errors[s.hop] = None, f"{type(e).__name__}: {str(e).strip()[:200]}"
+            if final:
+                out[s.hop]["at_end"] = final
+            if s.hop in self.errors:
+                out[s.hop]["error"] = self.errors[s.hop]
             try:
                 s.close_counters()
             except Exception:
                 pass
-        out = {}
-        for s in self.services:
-            out[s.hop] = {"source": f"{s.kind} admin console (SHOW POOLS)", "every_s": self.every_s,
-                          "samples": self.samples[s.hop]}
-            if s.hop in self.errors:
-                out[s.hop]["error"] = self.errors[s.hop]
         return out
 
 

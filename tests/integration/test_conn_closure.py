@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import _run_json, run_pathprof
+from conftest import run_pathprof
 
 pytestmark = pytest.mark.integration
 CLOSURE_PCT = 5.0
@@ -115,17 +115,13 @@ def test_a_poolers_own_queries_are_not_a_transactions(connect_run):
     assert 0.9 <= wait["count_per_txn"] <= 1.1, wait       # the SET's round trip, once per transaction
 
 
-def test_clients_waiting_for_a_free_pgpool_child_is_a_named_setup_step(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root")
+def test_clients_waiting_for_a_free_pgpool_child_is_a_named_setup_step(pgpool_children_run):
     """pgpool-II with fewer children than clients under -C: a child serves one client connection at a time, so the
     other clients' connections wait in pgpool's accept queue for a free child. That wait is connect.hop_accept (the
     hop's end established -> the hop's first read on it); before, it was inside connect.unsplit, unnamed. Ground
     truth: one child against four for 4 clients, the step carries at least 70 % of the cycle's growth (it carries
     more: with one child the backends start one at a time and their own steps get shorter)."""
-    one, four = (_run_json("--topology", "pgpool", "--clients", "4", "--threads", "4", "--option", f"children={n}",
-                           "--connect", "--mode", "extended", "--duration", "4", runs_dir=tmp_path / f"runs{n}")
-                 for n in (1, 4))
+    one, four = pgpool_children_run(1), pgpool_children_run(4)    # tests/conftest.py (test_pooler_counters too)
     # One child in 4 s runs does not hold the 5 % goal reliably: +1.2 ... +4.2 % in most runs, +14.0 % in one full
     # suite and -11.3 % in one 6 s bench cell (a SYN dropped by pgpool's short listen queue: a 1 s wait) on
     # 2026-11-25; four children hold it. The ground truth below (the named wait carries the gap) holds in all.

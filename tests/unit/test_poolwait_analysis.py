@@ -93,3 +93,77 @@ def test_pgpool_with_fewer_children_than_clients_refuses_what_would_hang():
         svc.check_workload("prepared", True, clients=4, threads=2)
     svc.check_workload("prepared", True, clients=4, threads=4)      # one client per thread: it runs
     svc.check_workload("prepared", False, clients=2, threads=2)     # enough children
+
+
+def _pool_row(pid, status, count, backend="0", connected="0"):
+    return {"pool_pid": pid, "pool_id": "0", "status": status, "client_connection_count": count,
+            "pool_backendpid": backend, "pool_connected": connected, "pool_counter": "0"}
+
+
+def test_pgpool_s_own_child_is_left_out_and_a_child_in_a_session_is_busy():
+    from pathprof.topologies.services.pgpool import pool_usage
+    rows = [_pool_row("10", "Execute command", "1", backend="77", connected="1"),     # pathprof's own child
+            _pool_row("11", "Idle", "40", backend="78", connected="1"),
+            _pool_row("12", "Wait for connection", "35")]
+    busy, served = pool_usage(rows, "77")
+    assert busy == {"11": True, "12": False} and served == 75
+    # pgpool before 4.3 has no status: pool_connected says it, pool_counter counts per slot
+    old = [{k: v for k, v in r.items() if k not in ("status", "client_connection_count")} for r in rows]
+    old[1]["pool_counter"] = "5"
+    assert pool_usage(old, "77") == ({"11": True, "12": False}, 5)
+
+
+def test_accept_queue_is_the_listening_socket_s_rx_queue(tmp_path, monkeypatch):
+    from pathprof.topologies.services import pgpool
+    net = tmp_path / "net"
+    net.mkdir()
+    (net / "tcp").write_text(
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 0100007F:270F 00000000:0000 0A 00000000:00000003 00:00000000 00000000   106        0 1 1\n"
+        "   1: 0100007F:1538 00000000:0000 0A 00000000:00000009 00:00000000 00000000   106        0 2 1\n"
+        "   2: 0100007F:270F 0100007F:D431 01 00000000:00000005 00:00000000 00000000   106        0 3 1\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda p, *a, **k: real_open(
+        str(p).replace("/proc/42/net", str(net)), *a, **k))
+    assert pgpool.accept_queue(42, 9999) == 3            # the listener on 9999 only, not its connections
+
+
+def _pgpool_meta(samples, services=1):
+    return {"pooler_counters": {"pgpool": {"source": "SHOW POOL_POOLS", "servers_are": "child",
+                                           "samples": samples}},
+            "services": [{"kind": "pgpool", "hop": "pgpool"}] * services,
+            "probes": {"windows": [], "schedule": {"always_on": True}}}
+
+
+def _connect_summary(tps, hop_accept_us):
+    return {"tps": tps, "clients": 4,
+            "stages": [{"name": "connect.hop_accept", "leg": "connect", "us_per_txn": hop_accept_us},
+                       {"name": "poolwait.pgpool", "leg": "request", "us_per_txn": 0.0}]}
+
+
+def test_a_child_s_accept_queue_is_checked_against_connect_hop_accept():
+    """pgpool, one child, three clients queued: Little's law with the hop's accept wait (per connection = per
+    transaction under -C); the same figures with the wait a tenth of it disagree, and say so."""
+    samples = [{"mono_ns": i * 10**9, "cl_waiting": w, "servers": 1, "servers_busy": 1, "served": 300 * i}
+               for i, w in enumerate((3, 3, 2, 3))]
+    (row,) = pooler_check(_pgpool_meta(samples), _connect_summary(300.0, 9000.0))
+    assert row["wait_stages"] == {"poolwait.pgpool": 0.0, "connect.hop_accept": 9000.0}
+    assert row["expected_waiting"] == pytest.approx(2.7) and row["cl_waiting_mean"] == 2.75 and row["agrees"]
+    assert row["servers_busy_mean"] == 1.0 and row["connections_per_s"] == 300.0 and not row["no_wait"]
+    line = describe(row)
+    assert "1.00 of 1 children" in line and "waiting for a child 2.75" in line and ": agrees" in line
+    assert row["waiting_pct"] == 68.8 and "Clients wait for a child: 68.8 % of their time" in line
+    (off,) = pooler_check(_pgpool_meta(samples), _connect_summary(300.0, 900.0))
+    assert not off["agrees"] and "DISAGREES" in describe(off)
+    # on a path with several hops the accept queue is every hop's: not this hop's wait alone
+    (two,) = pooler_check(_pgpool_meta(samples, services=2), _connect_summary(300.0, 9000.0))
+    assert two["wait_stages"] == {"poolwait.pgpool": 0.0}
+
+
+def test_enough_children_say_no_client_waits():
+    samples = [{"mono_ns": i, "cl_waiting": 0, "servers": 8, "servers_busy": 2} for i in range(10)]
+    (row,) = pooler_check(_pgpool_meta(samples), _connect_summary(500.0, 60.0))
+    assert row["no_wait"] and row["agrees"] and "No client waits for a child: 0.0 %" in describe(row)
+    # a tenth of the clients' time in the queue is a wait, whatever the pooler's count of busy children
+    (row,) = pooler_check(_pgpool_meta([dict(s, cl_waiting=1) for s in samples]), _connect_summary(500.0, 800.0))
+    assert not row["no_wait"] and row["waiting_pct"] == 25.0 and row["expected_waiting_pct"] == 10.0

@@ -137,6 +137,14 @@ class Service:
         the probes' stages against; None when the hop keeps no such counters."""
         return None
 
+    counters_source = ""      # what counters() reads, for the record
+    servers_are = "server connection"   # what a client of this hop waits for, in the report's words
+    busy_is = "active"                  # what counts as busy in counters()' servers_busy
+
+    def final_counters(self) -> dict | None:
+        """The hop's own tables once pgbench has finished (kept whole in run.json); None when it keeps none."""
+        return None
+
     def close_counters(self) -> None:
         """Release whatever counters() holds open (a connection to an admin console)."""
 

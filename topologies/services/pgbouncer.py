@@ -61,6 +61,7 @@ class PgBouncer(Service):
         self._pg_user, self._pg_db = pg.user, pg.dbname
         clients = self.clients(ctx)
         pool = self.opts["pool_size"] or clients
+        self._pool = pool
         v = installed_version()
         lines = [
             "[databases]",
@@ -104,6 +105,9 @@ class PgBouncer(Service):
         self.spawn(ctx, [proc.which("pgbouncer"), str(conf)], user=user)
         self.wait_sql(ctx, self.opts["listen"], self.opts["port"])
 
+    counters_source = "pgbouncer admin console (SHOW POOLS)"
+    busy_is = "active (sv_active)"
+
     def counters(self) -> dict | None:
         """SHOW POOLS on pgbouncer's admin console, over TCP in its namespace (so pgbouncer sees an ordinary client
         on its service port), for the run's pool: clients waiting for a server connection and the longest wait."""
@@ -119,7 +123,8 @@ class PgBouncer(Service):
             if r.get("database") == self._pg_db:
                 us = int(r.get("maxwait", 0)) * 1_000_000 + int(r.get("maxwait_us", 0) or 0)
                 return {"cl_waiting": int(r["cl_waiting"]), "cl_active": int(r["cl_active"]),
-                        "sv_active": int(r["sv_active"]), "maxwait_us": us}
+                        "sv_active": int(r["sv_active"]), "maxwait_us": us,
+                        "servers": getattr(self, "_pool", None), "servers_busy": int(r["sv_active"])}
         return None
 
     def close_counters(self) -> None:

@@ -1,0 +1,55 @@
+"""A pooler's own counters against the probes' named wait for it (#22), on pgpool-II: pgpool counts its children
+(SHOW POOL_POOLS through its ordinary port, on a child of its own that pathprof takes before pgbench starts), the
+kernel counts the clients queued on its listen socket for a child, and the probes time each connection's wait in
+that queue (connect.hop_accept). Ground truth constructed: 4 clients reconnecting for every transaction (-C) to one
+child (three of them always queued, the child always taken) and to eight children (more than the clients ever
+hold: nobody waits). pgbouncer's SHOW POOLS is checked the same way in test_poolwait."""
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+CLIENTS = 4
+
+
+def _row(doc):
+    (row,) = doc["pooler_counters"]
+    assert row["hop"] == "pgpool" and "error" not in row and row["samples"] >= 4, row
+    return row
+
+
+def test_one_child_four_clients_the_queue_and_the_timed_wait_agree(pgpool_children_run):
+    doc = pgpool_children_run(1)
+    row = _row(doc)
+    assert row["servers"] == 1, row                         # pathprof's own child is not counted
+    assert row["servers_busy_mean"] > 0, row                # in a session part of the time (pgpool's status)
+    # clients - children are queued most of the time (4 clients: up to 3; one is being served)
+    assert CLIENTS - 1 - 1.0 <= row["cl_waiting_mean"] <= CLIENTS, row
+    # Little's law: the kernel's queue length and TPS x the probes' wait per connection, independent sources
+    assert row["agrees"], row
+    assert row["expected_waiting"] >= 1.5, row
+    # pgpool's count of connections taken agrees with pgbench's rate (one connection per transaction)
+    assert row["connections_per_s"] == pytest.approx(row["tps"], rel=0.25), row
+    assert not row["no_wait"] and row["waiting_pct"] >= 40, row
+
+
+def test_eight_children_four_clients_no_wait(pgpool_children_run):
+    doc = pgpool_children_run(8)
+    row = _row(doc)
+    assert row["servers"] == 8 and row["servers_busy_mean"] <= CLIENTS, row
+    # what is left in the queue is pgpool's own accept (a child waking, ~150 µs per connection), not a wait for one
+    assert row["no_wait"] and row["agrees"], row
+
+
+def test_pgpool_s_tables_are_kept_in_the_run_directory(pgpool_children_run):
+    doc = pgpool_children_run(1)
+    meta = json.loads((Path(doc["run_dir"]) / "run.json").read_text())
+    kept = meta["pooler_counters"]["pgpool"]
+    assert kept["servers_are"] == "child"
+    end = kept["at_end"]
+    mine = end["counters_child_backend_pid"]
+    children = {r["pool_pid"] for r in end["show_pool_pools"]}
+    assert len(children) == 2, end["show_pool_pools"]        # the clients' one child + pathprof's own
+    assert any(r["pool_backendpid"] == mine for r in end["show_pool_pools"])
+    assert "show_pool_processes" in end
