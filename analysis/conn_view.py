@@ -119,7 +119,7 @@ def _rows(frame: pd.DataFrame | None, names: list[str], connections: int) -> lis
         out.append({"name": name, "us_per_conn": round(r.sum_ns / denom / 1e3, 2),
                     "p50_us": None if p50 is None else round(p50 / 1e3, 2),
                     "p99_us": None if p99 is None else round(p99 / 1e3, 2),
-                    "count": int(r.count)})
+                    "count": int(r.count), "divisor": int(denom)})   # the connections it is a mean over
         if name in RETX_STEPS:
             out[-1]["sampled"] = int(denom)     # the connections its mean is over (count of them waited)
     return out
@@ -244,7 +244,7 @@ def split_setup_retx(setup: list[dict], parts: list[dict] | None, txns: int) -> 
     if moved <= 0:
         return setup
     row = {"name": "connect.setup_retx", "us_per_conn": round(moved, 2), "p50_us": None, "p99_us": None,
-           "count": count, "sampled": int(txns)}
+           "count": count, "sampled": int(txns), "divisor": int(txns)}
     at = next((i for i, s in enumerate(setup) if s["name"] in ("connect.backend_init_auth", "connect.unsplit")),
               len(setup))
     return setup[:at] + [row] + setup[at:]

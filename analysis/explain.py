@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterable
 
 from pathprof.analysis.causes import group, hop_names
+from pathprof.analysis.gap import divisor_caveat, divisor_caveat_text
 from pathprof.analysis.run_model import Summary
 
 # Below this many µs per transaction two runs are "the same" and shares would only amplify noise.
@@ -273,7 +274,10 @@ def _explain_on(baseline: Summary, other: Summary, basis: str, noise_pct: float)
         "ranked": not verdict,
         "verdict": verdict,
         "io_stages": _io_moves(baseline, other) if basis == "cpu" and split else [],
+        "divisor_caveats": ([divisor_caveat(s, run_label(s), gap) for s in (baseline, other)
+                             if s.closure.connect_divisors] if basis != "cpu" else []),
     }
+
 
 
 IO_STAGES = ("backend.wal_flush", "backend.data_read", "backend.dirty_write", "backend.wal_buffers_full")
@@ -349,6 +353,8 @@ def explain_text(expl: dict) -> str:
         text += ("; the server's I/O waits moved too (latency view: "
                  + ", ".join(f"{m['name']} {_num(m['delta_us_per_txn']):+,.1f}" for m in io[:3])
                  + " µs per transaction), hidden behind the other clients' CPU work")
+    for c in expl.get("divisor_caveats") or []:
+        text += "; " + divisor_caveat_text(c)
     if expl.get("real_gap") is True:
         return text + " (the gap exceeds the run-to-run spread)"
     if expl.get("real_gap") is False:

@@ -341,6 +341,7 @@ class ConnectionStep:
     p50_us: float | None = None
     p99_us: float | None = None
     count: int | None = None
+    divisor: int | None = None      # the connections its mean is over (analysis.gap.connect_divisors checks it)
     doc: dict = _doc_field()
 
 
@@ -381,6 +382,8 @@ class Closure:
     connection_error_pct: float | None = None
     gap: Gap | None = None
     execute_split: ExecuteSplit | None = None
+    txns: int | None = None                 # the transactions the latency view is divided by
+    connect_divisors: dict | None = None    # -C: setup steps divided by other than those (analysis.gap)
     doc: dict = _doc_field()
 
 
@@ -526,6 +529,7 @@ class Summary:
     connection_cpu: list[ConnectionStep] = field(default_factory=list)
     connection_probe: dict | None = None
     pooler_counters: list | None = None
+    served_by: dict | None = None            # sampled transactions and the backend that served each (served.py)
     failure: list | None = None
     checkpoints: dict | None = None
     accelerator: str | None = None

@@ -38,6 +38,8 @@ def summarize(rd: RunDir) -> dict:
         add_connection_setup(out, rd)     # no latency view to fold it into (probes off, no transactions)
     out.update(probe_cost_share(out))
     _add_checks(out, run)
+    from pathprof.analysis.served import add_served_by
+    add_served_by(out, rd)
     return out
 
 
@@ -133,6 +135,7 @@ def _add_latency_view(out: dict, rd: RunDir, stages, basis: dict, cycle_us: floa
     out["closure"]["latency_basis"] = lv.get("closure_basis")
     out["closure"]["cycle_us"] = cycle_us
     out["closure"]["stages_sum_us"] = lv.get("total_us")
+    out["closure"]["txns"] = txns
     out["scheduler"] = lv.get("scheduler")
     if lv.get("tcp_retransmits"):
         out["tcp_retransmits"] = tcp_retransmits(lv["tcp_retransmits"], out["stages"], txns)
@@ -174,7 +177,10 @@ def _add_cpu_view(out: dict, cpu, basis: dict, clients: int, probes: Probes) -> 
 
 def _add_checks(out: dict, run: RunMeta) -> None:
     """Where the latency view falls short, and the pooler's own counters against its timed wait."""
-    from pathprof.analysis.gap import locate_gap
+    from pathprof.analysis.gap import connect_divisors, locate_gap
+    divisors = connect_divisors(out)
+    if divisors:
+        out["closure"]["connect_divisors"] = divisors
     gap = locate_gap(out)
     if gap:
         out["closure"]["gap"] = gap

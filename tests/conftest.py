@@ -150,13 +150,14 @@ def connect_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def pgpool_children_run(tmp_path_factory):
-    """pgpool_children_run(children): pgpool with `children` children for 4 -C clients on 4 threads, extended,
-    default probe schedule, 4 s. Read by test_conn_closure (the wait for a child) and test_pooler_counters."""
+    """pgpool_children_run(children, *more_args): pgpool with `children` children for 4 -C clients on 4 threads,
+    extended, default probe schedule, 4 s. Read by test_conn_closure (the wait for a child) and
+    test_pooler_counters."""
     def make(key, root):
-        (children,) = key
+        children, *more = key
         return _run_json("--topology", "pgpool", "--clients", "4", "--threads", "4", "--option",
-                         f"children={children}", "--connect", "--mode", "extended", "--duration", "4",
-                         runs_dir=root / f"children{children}")
+                         f"children={children}", "--connect", "--mode", "extended", "--duration", "4", *more,
+                         runs_dir=root / f"children{children}{''.join(more)}")
     return _shared(tmp_path_factory, "pgpool-children-runs", make)
 
 

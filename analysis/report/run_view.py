@@ -53,6 +53,9 @@ def header(summary: dict | Summary) -> Panel:
         if gap.evidence:
             text += f" (probe counters: {gap.evidence})"
         grid.add_row("where", Text(text, style="yellow"))
+    divisors = closure.connect_divisors
+    if divisors and not (gap and gap.link == "divisor"):
+        grid.add_row("divisors", Text(divisors["statement"], style="yellow"))
     grid.add_row("workload", _workload_text(summary))
     host = summary.host
     if host.doc:
@@ -306,6 +309,9 @@ def report_view(summary: dict | Summary):
     if summary.pooler_counters:
         from pathprof.analysis.pooler import describe
         parts += [Text(""), Text("\n".join(describe(r) for r in summary.pooler_counters))]
+    if summary.served_by:
+        from pathprof.analysis.served import describe as served
+        parts += [Text(""), Text(served(summary.served_by))]
     notes = _notes(summary)
     if notes is not None:
         parts += [Text(""), notes]

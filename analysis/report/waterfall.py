@@ -93,20 +93,23 @@ def _chains(traces) -> tuple[list[dict], list[dict]]:
     role = (df["role"].astype(str) if "role" in df else df["stage"].astype(str).str.split(".").str[-1]).tolist()
     leg = (df["leg"].fillna("").astype(str) if "leg" in df else pd.Series([""] * len(df))).tolist()
     pid = df["pid"].tolist() if "pid" in df else [None] * len(df)
-    out = [_txn(c, ts, dur, stage, role, leg, pid) for c, complete in chains if complete]
-    partial = [_txn(c, ts, dur, stage, role, leg, pid) for c, complete in chains if not complete]
+    txn = df["txn"].tolist() if "txn" in df else [None] * len(df)
+    out = [_txn(c, ts, dur, stage, role, leg, pid, txn) for c, complete in chains if complete]
+    partial = [_txn(c, ts, dur, stage, role, leg, pid, txn) for c, complete in chains if not complete]
     return out, partial
 
 
-def _txn(idx, ts, dur, stage, role, leg, pid) -> dict:
+def _txn(idx, ts, dur, stage, role, leg, pid, txn) -> dict:
     """One chain; `backend_pid` names the server process that served it (through a transaction pooler, any of
-    the pool's server connections)."""
+    the pool's server connections); `txn` is the transaction number its request carried (the client's)."""
     t0 = ts[idx[0]]
     spans = [{"stage": stage[k], "role": role[k], "leg": leg[k], "start_ns": ts[k] - t0, "dur_ns": dur[k],
               "pid": pid[k]} for k in idx]
     served = next((pid[k] for k in idx if stage[k] == "backend.execute"), None)
+    number = next((txn[k] for k in idx if leg[k] == "request" and txn[k] is not None), None)
     return {"spans": spans, "dur_ns": ts[idx[-1]] + dur[idx[-1]] - t0, "t0_ns": t0,
-            "backend_pid": int(served) if served is not None else None}
+            "backend_pid": int(served) if served is not None else None,
+            "txn": int(number) if number is not None and number == number else None}
 
 
 def pick(txns: list[dict]) -> dict[str, dict]:

@@ -180,3 +180,30 @@ def test_listen_queue_overflow_is_named_and_timed(tmp_path):
     assert setup["connect.tcp_handshake"]["us_per_conn"] < 1000, setup
     r = doc["connect_retransmits"]
     assert r["syn"] + r["synack"] == pytest.approx(r["kernel_syn_retrans"], abs=max(2, 0.1 * r["kernel_syn_retrans"]))
+
+
+def test_a_setup_step_over_the_wrong_connections_is_named(runs, tmp_path):
+    """The gap locator's divisor check on a real run (#22.4): nic, 12 -C clients, one probe window of the run. As
+    recorded, every setup step is a mean over the connections the window sampled, i.e. per transaction measured:
+    nothing to say. The same run with the probe's sampled-connection counters taken out divides the aggregate
+    steps (connect.thread_wait) by every connection of the run (pgbench's transactions), as pgbouncer -C did before
+    (thread_wait 15 µs for 41): the locator must name that step, its divisor, and the closure either way."""
+    import shutil
+
+    import pandas as pd
+    doc = runs[("nic", 12)]
+    assert "connect_divisors" not in doc["closure"], doc["closure"]
+    bad = tmp_path / "run"
+    shutil.copytree(doc["run_dir"], bad)
+    frame = pd.read_parquet(bad / "connect.parquet")
+    frame = frame[~frame["step"].isin(["sampled", "unpaired_sampled", "connect.client_total"])]
+    frame.to_parquet(bad / "connect.parquet")
+    cp = run_pathprof("report", str(bad), "--json")
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    found = json.loads(cp.stdout)["closure"]["connect_divisors"]
+    steps = {r["step"]: r for r in found["steps"]}
+    assert "connect.thread_wait" in steps, found
+    everyone = doc["connection_probe"]["connections"]
+    assert steps["connect.thread_wait"]["divisor"] == everyone > 1.3 * found["txns"], (found, everyone)
+    assert found["shift_us_per_txn"] > 0 and found["txns"] == doc["closure"]["txns"], found
+    assert f"{found['latency_error_pct_if_over_txns']:+.1f} %" in found["statement"]

@@ -35,8 +35,9 @@ def test_one_child_four_clients_the_queue_and_the_timed_wait_agree(pgpool_childr
 
 
 def test_eight_children_four_clients_no_wait(pgpool_children_run):
-    doc = pgpool_children_run(8)
+    doc = pgpool_children_run(8, "--probe-duty", "100")     # every sample counts: ~20, not ~7 in one window
     row = _row(doc)
+    assert row["samples"] >= 10, row
     assert row["servers"] == 8 and row["servers_busy_mean"] <= CLIENTS, row
     # what is left in the queue is pgpool's own accept (a child waking, ~150 µs per connection), not a wait for one
     assert row["no_wait"] and row["agrees"], row
@@ -53,3 +54,21 @@ def test_pgpool_s_tables_are_kept_in_the_run_directory(pgpool_children_run):
     assert len(children) == 2, end["show_pool_pools"]        # the clients' one child + pathprof's own
     assert any(r["pool_backendpid"] == mine for r in end["show_pool_pools"])
     assert "show_pool_processes" in end
+
+
+def test_each_sampled_transaction_names_its_child_and_backend(tmp_path):
+    """pgpool on long connections (a child per client, each child its own backend), transactions sampled: the
+    report follows each sampled transaction through its child to the backend that served it, and says so."""
+    from conftest import _run_json
+    doc = _run_json("--topology", "pgpool", "--clients", str(CLIENTS), "--mode", "extended", "--duration", "3",
+                    "--probe-duty", "100", "--trace-sample", "10", runs_dir=tmp_path / "runs")
+    served = doc["served_by"]
+    assert served["transactions"] >= 100, served
+    backends = served["backends"]
+    assert len(backends) == CLIENTS, backends                # pathprof's own child never serves pgbench
+    children = [b["via"]["pgpool"] for b in backends]
+    assert all(len(c) == 1 for c in children), children       # a pgpool child keeps its one backend
+    assert len({c[0] for c in children}) == CLIENTS, children
+    assert all(x["backend_pid"] in {b["pid"] for b in backends} and x["txn"] for x in served["listed"])
+    row = _row(doc)
+    assert row["servers"] == CLIENTS and row["no_wait"], row

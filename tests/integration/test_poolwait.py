@@ -86,3 +86,8 @@ def test_sampled_transactions_follow_the_request_to_whichever_server_connection(
     # a pool of two: transactions were served by both server connections, and the waterfall says which
     served = {t["backend_pid"] for t in txns}
     assert len(served - {None}) == 2, served
+    # and the report says it: per backend, through which pooler process, transaction by transaction
+    doc = two["served_by"]
+    assert {b["pid"] for b in doc["backends"]} == served - {None}, doc["backends"]
+    assert all(len(b["via"]["pgbouncer"]) == 1 for b in doc["backends"]), doc["backends"]
+    assert doc["listed"] and all(x["txn"] and x["backend_pid"] in served for x in doc["listed"]), doc["listed"]

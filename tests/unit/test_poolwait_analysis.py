@@ -167,3 +167,28 @@ def test_enough_children_say_no_client_waits():
     # a tenth of the clients' time in the queue is a wait, whatever the pooler's count of busy children
     (row,) = pooler_check(_pgpool_meta([dict(s, cl_waiting=1) for s in samples]), _connect_summary(500.0, 800.0))
     assert not row["no_wait"] and row["waiting_pct"] == 25.0 and row["expected_waiting_pct"] == 10.0
+
+
+def _through_pooler(t0, txn, backend, pooler_pid=9):
+    return [_span(t0, 10, "wire.pgbouncer", "pgbouncer", "request", txn, pid=5),       # sent by pgbench (pid 5)
+            _span(t0 + 10, 5, "poolwait.pgbouncer", "pgbouncer", "request", txn, pid=pooler_pid),
+            _span(t0 + 15, 5, "hop.pgbouncer", "pgbouncer", "request", txn, pid=pooler_pid),
+            _span(t0 + 20, 10, "backend.execute", "backend", "server", txn, pid=backend),
+            _span(t0 + 30, 5, "hop.pgbouncer", "pgbouncer", "response", txn, pid=pooler_pid),
+            _span(t0 + 35, 5, "client.pgbench", "pgbench", "client", txn, pid=5)]
+
+
+def test_the_report_says_which_backend_served_which_transaction():
+    """Transaction pooling: one pgbouncer process, three transactions, two server connections; each transaction's
+    number with its backend and the pooler process it went through (not pgbench's pid on the wire span)."""
+    from pathprof.analysis.served import describe as served_line
+    from pathprof.analysis.served import served_by
+    rows = _through_pooler(0, 7, 42) + _through_pooler(100, 8, 43) + _through_pooler(200, 9, 42)
+    doc = served_by(pd.DataFrame(rows))
+    assert doc["transactions"] == 3
+    assert doc["backends"] == [{"pid": 42, "transactions": 2, "via": {"pgbouncer": [9]}},
+                               {"pid": 43, "transactions": 1, "via": {"pgbouncer": [9]}}]
+    assert [(x["txn"], x["backend_pid"], x["via"]) for x in doc["listed"]] == [
+        (7, 42, {"pgbouncer": 9}), (8, 43, {"pgbouncer": 9}), (9, 42, {"pgbouncer": 9})]
+    assert "served by 2 backend(s): 42 67 % via pgbouncer 9, 43 33 %" in served_line(doc)
+    assert served_by(pd.DataFrame(rows[:3])) is None          # no complete chain: nothing to say
