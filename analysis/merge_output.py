@@ -49,6 +49,34 @@ def _clock_offset_us(h, to_first) -> float:
     return round((t - float(to_first[h.name](np.array([t]))[0])) / 1e3, 3)
 
 
+OUTSIDE_NOTE_PCT = 5.0      # a host recording this much beyond the common interval is said in the notes
+
+
+def outside_common(hosts, to_first) -> dict[str, float]:
+    """Each host's share (%) of its sampled messages outside the interval every host recorded (the latest first
+    marker to the earliest last one, on the first host's clock)."""
+    spans = {}
+    for h in hosts:
+        ts = to_first[h.name](h.messages["ts_ns"].to_numpy()) if len(h.messages) else np.array([])
+        spans[h.name] = ts
+    if any(not len(ts) for ts in spans.values()):
+        return {}
+    lo, hi = max(ts.min() for ts in spans.values()), min(ts.max() for ts in spans.values())
+    return {name: round(float(np.mean((ts < lo) | (ts > hi))) * 100.0, 1) for name, ts in spans.items()}
+
+
+def _outside_note(outside: dict[str, float]) -> str | None:
+    over = {k: v for k, v in outside.items() if v > OUTSIDE_NOTE_PCT}
+    if not over:
+        return None
+    return ("intervals: " + ", ".join(f"{k} recorded {v:.0f} % of its sampled messages outside the interval every "
+                                      "host recorded" for k, v in over.items())
+            + ": its per-transaction figures include a period the other hosts did not measure (where hosts share "
+            "a loaded machine, the path does not behave the same with and without the other agents' probes), "
+            "which shifts the closure. Record every host over the same interval: start the server side's agents "
+            "first with a --duration covering the others' (attach also joins connections opened after its start)")
+
+
 def _topology(hosts) -> dict:
     chain, doc_hosts, unseen = [], {}, []
     for h in hosts:
@@ -92,6 +120,8 @@ def write_merged(hosts, first, n, stages, offsets, link_docs, wires, to_first, o
              "wire.<receiver> between hosts: the sender's send start -> the receiver's socket ready, corrected by "
              "the hosts' clock offset (" + "; ".join(_offset_text(o) for o in offsets) + ")",
              cpu_note]
+    outside = outside_common(hosts, to_first)
+    notes += [x for x in (_outside_note(outside),) if x]
     notes += [f"{h.name}: {x}" for h in hosts for x in (h.rd.meta.get("probes") or {}).get("notes") or []
               if x.startswith("lost")]
     w = dict(first.rd.meta.get("workload") or {})
@@ -108,7 +138,8 @@ def write_merged(hosts, first, n, stages, offsets, link_docs, wires, to_first, o
                       "hostname": (h.rd.meta.get("scope") or {}).get("hostname"), "transactions": h.txns,
                       "tps": h.tps, "shift_us": h.shift_ns / 1e3 if h.shift_ns else None,
                       "drift_ppm": h.drift_ppm or None,
-                      "clock_offset_us": _clock_offset_us(h, to_first)} for h in hosts],
+                      "clock_offset_us": _clock_offset_us(h, to_first),
+                      "outside_common_pct": outside.get(h.name)} for h in hosts],
               clock_offsets=offsets, links=link_docs,
               cpu=cpu_doc or {}, probes=_probes_doc(hosts, n, notes),
               merged_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), status="complete")

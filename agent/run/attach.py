@@ -13,6 +13,7 @@ import ipaddress
 import os
 import socket
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,16 +134,56 @@ def execute_attach(opts: AttachOptions, ui: Reporter) -> RunDir:
     target = _source_text(opts)
     from pathprof.agent.discovery import edge
     scope = edge.scope_doc(table, opts.netns, opts.host_name)
-    scope["leaving_connections"] = edge.leaving(table, edge.path_pids(table, path))
+    leaving = LeavingConnections(opts.netns, table, path)
+    scope["leaving_connections"] = leaving.doc()
     record_head(rd, {"name": "attach", "source": target, "options": {}, "spec": None},
                 {"clients": path.client_connections, "threads": None, "duration_s": opts.duration_s,
                  "mode": None, "script": "observed", "connect": False, "scale": None, "rate": None},
                 postgres={"owned": False, "pid": path.postmaster}, scope=scope, status="running")
     with recording(rd):
         source.write_topology(rd, f"attach {target}")
-        presult = _measure(opts, rd, probes, source, ui)
-        _record_observed(opts, rd, presult, capabilities, source)
+        presult = _measure(opts, rd, probes, source, ui, leaving)
+        rd.update(scope={**scope, "leaving_connections": leaving.doc()})
+        _record_observed(opts, rd, presult, capabilities, source, leaving)
     return rd
+
+
+class LeavingConnections:
+    """run.json scope.leaving_connections of an attach: those open at the start and every one seen by a look
+    during the interval (every LOOK_EVERY_S), so a connection opened after the start (a client that came later,
+    a pooler's new server connection) is joined by `pathprof merge` too, and an agent can be started before the
+    load. A look that fails is a note, never the run's failure."""
+    LOOK_EVERY_S = 2.0
+
+    def __init__(self, netns: str | None, table, path):
+        from pathprof.agent.discovery import edge
+        self.netns, self.path, self.error = netns, path, None
+        self.seen = {}
+        self._add(edge.leaving(table, edge.path_pids(table, path)))
+        self.last = time.monotonic()
+
+    def _add(self, conns: list[dict]) -> None:
+        for c in conns:
+            self.seen.setdefault((c["side"], c["local"], c["remote"]), c)
+
+    def look(self) -> None:
+        if time.monotonic() - self.last < self.LOOK_EVERY_S:
+            return
+        self.last = time.monotonic()
+        from pathprof.agent.discovery import edge
+        from pathprof.agent.discovery.sockets import SocketTable
+        try:
+            t = SocketTable.take(self.netns)
+            self._add(edge.leaving(t, edge.path_pids(t, self.path)))
+        except Exception as e:
+            self.error = f"{type(e).__name__}: {e}"
+
+    def doc(self) -> list[dict]:
+        return sorted(self.seen.values(), key=lambda c: (c["side"], c["local"], c["remote"]))
+
+    def note(self) -> str | None:
+        return (None if self.error is None else f"the connections leaving this host were not looked at again "
+                f"during the interval ({self.error}): those opened after the start are not joined by merge")
 
 
 def _source_text(opts: AttachOptions) -> str:
@@ -152,7 +193,8 @@ def _source_text(opts: AttachOptions) -> str:
     return source + (f" --netns {opts.netns}" if opts.netns else "")
 
 
-def _record_observed(opts: AttachOptions, rd: RunDir, presult, capabilities, source: DiscoveredSource) -> None:
+def _record_observed(opts: AttachOptions, rd: RunDir, presult, capabilities, source: DiscoveredSource,
+                     leaving: LeavingConnections) -> None:
     """The observed load driver's results: the probes' tables, the always-on schedule, run.json `observed` and
     `cpu` from the probes alone."""
     from pathprof.agent.run import recorder
@@ -163,14 +205,13 @@ def _record_observed(opts: AttachOptions, rd: RunDir, presult, capabilities, sou
         "attach: a transaction is one request/response exchange on a client connection, counted by the probes "
         "(a multi-statement transaction counts each statement's exchange); the probes were on for the whole "
         "interval, so these figures include their cost"] + source.notes()
-    left = clients_left_note(opts, source.path)
-    if left:
-        meta["notes"].append(left)
+    meta["notes"] += [n for n in (clients_left_note(opts, source.path), leaving.note()) if n]
     observed, cpu = observed_result(presult, source.path)
     rd.update(observed=observed, cpu=cpu, probes=meta)
 
 
-def _measure(opts: AttachOptions, rd: RunDir, probes, source: DiscoveredSource, ui: Reporter):
+def _measure(opts: AttachOptions, rd: RunDir, probes, source: DiscoveredSource, ui: Reporter,
+             leaving: LeavingConnections):
     """Probes on, always on, for the duration; their result. The probes are closed on every way out."""
     feed = LiveFeed.keeping_status(rd, probes, ui, opts.status_every_s, opts.duration_s)
     try:
@@ -180,7 +221,7 @@ def _measure(opts: AttachOptions, rd: RunDir, probes, source: DiscoveredSource, 
             m.open_probes()
             ui.phase(f"attached: {source.path.client_connections} client connections, {opts.duration_s:g} s")
             try:
-                _watch(probes, source.path, opts.duration_s, ui, feed)
+                _watch(probes, source.path, opts.duration_s, ui, feed, tick=leaving.look)
             finally:
                 feed.close()            # a status.json write in flight reads the probes' maps
             return m.read()

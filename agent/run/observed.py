@@ -55,10 +55,10 @@ def leg_mean_us(stages, n: int, connections: int, tps: float) -> float | None:
     return sum(legs) if legs else None
 
 
-def watch(probes, path, duration_s: float, ui: Reporter, feed: LiveFeed | None = None) -> None:
+def watch(probes, path, duration_s: float, ui: Reporter, feed: LiveFeed | None = None, tick=None) -> None:
     """Progress once a second from the probes' own exchange count (the live view's TPS line), with the stage
     and CPU breakdown so far (the probes are always on here: no window to wait for), into `feed` (attach's
-    keeps status.json)."""
+    keeps status.json); `tick`, when given, is called after every second."""
     from pathprof.agent.host.machine import cpu_busy_ns
     feed = feed if feed is not None else LiveFeed(probes, ui)
     t0, (busy0, _) = time.monotonic(), cpu_busy_ns()
@@ -68,6 +68,8 @@ def watch(probes, path, duration_s: float, ui: Reporter, feed: LiveFeed | None =
         if now - t0 >= duration_s:
             return
         time.sleep(min(1.0, duration_s - (now - t0)))
+        if tick is not None:
+            tick()
         frames = probes.frames()
         n = exchanges(frames[0]) if frames else 0
         t = time.monotonic()

@@ -121,3 +121,26 @@ def test_a_hop_with_no_connection_onward_is_still_refused():
     from pathprof.errors import UserError
     with pytest.raises(UserError, match="no connection onward"):
         check_profilable(path, "port 6432")
+
+
+def test_attach_keeps_the_leaving_connections_opened_after_its_start(monkeypatch):
+    from pathprof.agent.run import attach
+    t = _pooler_host()
+    path, _ = discovery.from_port(6432, t)
+    watch = attach.LeavingConnections("pp-pool", t, path)
+    later = _pooler_host()                  # one more client came, the first one left
+    later.socks = [later.socks[0], later.socks[2],
+                   Sock(5, "tcp", "established", 503, Addr("198.18.12.2", 6432), Addr("198.18.12.1", 40002))]
+    later.owners[503] = [20]
+    monkeypatch.setattr(SocketTable, "take", classmethod(lambda cls, netns=None: later))
+    watch.look()                            # too soon after the start: no look
+    assert len(watch.doc()) == 2
+    watch.last -= attach.LeavingConnections.LOOK_EVERY_S
+    watch.look()
+    assert [(c["side"], c["remote"]) for c in watch.doc()] == [
+        ("client", "198.18.12.3:5432"), ("server", "198.18.12.1:40000"), ("server", "198.18.12.1:40002")]
+    assert watch.note() is None
+    monkeypatch.setattr(SocketTable, "take", classmethod(lambda cls, netns=None: 1 / 0))
+    watch.last -= attach.LeavingConnections.LOOK_EVERY_S
+    watch.look()
+    assert "ZeroDivisionError" in watch.note() and len(watch.doc()) == 3

@@ -250,3 +250,17 @@ def test_hist_of_matches_the_slot_bounds():
         i = int(np.flatnonzero(hist_of([v]))[0])
         lo, hi = slot_bounds(i)
         assert lo <= v < hi
+
+
+def test_a_host_recording_beyond_the_common_interval_is_said():
+    from types import SimpleNamespace
+
+    from pathprof.analysis.merge_output import _outside_note, outside_common
+    ident = lambda ts: np.asarray(ts, dtype=float)          # noqa: E731
+    cli = SimpleNamespace(name="cli", messages=pd.DataFrame({"ts_ns": np.arange(0, 6_000, 10)}))   # 6 s
+    srv = SimpleNamespace(name="srv", messages=pd.DataFrame({"ts_ns": np.arange(1_500, 4_500, 10)}))  # the middle 3
+    out = outside_common([cli, srv], {"cli": ident, "srv": ident})
+    assert out == {"cli": 50.0, "srv": 0.0}
+    note = _outside_note(out)
+    assert "cli recorded 50 %" in note and "srv" not in note
+    assert _outside_note({"cli": 1.0, "srv": 0.0}) is None
