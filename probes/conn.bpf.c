@@ -14,7 +14,9 @@
  * Pairing a backend with its client: the backend's ReadyForQuery send wakes the *client's* socket
  * (sk_data_ready runs in the backend's context: unix delivery, and loopback TCP's softirq), so that
  * socket pointer finds the `pending` entry the client created at SYN_SENT (TCP) or at its first send
- * after a unix connect(). Every interval ends up keyed by step id in `conn_agg` (pp_hist, common.h).
+ * after a unix connect(). When the hello wakes no client socket inside the send (a delay line holds it, NAT
+ * changes the ports), the server's initial sequence number, known to both ends, finds it (conn_syn.bpf.h).
+ * Every interval ends up keyed by step id in `conn_agg` (pp_hist, common.h).
  *
  * Measurement windows: the front end writes pathprof.bpf.c's window start into `win` as well, so a
  * connection is sampled when it started inside an open window, however long it then takes (a SYN retransmitted
@@ -444,6 +446,8 @@ static __always_inline void backend_ready(struct pc_task *t, struct sock *sk, __
 	__u64 at = t->dr_ts ? t->dr_ts : now, peer = t->dr_sk;
 	if (!peer && sk->__sk_common.skc_family == AF_UNIX)
 		peer = (__u64)BPF_CORE_READ((struct unix_sock *)sk, peer);
+	if (!peer)
+		peer = syn_peer_by_isn(sk);      /* delivered after the send (a delay line) or through NAT */
 	t->ready_ts = at;
 	rebucket(t, now, PC_B_IDLE);
 	cstat(PC_STAT_READY);
@@ -463,6 +467,10 @@ static __always_inline void backend_ready(struct pc_task *t, struct sock *sk, __
 	__u64 start = p->start_ts, est = p->est_ts, hs_from = p->hs_from;
 	__u32 ctid = p->tid, p_sampled = p->sampled;
 	__u64 acc_from = syn_accept_from(p, t->accept_ts, p_sampled);
+	if (p->est_ts) {
+		__u32 isn = p->srv_isn;
+		bpf_map_delete_elem(&isn_pending, &isn);
+	}
 	bpf_map_delete_elem(&pending, &peer);
 	if (!p_sampled)
 		return;                          /* not sampled: started outside the measurement windows */

@@ -54,7 +54,7 @@ enum pc_stat {              /* per-CPU counters: nothing unmatched or lost goes 
 	PC_STAT_GONE_UNREADY = 9,   /* backend exited before it was ready (failed/cancelled connection) */
 	PC_STAT_REAPED = 10,
 	PC_STAT_ACCEPT_LOST = 11,   /* an accept() not followed by a fork before the next accept */
-	PC_STAT_NO_PEER = 12,       /* ready send without a peer socket seen (TCP delivery in ksoftirqd) */
+	PC_STAT_NO_PEER = 12,       /* ready send without a peer socket seen nor its client's ISN (a hop in between) */
 	PC_STAT_NEGOTIATION = 13,   /* 1-byte SSL/GSS refusals sent before the startup packet (skipped) */
 	PC_STAT_SAMPLED = 14,       /* connections that started and became ready inside a measurement window */
 	PC_STAT_SYN_RETRANS = 15,   /* a client's SYN retransmitted (SYN dropped: the listen queue overflowed) */
@@ -64,6 +64,8 @@ enum pc_stat {              /* per-CPU counters: nothing unmatched or lost goes 
 	PC_STAT_SYN_RETRANS_SAMPLED = 19, /* ... of them, SYNs of connections sampled (started inside a window) */
 	PC_STAT_HS_RETX_SAMPLED = 20,     /* sampled connections whose handshake waited for a retransmission */
 	PC_STAT_SYNACK_RETX_SAMPLED = 21, /* sampled, paired connections the server took only after a retransmission */
+	PC_STAT_ISN_PAIRED = 22,          /* backends paired with their client by the server's initial sequence number
+	                                   * (the hello woke no client socket inside the send: a delay line, NAT) */
 	PC_NSTATS = 24,
 };
 

@@ -27,6 +27,13 @@ struct {
 	__type(value, __u64);                  /* its SYN-ACK's last retransmission */
 } synack_retx SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);   /* clients ESTABLISHED, not paired yet: LRU bounds the never-paired */
+	__uint(max_entries, 4096);
+	__type(key, __u32);                    /* the server's initial sequence number */
+	__type(value, __u64);                  /* the client's struct sock * (its `pending` key) */
+} isn_pending SEC(".maps");
+
 static __always_inline __u64 synack_retx_ts(__u32 isn, int take)
 {
 	__u64 *v = bpf_map_lookup_elem(&synack_retx, &isn), ts = v ? *v : 0;
@@ -44,6 +51,8 @@ static __always_inline void syn_established(struct pc_pending *p, const struct s
 		last = sa;
 	p->srv_isn = isn;
 	p->est_ts = now;
+	__u64 key = (__u64)sk;
+	bpf_map_update_elem(&isn_pending, &isn, &key, BPF_ANY);
 	p->retx_ts = 0;                        /* from here: retransmissions before the server takes it */
 	p->hs_from = last > p->start_ts ? last : p->start_ts;
 	if (last > p->start_ts && p->sampled) {
@@ -71,6 +80,30 @@ static __always_inline __u64 syn_accept_from(struct pc_pending *p, __u64 accept_
 		cstat(PC_STAT_SYNACK_RETX_SAMPLED);
 	}
 	return last;
+}
+
+/* The client of a backend whose hello woke no client socket inside its send: the hello reached the client later
+ * (a delay line reinjecting it, ksoftirqd) or through NAT (other ports). The backend's socket names the server's
+ * initial sequence number -- snd_una - bytes_acked is it + 1, since the SYN-ACK took one -- and so did the client's
+ * at ESTABLISHED (syn_established): NAT and delay lines rewrite or hold packets, never sequence numbers. A hop in
+ * between opens a connection of its own (another ISN): no client is found, as before. 0: none. */
+static __always_inline __u64 syn_peer_by_isn(struct sock *sk)
+{
+	if (sk->__sk_common.skc_family == AF_UNIX)
+		return 0;
+	struct tcp_sock *tp = (struct tcp_sock *)sk;
+	__u32 isn = BPF_CORE_READ(tp, snd_una) - (__u32)BPF_CORE_READ(tp, bytes_acked) - 1;
+	__u64 *key = bpf_map_lookup_elem(&isn_pending, &isn);
+	if (!key)
+		return 0;
+	__u64 peer = *key;
+	bpf_map_delete_elem(&isn_pending, &isn);
+	/* the client's socket may be another connection's by now (freed and reused): its start must be this one */
+	struct pc_pending *p = bpf_map_lookup_elem(&pending, &peer);
+	if (!p || p->srv_isn != isn || !p->est_ts)
+		return 0;
+	cstat(PC_STAT_ISN_PAIRED);
+	return peer;
 }
 
 SEC("tp_btf/tcp_retransmit_skb")

@@ -55,7 +55,7 @@ STATS = {0: "starts", 1: "accepts", 2: "forks", 3: "ready", 4: "matched", 5: "un
          7: "pending_full", 8: "out_of_order", 9: "gone_unready", 10: "reaped", 11: "accept_lost", 12: "no_peer",
          13: "negotiation", 14: "sampled", 15: "syn_retransmits", 16: "synack_retransmits", 17: "unpaired_sampled",
          18: "stale_starts", 19: "syn_retransmits_sampled", 20: "handshake_retx_sampled",
-         21: "synack_retx_sampled"}
+         21: "synack_retx_sampled", 22: "paired_by_isn"}
 # the server namespace's own counters (/proc/PID/net/netstat, TcpExt), read at reset() and stop(): connections
 # the kernel refused or dropped because the postmaster's listen/accept queue was full
 NETSTAT = {"ListenOverflows": "listen_overflows", "ListenDrops": "listen_drops"}
