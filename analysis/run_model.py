@@ -178,6 +178,7 @@ class WindowFigures:
     latency_ms_mean: float | None = None
     busy_ns: float | None = None
     elapsed_ns: float | None = None
+    client_s: float | None = None     # in windows: the clients' time, each to its own last transaction
     doc: dict = _doc_field()
 
 

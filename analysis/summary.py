@@ -21,8 +21,10 @@ def summarize(rd: RunDir) -> dict:
     if basis["txns"] and (stages is not None or cpu is not None):
         clients = w.clients or 1
         # The stages tile each connection's timeline, so they must add up to the cycle (clients / TPS);
-        # pgbench's own mean latency leaves out its work between transactions (shown as the client leg).
-        cycle_us = clients * 1e6 / basis["tps"] if basis["tps"] else None
+        # pgbench's own mean latency leaves out its work between transactions (shown as the client leg). A client
+        # that finished before the others (the run's end) waits for no transaction: its time ends at its last one
+        cycle_us = (basis["client_s"] * 1e6 / basis["txns"] if basis.get("client_s")
+                    else clients * 1e6 / basis["tps"] if basis["tps"] else None)
         if stages is not None and basis["mean_ms"]:
             _add_latency_view(out, rd, stages, basis, cycle_us)
         if probes.cost and probes.cost.run_time_ns is not None:
@@ -121,7 +123,7 @@ def _basis(run: RunMeta, out: dict) -> dict:
         # transactions that ended inside them, close against their rate and latency and the CPUs' busy
         # time while they were open.
         b.update(txns=win.txns, tps=win.tps or 0, mean_ms=win.latency_ms_mean or b["mean_ms"],
-                 busy=win.busy_ns or b["busy"], elapsed=win.elapsed_ns or b["elapsed"])
+                 busy=win.busy_ns or b["busy"], elapsed=win.elapsed_ns or b["elapsed"], client_s=win.client_s)
     return b
 
 

@@ -9,6 +9,10 @@ Outside the windows nothing but fork/exit is attached, so TPS outside is the unp
                              attach/detach edges included)
 Each window dict carries {attach,start,end,detached}_{realtime,mono}_ns; the intervals [attach, start) and
 (end, detached] (the agent attaching and detaching) count as neither inside nor outside.
+`in_windows.client_s` is the clients' time inside the windows, each client from the run's first transaction start
+to its own last transaction end: at the end of a run (-T) a client that finished waits for the others, which may
+be seconds when one of them is in a SYN retransmission wait (a lossy link under -C), and that wait is no
+transaction's. The latency view's cycle is client_s / txns (clients / TPS when every client ran to the end).
 pgbench logs each transaction's end time as epoch seconds + µs; a log in another clock (monotonic, small
 numbers) is matched against the windows' monotonic times instead.
 """
@@ -54,9 +58,26 @@ def _part(n: int, dur_us: float, lat: np.ndarray) -> dict:
             "latency_ms_mean": round(float(lat.mean()) / 1e3, 6) if len(lat) else None}
 
 
-def split(ends_us: np.ndarray, lat_us: np.ndarray, windows: list[dict]) -> dict:
-    """ends_us: each transaction's end time (µs); lat_us: its latency (µs). Returns {in_windows,
-    outside_windows, edges, probe_overhead_pct, probe_overhead_run_pct, log_clock}."""
+def _last_ends(clients: np.ndarray, ends: np.ndarray, into: np.ndarray | None = None) -> np.ndarray:
+    """Each client's last transaction end (index = pgbench's client id, -inf for a client with none)."""
+    ids = np.asarray(clients, dtype="int64")
+    size = max(int(ids.max()) + 1 if len(ids) else 0, 0 if into is None else len(into))
+    out = np.full(size, -np.inf)
+    if into is not None:
+        out[:len(into)] = into
+    np.maximum.at(out, ids, ends)
+    return out
+
+
+def _client_s(inside: list, lo: float, last_ends: np.ndarray) -> float:
+    """The clients' time inside the windows (s), each from `lo` (the run's first transaction start) to its last end."""
+    return round(sum(_overlap(inside, lo, hi) for hi in last_ends if hi > lo) / 1e6, 4)
+
+
+def split(ends_us: np.ndarray, lat_us: np.ndarray, windows: list[dict], clients: np.ndarray | None = None) -> dict:
+    """ends_us: each transaction's end time (µs); lat_us: its latency (µs); clients: its pgbench client id (adds
+    in_windows.client_s). Returns {in_windows, outside_windows, edges, probe_overhead_pct, probe_overhead_run_pct,
+    log_clock}."""
     ends = np.asarray(ends_us, dtype="float64")
     lat = np.asarray(lat_us, dtype="float64")
     out = {"in_windows": _part(0, 0.0, lat[:0]), "outside_windows": _part(0, 0.0, lat[:0]),
@@ -74,6 +95,8 @@ def split(ends_us: np.ndarray, lat_us: np.ndarray, windows: list[dict]) -> dict:
     d_in, d_edge = _overlap(inside, lo, hi), _overlap(edges, lo, hi)
     d_out = max(hi - lo - d_in - d_edge, 0.0)
     out["in_windows"] = _part(int(m_in.sum()), d_in, lat[m_in])
+    if clients is not None:
+        out["in_windows"]["client_s"] = _client_s(inside, lo, _last_ends(clients, ends))
     out["outside_windows"] = _part(int(m_out.sum()), d_out, lat[m_out])
     out["edges"] = {"txns": int(m_edge.sum()), "duration_s": round(d_edge / 1e6, 4)}
     tin, tout = out["in_windows"]["tps"], out["outside_windows"]["tps"]
@@ -103,11 +126,14 @@ class LogStats:
         self.lo, self.hi = float("inf"), float("-inf")
         self.clock = None
         self._ivs = None
+        self.last_ends = None     # each client's last transaction end, when the log names the clients
 
-    def add(self, ends_us: np.ndarray, lat_us: np.ndarray) -> None:
+    def add(self, ends_us: np.ndarray, lat_us: np.ndarray, clients: np.ndarray | None = None) -> None:
         ends, lat = np.asarray(ends_us, dtype="float64"), np.asarray(lat_us, dtype="float64")
         if not len(ends):
             return
+        if clients is not None:
+            self.last_ends = _last_ends(clients, ends, self.last_ends)
         ok = lat[lat >= 0].astype(np.int64)
         self.n += len(ok)
         self.lat_sum += float(ok.sum())
@@ -171,6 +197,8 @@ class LogStats:
             return {"txns": n, "duration_s": round(dur / 1e6, 4), "tps": round(n / (dur / 1e6), 2) if dur > 0 else None,
                     "latency_ms_mean": round(s / k / 1e3, 6) if k else None}
         out["in_windows"], out["outside_windows"] = part("in", d_in), part("out", d_out)
+        if self.last_ends is not None:
+            out["in_windows"]["client_s"] = _client_s(inside, lo, self.last_ends)
         out["edges"] = {"txns": self.parts["edge"][0], "duration_s": round(d_edge / 1e6, 4)}
         tin, tout, n_out = out["in_windows"]["tps"], out["outside_windows"]["tps"], self.parts["out"][0]
         total = sum(p[0] for p in self.parts.values())

@@ -224,28 +224,29 @@ def read_logs(log_dir: Path):
 
 
 def iter_log_chunks(log_dir: Path, rows: int = 1 << 20):
-    """pgbench's -l files as DataFrames of at most `rows` transactions (latency_us, epoch_s, epoch_us), one
+    """pgbench's -l files as DataFrames of at most `rows` transactions (client, latency_us, epoch_s, epoch_us), one
     after the other: memory bounded by a chunk, not by the run's length. A file with words in the latency column
     (failed or skipped transactions) is parsed untyped from the chunk where the words start; a file that cannot
     be parsed at all is skipped (nothing of another file is repeated for it)."""
     import numpy as np
     import pandas as pd
-    typed = {"latency_us": np.int32, "epoch_s": np.int64, "epoch_us": np.int32}
+    typed = {"client": np.int32, "latency_us": np.int32, "epoch_s": np.int64, "epoch_us": np.int32}
     for path in sorted(glob.glob(str(log_dir / "pgbench_log.*"))):
         opener = gzip.open if path.endswith(".gz") else open
         done = 0
         for dtype in (typed, None):
             try:
                 with opener(path, "rt") as f:
-                    for i, chunk in enumerate(pd.read_csv(f, sep=" ", header=None, usecols=[2, 4, 5], engine="c",
-                                                          names=["latency_us", "epoch_s", "epoch_us"], dtype=dtype,
+                    for i, chunk in enumerate(pd.read_csv(f, sep=" ", header=None, usecols=[0, 2, 4, 5], engine="c",
+                                                          names=["client", "latency_us", "epoch_s", "epoch_us"],
+                                                          dtype=dtype,
                                                           chunksize=rows)):
                         if i >= done:
                             if dtype is None:      # words: failed/skipped transactions, or not a log line
-                                for col in ("epoch_s", "epoch_us"):
+                                for col in ("client", "epoch_s", "epoch_us"):
                                     chunk[col] = pd.to_numeric(chunk[col], errors="coerce")
-                                chunk = chunk.dropna(subset=["epoch_s", "epoch_us"]).astype(
-                                    {"epoch_s": "int64", "epoch_us": "int64"})
+                                chunk = chunk.dropna(subset=["client", "epoch_s", "epoch_us"]).astype(
+                                    {"client": "int64", "epoch_s": "int64", "epoch_us": "int64"})
                                 chunk["latency_us"] = pd.to_numeric(chunk["latency_us"], errors="coerce").fillna(-1)
                             yield chunk
                             done = i + 1
@@ -260,7 +261,7 @@ def log_stats(log_dir: Path, windows: list[dict]):
     stats = LogStats(windows)
     for chunk in iter_log_chunks(log_dir):
         ends = chunk["epoch_s"].to_numpy(dtype="int64") * 1_000_000 + chunk["epoch_us"].to_numpy(dtype="int64")
-        stats.add(ends, chunk["latency_us"].to_numpy(dtype="float64"))
+        stats.add(ends, chunk["latency_us"].to_numpy(dtype="float64"), chunk["client"].to_numpy(dtype="int64"))
     return stats
 
 

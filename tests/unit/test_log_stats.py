@@ -35,7 +35,28 @@ def logs(tmp_path):
 
 def test_streamed_split_equals_the_whole_log_split(logs):
     d, ends, lat, w = logs
-    assert pgbench.log_stats(d, w).split() == split(ends, lat.astype(float), w)
+    clients = np.arange(len(ends)) % 8
+    assert pgbench.log_stats(d, w).split() == split(ends, lat.astype(float), w, clients)
+
+
+def test_a_client_that_finished_early_is_not_counted_waiting_for_the_others():
+    # two clients, one window over the whole run (always on): client 0 runs to 10 s, client 1 stops at 4 s (it was
+    # done; the run went on while client 0 sat in a SYN retransmission wait). The clients' time is ~9 + ~3 s,
+    # not 2 x ~9 s: a latency view divided by the transactions closes against ~12 s of client time
+    t0 = 1_764_000_000 * 1_000_000
+    ends = t0 + np.array([1, 2, 3, 4, 10, 1, 2, 3, 4]) * 1_000_000
+    lat = np.full(len(ends), 1000.0)
+    clients = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1])
+    w = [{f"{k}_realtime_ns": (t0 + off) * 1000 for k, off in
+          (("attach", -500_000), ("start", -400_000), ("end", 11_000_000), ("detached", 11_100_000))}]
+    whole = split(ends, lat, w, clients)["in_windows"]
+    assert whole["client_s"] == pytest.approx((10.0 - 0.999) + (4.0 - 0.999))   # from the first start (0.999 s)
+    assert whole["duration_s"] == pytest.approx(10.0 - 0.999)          # the run's, as before
+    s = LogStats(w)
+    s.add(ends[:5], lat[:5], clients[:5])
+    s.add(ends[5:], lat[5:], clients[5:])
+    assert s.split()["in_windows"] == whole
+    assert "client_s" not in split(ends, lat, w)["in_windows"]          # a log without client ids: as before
 
 
 def test_streamed_percentiles_equal_the_whole_log_ones(logs):

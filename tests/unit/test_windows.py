@@ -140,6 +140,26 @@ def test_summary_divides_by_transactions_in_windows(tmp_path):
     assert d["tps"] == 10000.0                       # the run's TPS stays pgbench's
 
 
+def test_the_cycle_counts_each_client_to_its_last_transaction(tmp_path):
+    # 2 clients always on, 10 s in the window, 1000 transactions: clients / TPS says 20 ms a transaction; one client
+    # finished at 5 s (the run went on for the other's SYN wait), so the clients were 15 s at work: 15 ms a cycle
+    from pathprof.analysis.rundir import RunDir
+    from pathprof.analysis.summary import summarize
+    rd = RunDir.create(tmp_path, "nic")
+    rd.update(workload={"clients": 2, "duration_s": 10}, host={"cpus": 2},
+              pgbench={"result": {"tps": 100.0, "transactions": 1000, "latency_ms": {"mean": 15.0}}},
+              probes={"level": "basic", "windows": [_win(0, 10)],
+                      "schedule": {"window_s": 0, "period_s": 0, "duty_pct": 100, "always_on": True},
+                      "in_windows": {"txns": 1000, "tps": 100.0, "latency_ms_mean": 15.0, "duration_s": 10.0,
+                                     "client_s": 15.0}})
+    rd.write_frame("stages.parquet", pd.DataFrame([
+        {"kind": "proc", "role": "backend", "hop": "", "leg": "server", "hook": "", "netns": "", "dev": "",
+         "count": 1000, "sum_ns": 1000 * 15_000_000, "hist": None}]))
+    d = summarize(RunDir.open(rd.path))
+    assert d["closure"]["cycle_us"] == pytest.approx(15_000.0)
+    assert d["closure"]["latency_error_pct"] == pytest.approx(0.0, abs=0.01)
+
+
 def test_trace_records_become_a_valid_perfetto_trace():
     import ctypes as C
 
