@@ -27,11 +27,23 @@ def compared(tmp_path_factory):
 def test_lossy_connect_run_closes(compared):
     _, clean, lossy = compared
     assert abs(clean["closure"]["latency_error_pct"]) <= 5, clean["closure"]
-    # The bound under loss is 10 %; an 8 s run has ~20 one-second waits, and through the delay line no
-    # client is paired with its backend (connect.unsplit): -1.9 and -6.8 % in two runs, -17.7 % in one of three
-    # full suites on 2026-11-25 (short on the request leg's arrival at the backend). The double count this test
-    # was written against was +21 ... +24 %, so 20 % still catches it; 10 % is not met reliably yet (#22).
-    assert abs(lossy["closure"]["latency_error_pct"]) <= 20, (lossy["closure"], lossy["run_dir"])
+    # The bound under loss. It was held to 20 % (-17.7 % in one full suite of 2026-11-25): pgbench's first
+    # connects began before the always-on window opened, so one that waited a second for a lost SYN was in the
+    # cycle and not in the setup steps; and a client that had finished waited for another's SYN retransmission at
+    # the run's end, counted as time of no transaction. Both fixed: -0.2 ... +1.0 % in runs of this cell since.
+    assert abs(lossy["closure"]["latency_error_pct"]) <= 10, (lossy["closure"], lossy["run_dir"])
+
+
+def test_every_connection_is_paired_with_its_backend_through_the_delay_line(compared):
+    # the delay line reinjects the server's hello after the backend's send returned: the hello wakes no client
+    # socket inside it, and the backend finds its client by the server's initial sequence number instead. Every
+    # connection then has its handshake, accept queue and delivery named, none of it left in connect.unsplit
+    _, _, lossy = compared
+    c = lossy["connection_probe"]["counters"]
+    assert c["paired_by_isn"] >= 0.95 * c["ready"] and c["unpaired_sampled"] <= 0.05 * c["sampled"], c
+    names = {s["name"] for s in lossy["connection_setup"]}
+    assert {"connect.tcp_handshake", "connect.accept", "connect.ready_delivery"} <= names, names
+    assert "connect.unsplit" not in names, names
 
 
 def test_handshake_and_setup_retransmissions_are_stages_of_the_connect_leg(compared):
