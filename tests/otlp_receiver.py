@@ -93,3 +93,41 @@ class Receiver:
     def __exit__(self, *exc):
         self.server.shutdown()
         self.server.server_close()
+
+
+class GrpcReceiver:
+    """The same over OTLP/gRPC: a grpcio server on 127.0.0.1 serving the protocol's own TraceService
+    (opentelemetry-proto's trace_service_pb2_grpc), decoding each Export request; `code` (a grpc.StatusCode)
+    makes it refuse every request, to test a refusal."""
+
+    def __init__(self, code=None):
+        from concurrent import futures
+
+        import grpc
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as svc
+        self.requests: list[ExportTraceServiceRequest] = []
+        self.metadata: list[dict] = []
+        outer = self
+
+        class Service(svc.TraceServiceServicer):
+            def Export(self, request, context):          # noqa: N802 (the service's name)
+                if code is not None:
+                    context.abort(code, "refused by the test receiver")
+                outer.requests.append(request)
+                outer.metadata.append(dict(context.invocation_metadata()))
+                return ExportTraceServiceResponse()
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        svc.add_TraceServiceServicer_to_server(Service(), self.server)
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        self.url = f"http://127.0.0.1:{port}"
+
+    def spans(self) -> list[dict]:
+        return [s for r in self.requests for s in flatten(r)]
+
+    def __enter__(self):
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.stop(grace=None)

@@ -323,7 +323,8 @@ def _add_export(sub, fmt) -> None:
                                    "--trace-sample); csv/parquet: the stage and CPU tables; openmetrics: the run's "
                                    "figures as Prometheus/OpenMetrics text (to stdout unless -o); otlp: each "
                                    "sampled transaction (--trace-sample) as an OpenTelemetry trace, sent to "
-                                   "--endpoint over OTLP/HTTP or written with -o as the request body.")
+                                   "--endpoint over OTLP/HTTP or OTLP/gRPC (--protocol) or written with -o as the "
+                                   "request body.")
     e.add_argument("run", metavar="RUN_DIR")
     e.add_argument("--format", choices=["perfetto", "csv", "parquet", "openmetrics", "otlp"], default="perfetto",
                    help="openmetrics: TPS, latency, stages and CPU per transaction and stage histograms in the "
@@ -331,7 +332,10 @@ def _add_export(sub, fmt) -> None:
                         "stage, trace ids that agents on other hosts derive alike (default: %(default)s)")
     e.add_argument("--endpoint", metavar="URL",
                    help="otlp: an OTLP/HTTP receiver, e.g. http://127.0.0.1:4318 (/v1/traces is added to a bare "
-                        "URL); without it the request body is written to -o (default: trace.otlp.pb in the run dir)")
+                        "URL), or with --protocol grpc an OTLP/gRPC one, e.g. http://127.0.0.1:4317 (https:// for "
+                        "TLS); without it the request body is written to -o (default: trace.otlp.pb in the run dir)")
+    e.add_argument("--protocol", choices=["http", "grpc"],
+                   help="otlp with --endpoint: OTLP/HTTP (protobuf; the default) or OTLP/gRPC")
     e.add_argument("-o", "--output", metavar="PATH", help="output file or directory (default: inside the run dir); "
                    "otlp: FILE.json for OTLP/JSON, any other name for protobuf")
 

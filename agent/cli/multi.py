@@ -180,7 +180,9 @@ def export(a) -> int:
     if a.format == "openmetrics":
         return _export_openmetrics(rd, a.output)
     if a.format == "otlp":
-        return _export_otlp(rd, getattr(a, "endpoint", None), a.output)
+        return _export_otlp(rd, getattr(a, "endpoint", None), a.output, getattr(a, "protocol", None))
+    if getattr(a, "protocol", None):
+        raise UserError("--protocol is for --format otlp")
     if getattr(a, "endpoint", None):
         raise UserError("--endpoint is for --format otlp")
     if a.format == "perfetto":
@@ -216,14 +218,18 @@ def _export_openmetrics(rd, output: str | None) -> int:
     return 0
 
 
-def _export_otlp(rd, endpoint: str | None, output: str | None) -> int:
+def _export_otlp(rd, endpoint: str | None, output: str | None, protocol: str | None) -> int:
     from pathprof.analysis.export import otlp, otlp_send
+    if protocol and not endpoint:
+        raise UserError("--protocol is for sending to --endpoint (-o writes the OTLP/HTTP request body)")
     built = otlp.build_from_run(rd)
     what = (f"{built.traces} traces ({built.complete} complete transactions), {len(built.spans)} spans; "
             f"{built.wire_ids} trace ids from the wire")
     if endpoint:
-        n = otlp_send.send(built.spans, endpoint)
-        print(f"pathprof: sent {what} to {otlp_send.traces_url(endpoint)} in {n} request(s)", file=sys.stderr)
+        n = otlp_send.send(built.spans, endpoint, protocol=protocol or "http")
+        to = (f"over OTLP/gRPC to {endpoint.rstrip('/')}" if protocol == "grpc"
+              else f"to {otlp_send.traces_url(endpoint)}")
+        print(f"pathprof: sent {what} {to} in {n} request(s)", file=sys.stderr)
     if output or not endpoint:
         out = Path(output or rd.path / "trace.otlp.pb")
         size = otlp_send.write(built.spans, out)

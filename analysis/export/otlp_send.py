@@ -1,7 +1,8 @@
 """Where OTLP spans go: an OTLP/HTTP endpoint (protobuf, POST <endpoint>/v1/traces, through the OpenTelemetry
-exporter) or a file holding the request body for later (`-o FILE`: binary protobuf, or OTLP/JSON when FILE ends
-in .json; either can be POSTed as is, e.g. `curl --data-binary @FILE -H 'Content-Type: application/x-protobuf'
-http://collector:4318/v1/traces`)."""
+exporter), an OTLP/gRPC one (TraceService/Export, through the OpenTelemetry gRPC exporter; http:// for plaintext,
+https:// for TLS, as that exporter takes them), or a file holding the request body for later (`-o FILE`: binary
+protobuf, or OTLP/JSON when FILE ends in .json; either can be POSTed as is, e.g. `curl --data-binary @FILE -H
+'Content-Type: application/x-protobuf' http://collector:4318/v1/traces`)."""
 from __future__ import annotations
 
 import json
@@ -58,6 +59,28 @@ def traces_url(endpoint: str) -> str:
     return endpoint if u.path not in ("", "/") else endpoint.rstrip("/") + "/v1/traces"
 
 
+def grpc_target(endpoint: str) -> tuple[str, bool]:
+    """(host:port, plaintext) of an OTLP/gRPC endpoint: http://HOST:PORT (plaintext) or https://HOST:PORT (TLS)."""
+    u = urlsplit(endpoint)
+    if u.scheme not in ("http", "https") or not u.hostname or u.path not in ("", "/"):
+        raise UserError(f"--endpoint {endpoint!r}: expected an OTLP/gRPC address such as http://127.0.0.1:4317 "
+                        "(https:// for TLS)")
+    return f"{u.hostname}:{u.port or (443 if u.scheme == 'https' else 80)}", u.scheme == "http"
+
+
+def _exporter(endpoint: str, protocol: str, timeout: float):
+    """(the OpenTelemetry span exporter, the address it sends to) for the protocol."""
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        target, plaintext = grpc_target(endpoint)
+        _reachable(endpoint, timeout)
+        return OTLPSpanExporter(endpoint=target, insecure=plaintext, timeout=timeout), endpoint.rstrip("/")
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    url = traces_url(endpoint)
+    _reachable(url, timeout)
+    return OTLPSpanExporter(endpoint=url, timeout=timeout), url
+
+
 def _reachable(url: str, timeout: float) -> None:
     u = urlsplit(url)
     port = u.port or (443 if u.scheme == "https" else 80)
@@ -77,14 +100,11 @@ class _Last(logging.Handler):
         self.last = record.getMessage()
 
 
-def send(spans, endpoint: str, timeout: float = 5.0) -> int:
-    """POST the spans to the endpoint in batches; the number of requests sent. UserError, one line, when the
-    endpoint cannot be reached or refuses a batch."""
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+def send(spans, endpoint: str, timeout: float = 5.0, protocol: str = "http") -> int:
+    """Send the spans to the endpoint in batches (protocol "http": OTLP/HTTP, "grpc": OTLP/gRPC); the number of
+    requests sent. UserError, one line, when the endpoint cannot be reached or refuses a batch."""
     from opentelemetry.sdk.trace.export import SpanExportResult
-    url = traces_url(endpoint)
-    _reachable(url, timeout)
-    exporter = OTLPSpanExporter(endpoint=url, timeout=timeout)
+    exporter, url = _exporter(endpoint, protocol, timeout)
     log = logging.getLogger("opentelemetry.exporter")
     last = _Last()
     log.addHandler(last)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PATHPROF
-from otlp_receiver import Receiver
+from otlp_receiver import GrpcReceiver, Receiver
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_merge_hosts import _attach, _done  # noqa: E402
@@ -40,6 +40,13 @@ def test_two_agents_traces_join_in_the_receiver(tmp_path):
                                capture_output=True, text=True, timeout=300)
             assert p.returncode == 0, p.stderr[-3000:]
         spans = r.spans()
+    with GrpcReceiver() as g:                   # the same runs over OTLP/gRPC: the same spans arrive
+        for run in (c["run_dir"], s["run_dir"]):
+            p = subprocess.run([*PATHPROF, "export", run, "--format", "otlp", "--endpoint", g.url, "--protocol",
+                                "grpc"], capture_output=True, text=True, timeout=300)
+            assert p.returncode == 0, p.stderr[-3000:]
+        assert sorted((x["trace_id"], x["span_id"], x["parent"]) for x in g.spans()) == sorted(
+            (x["trace_id"], x["span_id"], x["parent"]) for x in spans)
     by_host: dict[str, list] = {}
     for sp in spans:
         by_host.setdefault(sp["resource"]["host.name"], []).append(sp)

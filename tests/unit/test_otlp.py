@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from otlp_receiver import Receiver, flatten, parse_json
+from otlp_receiver import GrpcReceiver, Receiver, flatten, parse_json
 from pathprof.analysis.export import otlp, otlp_ids, otlp_send
 from pathprof.analysis.rundir import RunDir
 from pathprof.errors import UserError
@@ -188,6 +188,25 @@ def test_send_to_a_receiver_and_errors():
     assert otlp_send.traces_url("http://h:4318/custom/traces") == "http://h:4318/custom/traces"
 
 
+def test_send_over_grpc_to_a_receiver_and_errors():
+    import grpc
+    built = otlp.build(*client_host())
+    with GrpcReceiver() as r:
+        assert otlp_send.send(built.spans, r.url, protocol="grpc") == 1
+        got = r.spans()
+    assert sorted(s["span_id"] for s in got) == sorted(f"{s.context.span_id:016x}" for s in built.spans)
+    assert {s["resource"]["host.name"] for s in got} == {"pp-cli"}
+    with pytest.raises(UserError, match=r"^OTLP endpoint http://127\.0\.0\.1:\d+ is unreachable"):
+        otlp_send.send(built.spans, r.url, protocol="grpc")            # closed now
+    with GrpcReceiver(code=grpc.StatusCode.INVALID_ARGUMENT) as r, \
+            pytest.raises(UserError, match="did not take the spans.*INVALID_ARGUMENT"):
+        otlp_send.send(built.spans, r.url, protocol="grpc")
+    with pytest.raises(UserError, match="expected an OTLP/gRPC address"):
+        otlp_send.grpc_target("127.0.0.1:4317/v1/traces")
+    assert otlp_send.grpc_target("http://h:4317") == ("h:4317", True)
+    assert otlp_send.grpc_target("https://h:4317") == ("h:4317", False)
+
+
 def test_cli_exports_a_run_directory(tmp_path):
     traces, msgs, meta = client_host()
     rd = RunDir.create(tmp_path, "attach")
@@ -205,3 +224,10 @@ def test_cli_exports_a_run_directory(tmp_path):
         assert len(r.spans()) == 12
     p = subprocess.run([*cmd, "--endpoint", r.url], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "unreachable" in p.stderr
+    with GrpcReceiver() as g:
+        p = subprocess.run([*cmd, "--endpoint", g.url, "--protocol", "grpc"], capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert len(g.spans()) == 12 and f"over OTLP/gRPC to {g.url}" in p.stderr
+    p = subprocess.run([*cmd, "--protocol", "grpc", "-o", str(out)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--protocol is for sending" in p.stderr
