@@ -155,11 +155,17 @@ def wire_rows(host: Host, leg: str, receiver: str, corrected_ns: np.ndarray, n: 
             "hist": hist_of(corrected_ns, count / len(corrected_ns))}
 
 
-def scaled_stages(host: Host, n: int, drop: set) -> pd.DataFrame:
+MACHINE_WIDE_KINDS = ("block",)     # every request the machine completed, whichever host's agent saw it
+
+
+def scaled_stages(host: Host, n: int, drop: set, machine_seen: bool = False) -> pd.DataFrame:
     """The host's stage rows scaled to n transactions; its own unpaired wire rows replaced by the merged ones
-    (drop: (role, hop, leg)); netfilter rows of an unnamed namespace named after the host."""
+    (drop: (role, hop, leg)); netfilter rows of an unnamed namespace named after the host; the machine-wide rows
+    left out when another host of its machine has them already (machine_seen)."""
     st = host.stages.copy()
     keep = ~st.apply(lambda r: r["kind"] == "wire" and (r["role"], r["hop"], r["leg"]) in drop, axis=1)
+    if machine_seen:
+        keep &= ~st["kind"].isin(MACHINE_WIDE_KINDS)
     st = st[keep].copy()
     f = n / host.txns
     st["count"] = (st["count"] * f).round().astype("int64")
@@ -296,7 +302,10 @@ def merge(dirs: list[Path], out: Path | None, runs_root: Path, shifts: dict | No
         offsets.append(est)
         link_docs.append(doc)
         wires.append(w)
-    frames = [scaled_stages(h, n, {x[1:] for x in drops if x[0] == h.name}) for h in hosts] + [pd.DataFrame(rows)]
+    from pathprof.analysis.merge_cpu import machine_of
+    machines = [machine_of(h) for h in hosts]
+    frames = [scaled_stages(h, n, {x[1:] for x in drops if x[0] == h.name}, machines[i] in machines[:i])
+              for i, h in enumerate(hosts)] + [pd.DataFrame(rows)]
     stages = pd.concat(frames, ignore_index=True)
     from pathprof.analysis.merge_output import write_merged
     return write_merged(hosts, first, n, stages, offsets, link_docs, pd.concat(wires, ignore_index=True), to_first,

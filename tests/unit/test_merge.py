@@ -264,3 +264,18 @@ def test_a_host_recording_beyond_the_common_interval_is_said():
     note = _outside_note(out)
     assert "cli recorded 50 %" in note and "srv" not in note
     assert _outside_note({"cli": 1.0, "srv": 0.0}) is None
+
+
+@pytest.mark.parametrize("machines, rows", [(("vm", "vm"), 1), (("vm-a", "vm-b"), 2)])
+def test_the_disk_is_counted_once_per_machine(tmp_path, machines, rows):
+    """Block requests are every request the machine completed: hosts that are namespaces of one machine each
+    recorded the same ones."""
+    c, s, _ = two_runs(tmp_path, machines=machines)
+    for path in (c, s):
+        rd = RunDir.open(path)
+        st = rd.read_frame("stages.parquet")
+        block = {**_stage("block", "", "", 300.0, count=N // 100), "dev": "vda", "hook": "write"}
+        rd.write_frame("stages.parquet", pd.concat([st, pd.DataFrame([block])], ignore_index=True))
+    rd = merge([c, s], tmp_path / "m", tmp_path)
+    disk = summarize(RunDir.open(rd.path))["disk"]
+    assert len(disk) == rows and all(d["requests_per_txn"] == pytest.approx(0.01) for d in disk), disk
