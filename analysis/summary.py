@@ -88,7 +88,8 @@ def _notes_from_meta(out: dict, run: RunMeta) -> None:
     """A merged run's hosts and clocks, a broken path, checkpoints inside the run, the guest's accelerator: said
     where the figures are read."""
     if run.clock_offsets is not None:     # a merged run (pathprof.analysis.merge): its hosts and clocks
-        out["hosts"] = [{k: h.get(k) for k in ("name", "run_dir", "transactions", "tps", "clock_offset_us")}
+        out["hosts"] = [{k: h.get(k) for k in ("name", "run_dir", "transactions", "tps", "clock_offset_us",
+                                                      "outside_common_pct")}
                         for h in run.hosts or []]
         out["clock_offsets"] = [{k: v for k, v in o.items()} for o in run.clock_offsets]
     if run.failure:
