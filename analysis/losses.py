@@ -20,7 +20,8 @@ MEANINGS = {
                         "packet or a slot collision)", "their dev.* time is not counted"),
     "dev_stale": ("device packets", "matched a stale stamp (the skb address reused)",
                   "their dev.* time is not counted"),
-    "nf_unpaired": ("netfilter traversals", "left a hook between pathprof's brackets (stolen or dropped)",
+    "nf_unpaired": ("netfilter traversals", "left a hook between pathprof's brackets (stolen, dropped, or queued to "
+                    "user space by a link's delay line)",
                     "their netfilter time is not counted"),
     "nf_nested_full": ("netfilter traversals", "were a third nested traversal of one hook on a CPU",
                        "they were not timed"),

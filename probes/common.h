@@ -98,7 +98,8 @@ enum pp_stat {              /* per-CPU counters of everything not aggregated, so
 	PP_STAT_SETUP_SPANS = 34,   /* spans of connection-setup messages left out: --connect, the connection probe's; else
 				     * pgbench's wait from the server's hello to its first query (its start barrier) */
 	PP_STAT_CONN_WAIT = 35,     /* --connect: pieces whose wait overlapped their thread opening another connection */
-	PP_NSTATS = 40,   /* 24-27 pooler waits, 28-33 TCP loss and stalls, 34-39 connection setup (reserved) */
+	PP_STAT_NF_QUEUED = 40,     /* a netfilter traversal that went through a queue (NFQUEUE: a delay line) */
+	PP_NSTATS = 44,   /* 24-27 pooler waits, 28-33 TCP loss and stalls, 34-39 connection setup (reserved) */
 };
 
 struct pp_stage_key {       /* key of the `stages` hash (dev, USDT) */

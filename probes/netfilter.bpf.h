@@ -11,6 +11,24 @@
  * own work stays outside. Conntrack confirm runs at INT_MAX, after nf_end, and is not included. In every
  * IPv4 hook skb->data is the IP header. Program type/attach type are set by the loader (libbpf 1.1 predates
  * them). */
+/* A busy bracket slot whose packet cannot still be inside the hook is freed: opened in an earlier window, older
+ * than any traversal, or opened before this CPU last switched tasks -- a traversal runs to its end on its CPU (a
+ * nested one inside it, from a softirq, switches nothing), so that packet left between the brackets: stolen,
+ * dropped, or queued to user space (NFQUEUE: a link's delay line) and reinjected on another CPU. */
+static __always_inline void nf_slot_reclaim(struct pp_nf_slot *s, __u64 ws)
+{
+	if (s->ts < ws) {
+		stat_inc(PP_STAT_WINDOW_EDGE);
+		s->skb = 0;
+		return;
+	}
+	struct pp_cpu_state *cs = cpu_state(ws);
+	if (bpf_ktime_get_ns() - s->ts > NF_STALE_NS || (cs && cs->last_switch > s->ts)) {
+		stat_inc(PP_STAT_NF_UNPAIRED);
+		s->skb = 0;
+	}
+}
+
 SEC("netfilter")
 int nf_begin(struct bpf_nf_ctx *ctx)
 {
@@ -26,17 +44,13 @@ int nf_begin(struct bpf_nf_ctx *ctx)
 	if (!leg || hook >= 5)
 		return NF_ACCEPT;
 	struct pp_nf_slot *s = bpf_map_lookup_elem(&nfslot, &hook);
-	if (s && s->skb && s->ts < ws) {
-		stat_inc(PP_STAT_WINDOW_EDGE);    /* parked in an earlier window */
-		s->skb = 0;
-	}
-	if (s && s->skb && bpf_ktime_get_ns() - s->ts > NF_STALE_NS) {
-		stat_inc(PP_STAT_NF_UNPAIRED);    /* stale: that packet left between the brackets (stolen/dropped) */
-		s->skb = 0;
-	}
+	if (s && s->skb)
+		nf_slot_reclaim(s, ws);
 	if (s && s->skb) {                /* nested traversal of the same hook (softirq inside process) */
 		__u32 nested = hook + 5;
 		s = bpf_map_lookup_elem(&nfslot, &nested);
+		if (s && s->skb)
+			nf_slot_reclaim(s, ws);
 		if (s && s->skb) {
 			stat_inc(PP_STAT_NF_NESTED_FULL);  /* a third one, or a preempted traversal: not timed */
 			return NF_ACCEPT;
@@ -51,6 +65,7 @@ int nf_begin(struct bpf_nf_ctx *ctx)
 	s->dport = tu.dport;
 	s->leg = leg;
 	s->data = tu.payload > 0;
+	s->state = (__u64)ctx->state;
 	s->ts = bpf_ktime_get_ns();
 	return NF_ACCEPT;
 }
@@ -78,7 +93,21 @@ int nf_end(struct bpf_nf_ctx *ctx)
 		stat_inc(PP_STAT_WINDOW_EDGE);
 		return NF_ACCEPT;
 	}
+	/* a packet queued to user space (an NFQUEUE rule between the brackets: a link's delay line) comes back
+	 * through nf_reinject with the queue entry's copy of the hook state, in the reading process, after this CPU
+	 * switched tasks: the time between is its wait in the queue (the delay.<dev> stage, or the wire's), not the
+	 * hook's work, and none of it CPU. (Another state alone is not enough: the kernel stack's offset is
+	 * randomised per syscall, so two test runs of one packet see two addresses.) */
+	struct pp_cpu_state *cs = cpu_state(ws);
+	if (s->state != (__u64)ctx->state && cs && cs->last_switch > s->ts) {
+		stat_inc(PP_STAT_NF_QUEUED);
+		return NF_ACCEPT;
+	}
 	__u64 d = now - s->ts;
+	if (d > NF_STALE_NS) {            /* a stale bracket whose skb address came back: not one traversal */
+		stat_inc(PP_STAT_NF_UNPAIRED);
+		return NF_ACCEPT;
+	}
 	struct pp_tuple tu = {};
 	if (ip_tuple(ctx->skb->data, &tu) && (tu.saddr != s->saddr || tu.daddr != s->daddr ||
 					 tu.sport != s->sport || tu.dport != s->dport))
@@ -95,7 +124,6 @@ int nf_end(struct bpf_nf_ctx *ctx)
 		if (h)
 			hist_add(h, d);
 	}
-	struct pp_cpu_state *cs = cpu_state(ws);
 	if (cs) {
 		cs->nf_ns += d;
 		cs->excl_total += d;

@@ -135,5 +135,6 @@ struct pp_nf_slot {
 	__u8  leg;
 	__u8  data;             /* carries payload */
 	__u8  pad[2];
+	__u64 state;            /* the traversal's nf_hook_state: another one at nf_end = reinjected from a queue */
 };
 #endif

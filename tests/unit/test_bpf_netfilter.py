@@ -162,3 +162,44 @@ def test_slot_from_an_earlier_window_is_discarded_and_counted(nf):
     assert nf.programs["nf_end"].test_run(packet(40000, PORT, b"Q", hook=1), hook_ctx(1)) == 1
     assert stat(nf, "window_edge") == before + 1
     assert slot(nf, 1) is None and not nfagg(nf)
+
+
+def test_a_packet_back_from_a_queue_is_not_a_traversal(nf):
+    """NFQUEUE (a link's delay line) between the brackets: the packet comes back through nf_reinject with the queue
+    entry's copy of the hook state, after its CPU switched tasks. That wait is the queue's, not the hook's CPU:
+    counted as nf_queued, nothing in nfagg. The kernel's per-syscall stack offset gives each test run its own
+    state address (the same one by chance about 1 in 64: tried again)."""
+    from pathprof.agent.probing.bpf import layout as L
+    req = packet(40000, PORT, b"Q")
+    paired = 0                      # attempts whose two runs had the same state address: one traversal
+    for _ in range(5):
+        assert nf.programs["nf_begin"].test_run(req, hook_ctx(0)) == 1
+        if slot(nf, 0) is None:
+            pytest.skip("no slot taken")
+        switched = L.CpuState(last_switch=2**62, win=1)       # a switch on this CPU since the bracket opened
+        nf.maps["cpust"].update(bytes(C.c_uint32(0)), bytes(switched) * os.cpu_count())
+        assert nf.programs["nf_end"].test_run(req, hook_ctx(0)) == 1
+        if stat(nf, "nf_queued"):
+            break
+        paired += 1
+    assert stat(nf, "nf_queued") == 1
+    assert stat(nf, "nf_packets") == paired and (paired or not nfagg(nf))
+    assert slot(nf, 0) is None                                 # the slot is free for the next packet
+
+
+def test_slots_of_packets_that_left_across_a_task_switch_are_reclaimed(nf):
+    """Both slots of a hook held by packets that never reached nf_end here (queued to a delay line and reinjected
+    on another CPU, or dropped): once this CPU has switched tasks they cannot be inside the hook any more, so the
+    next packet is timed (not a third nested traversal) and they count as unpaired. Without a switch they stay."""
+    from pathprof.agent.probing.bpf import layout as L
+    req = packet(40000, PORT, b"Q")
+    for _ in range(2):
+        nf.programs["nf_begin"].test_run(req, hook_ctx(0))
+    assert slot(nf, 0) is not None and slot(nf, 5) is not None
+    nf.programs["nf_begin"].test_run(req, hook_ctx(0))
+    assert stat(nf, "nf_nested_full") == 1 and stat(nf, "nf_unpaired") == 0
+    switched = L.CpuState(last_switch=2**62, win=1)
+    nf.maps["cpust"].update(bytes(C.c_uint32(0)), bytes(switched) * os.cpu_count())
+    nf.programs["nf_begin"].test_run(req, hook_ctx(0))
+    assert stat(nf, "nf_nested_full") == 1 and stat(nf, "nf_unpaired") == 1
+    assert slot(nf, 0) is not None and slot(nf, 5) is not None     # the new packet took the freed slot
