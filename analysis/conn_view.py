@@ -44,8 +44,9 @@ ReadyForQuery) -- `summary["connection_setup"]`, µs per connection:
                              thread serves its other clients first (their connects block it: libpq's connect is
                              synchronous). Measured as the thread's closed clients integrated over the window
                              (no client identity needed), divided by the connections sampled
-  connect.unsplit            only when no backend could be paired with its client (a hop such as docker-proxy,
-                             or NAT, between them: the hello wakes the hop's socket, or the ports differ): the
+  connect.unsplit            only when no backend could be paired with its client (a hop such as docker-proxy
+                             or a pooler between them: the backend's client is the hop's own connection; NAT and
+                             delay lines pair by the server's initial sequence number, paired_by_isn): the
                              client's own connect time (connect.client_total: connect start -> its read of the
                              hello) minus the backend's steps above (fork, first_run, backend_init_auth), which
                              are measured without a client: handshakes, accept queues, the hop accepting and
