@@ -178,6 +178,27 @@ def test_a_hops_accept_queue_is_named_and_taken_out_of_the_unsplit_connect():
     assert [r["name"] for r in rows][:3] == ["connect.unsplit", "connect.hop_accept", "connect.fork"]
 
 
+def test_a_stray_pairing_through_a_hop_is_not_added_on_top_of_the_unsplit_connect():
+    """pgpool, 4 -C clients: one of 962 connections came out paired with a backend (bench/closure 2026-11-25), so
+    connect.tcp_handshake and connect.accept had one sample each (8,437 and 384 µs) while connect.unsplit, the
+    client's own connect minus what is measured without pairing, already holds every connection's handshake and
+    accept: the view closed at +108.5 % (the divisor check said +2.4 % over the transactions). Steps that need a
+    pairing are inside connect.unsplit when it is made, so they leave the sum."""
+    fr = frame({"connect.client_total": (962, 5200.0), "connect.hop_accept": (962, 600.0),
+                "connect.fork": (961, 350.0), "connect.first_run": (961, 500.0),
+                "connect.backend_init_auth": (961, 2100.0), "connect.tcp_handshake": (1, 8437.0),
+                "connect.accept": (1, 384.0)})
+    rows = V._unsplit(fr, V.connection_setup_view(fr, 962))
+    by = {r["name"]: r["us_per_conn"] for r in rows}
+    assert "connect.tcp_handshake" not in by and "connect.accept" not in by, by
+    assert sum(by.values()) == pytest.approx(5200.0)      # the client's connect, once
+    # a stray pair that got as far as its ReadyForQuery does not stand for the 961 others either
+    stray = frame({**{r.step: (r.count, r.sum_ns / r.count / 1e3) for r in fr.itertuples() if r.kind != "stat"},
+                   "connect.ready_delivery": (1, 50.0)})
+    by = {r["name"]: r["us_per_conn"] for r in V._unsplit(stray, V.connection_setup_view(stray, 962))}
+    assert "connect.unsplit" in by and "connect.ready_delivery" not in by and sum(by.values()) == pytest.approx(5200)
+
+
 def test_setup_stages_are_connect_leg_rows_per_transaction():
     rows = V.setup_stages(V.connection_setup_view(frame(UNIX), 100))
     assert [r["leg"] for r in rows] == ["connect"] * 5
