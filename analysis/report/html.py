@@ -95,6 +95,19 @@ def _stage_row(st: Stage, hops: set[str], tot: float) -> list:
             f"{_num(st.us_per_txn) / tot * 100:.1f} %" if tot else "–"]
 
 
+def _pooler_lines(s: Summary) -> list[str]:
+    """The pooler's own counters against its named wait, which backend served the sampled transactions, and a -C
+    setup step on another divisor than the transactions: the report's lines, as paragraphs."""
+    from pathprof.analysis.pooler import describe as pooler_line
+    from pathprof.analysis.served import describe as served_line
+    out = [f"<p>{_e(pooler_line(r))}</p>" for r in s.pooler_counters or []]
+    if s.served_by:
+        out.append(f"<p>{_e(served_line(s.served_by))}</p>")
+    if s.closure.connect_divisors:
+        out.append(f'<p class="caveat">{_e(s.closure.connect_divisors["statement"])}</p>')
+    return out
+
+
 def _run_section(s: dict | Summary) -> str:
     s = Summary.of(s)
     lat = s.latency_ms
@@ -135,6 +148,7 @@ def _run_section(s: dict | Summary) -> str:
         parts.append("<h3>Connection setup (µs per connection)</h3>" + _table(
             ["step", "µs/conn"], [[c.name, f"{_num(c.us_per_conn):,.1f}"] for c in conn],
             ["total", f"{sum(_num(c.us_per_conn) for c in conn):,.1f}"]))
+    parts += _pooler_lines(s)
     notes = s.notes
     if notes:
         notes = [notes] if isinstance(notes, str) else notes

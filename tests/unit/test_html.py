@@ -71,3 +71,17 @@ def test_stacked_stages_never_count_a_stage_and_its_parts_twice():
     assert sum(stage_groups({"stages": st}, set()).values()) == 620.0
     page = run_section({"topology": "loopback", "clients": 4, "tps": 100.0, "stages": st})
     assert "add up to it" in page and "· backend.executor" in page
+
+
+def test_the_run_section_has_the_pooler_check_the_backends_served_and_a_divisor_caveat():
+    from pathprof.analysis.report.html import _run_section as run_section
+    row = {"hop": "pgpool", "source": "SHOW POOL_POOLS", "servers_are": "child", "busy_is": "busy", "samples": 9,
+           "cl_waiting_mean": 3.1, "cl_waiting_max": 4, "servers": 1, "servers_busy_mean": 0.5,
+           "wait_stages": {"connect.hop_accept": 7748.0}, "tps": 396.0, "expected_waiting": 3.06, "agrees": True}
+    served = {"transactions": 10, "backends": [{"pid": 42, "transactions": 10, "via": {"pgpool": [9]}}],
+              "listed": [], "spans_read": 100, "spans": 100}
+    page = run_section({"topology": "pgpool", "clients": 4, "tps": 396.0, "stages": [], "pooler_counters": [row],
+                        "served_by": served, "closure": {"connect_divisors": {"statement": "depends on a divisor"}}})
+    assert "clients waiting for a child 3.10" in page and "predicts 3.06: agrees" in page
+    assert "served by 1 backend(s): 42 100 % via pgpool 9" in page
+    assert '<p class="caveat">depends on a divisor</p>' in page
