@@ -257,6 +257,10 @@ def _add_attach(sub, fmt) -> None:
                     help="this host's name in merged runs (default: the --netns name, else the machine's hostname)")
     at.add_argument("-T", "--duration", type=float, default=10.0, metavar="S",
                     help="seconds to watch (default: %(default)s)")
+    at.add_argument("--start-at", type=float, metavar="UNIX_TIME",
+                    help="begin the interval at this wall-clock time (seconds since the epoch, e.g. `date -d +5sec "
+                         "+%%s`), the probes loaded and waiting: every host's agent given the same time records the "
+                         "same interval, which `pathprof merge` needs (default: as soon as the probes are loaded)")
     at.add_argument("--probes", choices=["basic", "deep"], default="basic",
                     help="basic: network, scheduler, CPU; deep: + PostgreSQL USDT (parse/plan/execute, locks, WAL, "
                          "I/O) (default: %(default)s)")

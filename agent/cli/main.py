@@ -32,7 +32,7 @@ def cmd_attach(a) -> int:
     from pathprof.agent.run.attach import AttachOptions, execute_attach
     opts = AttachOptions(port=a.port, server_pid=a.server_pid, dsn=a.dsn, duration_s=a.duration, probes=a.probes,
                          trace_sample=a.trace_sample, runs_dir=Path(a.runs_dir), netns=a.netns, remote=a.remote,
-                         host_name=a.host_name)
+                         host_name=a.host_name, start_at=a.start_at)
     from pathprof.agent.cli.metrics_live import serving
     with make_reporter(a, opts.duration_s) as ui, serving(a.metrics_port, ui, {"topology": "attached",
                                                                             "run_id": "live"}) as ui:

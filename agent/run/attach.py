@@ -41,6 +41,7 @@ class AttachOptions:
     remote: str | None = None       # ADDR:PORT of a server on another machine: profile this host's clients of it
     host_name: str | None = None    # the host's name in merged runs (default: the namespace's, else hostname)
     status_every_s: float = 10.0    # <run dir>/status.json rewritten this often while attached (0: never)
+    start_at: float | None = None   # wall-clock (epoch s) to begin the interval at: hosts' agents aligned
 
 
 def resolve(opts: AttachOptions):
@@ -123,6 +124,9 @@ def execute_attach(opts: AttachOptions, ui: Reporter) -> RunDir:
         raise UserError("attach measures with the probes: --probes off leaves nothing to measure")
     if not 1 <= opts.duration_s <= 24 * 3600:
         raise UserError(f"--duration must be between 1 s and 24 h, not {opts.duration_s:g}")
+    if opts.start_at is not None and not -60 < opts.start_at - time.time() <= 3600:
+        raise UserError(f"--start-at {opts.start_at:.3f} is {opts.start_at - time.time():+.0f} s from now: give a "
+                        "wall-clock time (seconds since the epoch) within the next hour")
     capabilities = doctor.require(opts.probes)
     ui.phase("discovering the path")
     source = DiscoveredSource(*resolve(opts))
@@ -142,9 +146,10 @@ def execute_attach(opts: AttachOptions, ui: Reporter) -> RunDir:
                 postgres={"owned": False, "pid": path.postmaster}, scope=scope, status="running")
     with recording(rd):
         source.write_topology(rd, f"attach {target}")
-        presult = _measure(opts, rd, probes, source, ui, leaving)
+        notes: list[str] = []
+        presult = _measure(opts, rd, probes, source, ui, leaving, notes)
         rd.update(scope={**scope, "leaving_connections": leaving.doc()})
-        _record_observed(opts, rd, presult, capabilities, source, leaving)
+        _record_observed(opts, rd, presult, capabilities, source, leaving, notes)
     return rd
 
 
@@ -194,7 +199,7 @@ def _source_text(opts: AttachOptions) -> str:
 
 
 def _record_observed(opts: AttachOptions, rd: RunDir, presult, capabilities, source: DiscoveredSource,
-                     leaving: LeavingConnections) -> None:
+                     leaving: LeavingConnections, notes: list) -> None:
     """The observed load driver's results: the probes' tables, the always-on schedule, run.json `observed` and
     `cpu` from the probes alone."""
     from pathprof.agent.run import recorder
@@ -205,18 +210,22 @@ def _record_observed(opts: AttachOptions, rd: RunDir, presult, capabilities, sou
         "attach: a transaction is one request/response exchange on a client connection, counted by the probes "
         "(a multi-statement transaction counts each statement's exchange); the probes were on for the whole "
         "interval, so these figures include their cost"] + source.notes()
-    meta["notes"] += [n for n in (clients_left_note(opts, source.path), leaving.note()) if n]
+    meta["notes"] += notes + [n for n in (clients_left_note(opts, source.path), leaving.note()) if n]
     observed, cpu = observed_result(presult, source.path)
     rd.update(observed=observed, cpu=cpu, probes=meta)
 
 
 def _measure(opts: AttachOptions, rd: RunDir, probes, source: DiscoveredSource, ui: Reporter,
-             leaving: LeavingConnections):
+             leaving: LeavingConnections, notes: list):
     """Probes on, always on, for the duration; their result. The probes are closed on every way out."""
     feed = LiveFeed.keeping_status(rd, probes, ui, opts.status_every_s, opts.duration_s)
     try:
         with sigterm_as_interrupt():
             source.attach_probes(probes, ui, opts.probes)
+            late = _wait_for_start(opts.start_at, ui)
+            if late:
+                notes.append(f"--start-at: the probes were ready {late:.3f} s after the time given; the interval "
+                             "began then, later than the other hosts' agents given the same time")
             m = Measurement(probes, ui, opts.duration_s)
             m.open_probes()
             ui.phase(f"attached: {source.path.client_connections} client connections, {opts.duration_s:g} s")
@@ -227,6 +236,20 @@ def _measure(opts: AttachOptions, rd: RunDir, probes, source: DiscoveredSource, 
             return m.read()
     finally:
         probes.close()
+
+
+def _wait_for_start(start_at: float | None, ui: Reporter) -> float | None:
+    """Sleep until --start-at (the probes loaded, the interval not begun); how late the probes were ready when
+    they came after it (the interval then begins at once), else None."""
+    if start_at is None:
+        return None
+    wait = start_at - time.time()
+    if wait <= 0:
+        ui.note(f"--start-at was {-wait:.3f} s ago when the probes were ready: the interval begins now")
+        return round(-wait, 3)
+    ui.phase(f"waiting {wait:.1f} s for --start-at")
+    time.sleep(wait)
+    return None
 
 
 def clients_left_note(opts: AttachOptions, path) -> str | None:

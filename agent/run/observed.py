@@ -62,7 +62,7 @@ def watch(probes, path, duration_s: float, ui: Reporter, feed: LiveFeed | None =
     from pathprof.agent.host.machine import cpu_busy_ns
     feed = feed if feed is not None else LiveFeed(probes, ui)
     t0, (busy0, _) = time.monotonic(), cpu_busy_ns()
-    last_n, last_t = 0, t0
+    last_n, last_t, reported = 0, t0, False
     while True:
         now = time.monotonic()
         if now - t0 >= duration_s:
@@ -70,6 +70,9 @@ def watch(probes, path, duration_s: float, ui: Reporter, feed: LiveFeed | None =
         time.sleep(min(1.0, duration_s - (now - t0)))
         if tick is not None:
             tick()
+        if reported and time.monotonic() - t0 >= duration_s:
+            return      # the interval ends on time, not one read of the maps later (hosts' agents end together)
+        reported = True
         frames = probes.frames()
         n = exchanges(frames[0]) if frames else 0
         t = time.monotonic()

@@ -43,3 +43,19 @@ def test_live_latency_is_the_final_reports_latency():
     assert ui.seen and final["latency_ms"]["mean"]
     assert abs(ui.seen[-1] - final["latency_ms"]["mean"]) <= 1e-6 * final["latency_ms"]["mean"], \
         (ui.seen, final["latency_ms"])
+
+
+def test_start_at_waits_for_the_time_given_or_says_how_late():
+    import time
+
+    import pytest
+    from pathprof.errors import UserError
+    notes = []
+    ui = SimpleNamespace(phase=lambda s: None, note=notes.append)
+    t0 = time.time()
+    assert attach._wait_for_start(t0 + 0.3, ui) is None and time.time() - t0 >= 0.29
+    assert attach._wait_for_start(time.time() - 1.5, ui) == pytest.approx(1.5, abs=0.1) and "ago" in notes[0]
+    assert attach._wait_for_start(None, ui) is None
+    for bad in (time.time() + 7200, time.time() - 600):      # refused before anything is loaded or recorded
+        with pytest.raises(UserError, match="--start-at .* within the next hour"):
+            attach.execute_attach(attach.AttachOptions(port=1, start_at=bad), ui)
