@@ -14,16 +14,16 @@ pytestmark = pytest.mark.integration
 CLIENTS = 16
 
 
-def _entry(pool: int) -> str:
-    return f"pgbouncer:option=pool_mode=transaction:option=pool_size={pool}"
+def _entry(pool: int, mode: str = "transaction") -> str:
+    return f"pgbouncer:option=pool_mode={mode}:option=pool_size={pool}"
 
 
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory):
     runs_dir = tmp_path_factory.mktemp("runs")
-    cp = run_pathprof("compare", _entry(CLIENTS), _entry(1), _entry(2), "--clients", str(CLIENTS),
-                      "--mode", "extended", "--duration", "4", "--probe-duty", "100", "--trace-sample", "10",
-                      "--json", runs_dir=runs_dir, check=True, timeout=600)
+    cp = run_pathprof("compare", _entry(CLIENTS), _entry(1), _entry(2), _entry(2, "statement"),
+                      "--clients", str(CLIENTS), "--mode", "extended", "--duration", "4", "--probe-duty", "100",
+                      "--trace-sample", "10", "--json", runs_dir=runs_dir, check=True, timeout=600)
     doc = json.loads(cp.stdout)
     return doc, doc["runs"][:3]
 
@@ -91,3 +91,16 @@ def test_sampled_transactions_follow_the_request_to_whichever_server_connection(
     assert {b["pid"] for b in doc["backends"]} == served - {None}, doc["backends"]
     assert all(len(b["via"]["pgbouncer"]) == 1 for b in doc["backends"]), doc["backends"]
     assert doc["listed"] and all(x["txn"] and x["backend_pid"] in served for x in doc["listed"]), doc["listed"]
+
+
+def test_statement_pooling_waits_the_same_way(compared):
+    """pgbouncer in statement mode (a server connection per statement; select 1 is one): the same named wait, the
+    same check against SHOW POOLS, the same answer to which server connection served each transaction."""
+    doc, _ = compared
+    stmt = doc["runs"][3]
+    assert stmt["topology_options"]["pool_mode"] == "statement", stmt["topology_options"]
+    assert abs(stmt["closure"]["latency_error_pct"]) <= 5, stmt["closure"]
+    assert _stage(stmt, "poolwait.pgbouncer") > 0.3 * stmt["closure"]["cycle_us"], stmt["stages"]
+    (row,) = stmt["pooler_counters"]
+    assert row["agrees"] and not row["no_wait"] and row["servers"] == 2, row
+    assert len(stmt["served_by"]["backends"]) == 2, stmt["served_by"]

@@ -116,6 +116,8 @@ def test_prepared_statements_refused_with_transaction_pooling():
     services.check_workload(t, "simple", False)
     services.check_workload(t, "extended", True)
     services.check_workload(spec.load("pgbouncer"), "prepared", False)
+    with pytest.raises(UserError, match="in statement pooling"):        # the same with a server per statement
+        services.check_workload(spec.load("pgbouncer", {"pool_mode": "statement"}), "prepared", False)
 
 
 def test_minimal_user_spec_parses():
@@ -152,7 +154,8 @@ def service_spec(kind: str, host: str, options: str) -> str:
     ("command", "a", 'argv = ["x"]', "services[0].ready_port", "is required"),
     ("command", "a", 'argv = "x --y"\nready_port = 7000', "services[0].argv", "must be list"),
     ("command", "a", 'argv = ["x"]\nready_port = 7000\nready_prot = 1', "services[0].ready_prot", "unknown option"),
-    ("pgbouncer", "a", 'pool_mode = "statement"', "services[0].pool_mode", "not one of session, transaction"),
+    ("pgbouncer", "a", 'pool_mode = "per-query"', "services[0].pool_mode",
+     "not one of session, transaction, statement"),
     ("pgpool", "a", 'port = "9999"', "services[0].port", "must be int"),
     ("docker-proxy", "a", 'host_port = 49155', "services[0].container_ip", "is required"),
     ("pgpool", "z", "", "services[0].host", "unknown host 'z'"),

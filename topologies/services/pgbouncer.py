@@ -37,7 +37,7 @@ class PgBouncer(Service):
     role = "pooler"
     stop_signal = signal.SIGINT      # "safe shutdown": wait for queries to finish, then exit
     OPTIONS = {
-        "pool_mode": Opt(str, "session", ("session", "transaction")),
+        "pool_mode": Opt(str, "session", ("session", "transaction", "statement")),
         "listen": Opt(str, "127.0.0.1", help="address pgbouncer listens on, in its host"),
         "port": Opt(int, 6432),
         "pool_size": Opt(int, 0, help="server connections per pool; 0 = one per pgbench client"),
@@ -45,16 +45,16 @@ class PgBouncer(Service):
     }
 
     def check_workload(self, mode: str, connect: bool, clients: int = 1, threads: int | None = None) -> None:
-        if self.opts["pool_mode"] != "transaction" or mode != "prepared":
+        if self.opts["pool_mode"] == "session" or mode != "prepared":
             return
         v = installed_version()
         if v is None or v < PREPARED_IN_TRANSACTION_MODE:
             have = f"pgbouncer {v[0]}.{v[1]}" if v else "the installed pgbouncer"
             raise UserError(
-                f"{have} cannot carry protocol-level prepared statements (pgbench --mode prepared) in transaction "
-                "pooling: a statement prepared on one server connection is unknown on the next transaction's "
-                "connection (support came in pgbouncer 1.21). Use --mode simple or --mode extended with "
-                "pool_mode transaction, or session pooling.")
+                f"{have} cannot carry protocol-level prepared statements (pgbench --mode prepared) in "
+                f"{self.opts['pool_mode']} pooling: a statement prepared on one server connection is unknown on the "
+                "next transaction's connection (support came in pgbouncer 1.21). Use --mode simple or --mode "
+                f"extended with pool_mode {self.opts['pool_mode']}, or session pooling.")
 
     def config(self, ctx, workdir) -> str:
         pg = self.tcp_postgres(ctx)
