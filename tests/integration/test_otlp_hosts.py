@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PATHPROF
-from otlp_receiver import GrpcReceiver, Receiver
+from otlp_receiver import GrpcReceiver, Receiver, need_grpc
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_merge_hosts import _attach, _done  # noqa: E402
@@ -40,6 +40,7 @@ def test_two_agents_traces_join_in_the_receiver(tmp_path):
                                capture_output=True, text=True, timeout=300)
             assert p.returncode == 0, p.stderr[-3000:]
         spans = r.spans()
+    need_grpc()
     with GrpcReceiver() as g:                   # the same runs over OTLP/gRPC: the same spans arrive
         for run in (c["run_dir"], s["run_dir"]):
             p = subprocess.run([*PATHPROF, "export", run, "--format", "otlp", "--endpoint", g.url, "--protocol",

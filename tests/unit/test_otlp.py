@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from otlp_receiver import GrpcReceiver, Receiver, flatten, parse_json
+from otlp_receiver import GrpcReceiver, Receiver, flatten, need_grpc, parse_json
 from pathprof.analysis.export import otlp, otlp_ids, otlp_send
 from pathprof.analysis.rundir import RunDir
 from pathprof.errors import UserError
@@ -189,6 +189,7 @@ def test_send_to_a_receiver_and_errors():
 
 
 def test_send_over_grpc_to_a_receiver_and_errors():
+    need_grpc()
     import grpc
     built = otlp.build(*client_host())
     with GrpcReceiver() as r:
@@ -224,6 +225,7 @@ def test_cli_exports_a_run_directory(tmp_path):
         assert len(r.spans()) == 12
     p = subprocess.run([*cmd, "--endpoint", r.url], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "unreachable" in p.stderr
+    need_grpc()
     with GrpcReceiver() as g:
         p = subprocess.run([*cmd, "--endpoint", g.url, "--protocol", "grpc"], capture_output=True, text=True,
                            timeout=60)
