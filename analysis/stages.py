@@ -87,7 +87,7 @@ import pandas as pd
 from pathprof.analysis.histogram import merge, quantile
 
 LAT_KINDS = ("wire", "wakeup", "idle_exit", "runqueue", "recv", "queued", "proc", "netfilter", "dev", "qdisc", "delay",
-             "connwait", "poolwait", "retx_rto", "retx_fast", "retx_probe")
+             "connwait", "poolwait", "retx_rto", "retx_fast", "retx_probe", "send_blocked")
 INSIDE_WIRE = ("netfilter", "dev", "qdisc", "delay")   # measured inside a wire span: carved out of it
 USDT_NAMES = {"pg_query": "backend.query", "pg_parse": "backend.parse", "pg_plan": "backend.plan",
               "pg_wal_flush": "backend.wal_flush",
@@ -194,13 +194,18 @@ def _collect(stages: pd.DataFrame, txns: int, out: dict) -> tuple[dict, dict]:
 
 def _wire_exclusive(rows: dict) -> None:
     """Wire is reported exclusive of the netfilter/device/qdisc time inside it, leg by leg (shared pro rata
-    when a leg has several wires, e.g. client -> hop and hop -> backend)."""
+    when a leg has several wires, e.g. client -> hop and hop -> backend). A message in pieces whose sender waited
+    for the receiver's window (send_blocked) had segments cross the devices during that wait too: what the wires
+    cannot hold is carved out of send_blocked, so the leg's sum stays the time it took."""
     for leg in {k[1] for k in rows}:
         inner = sum(e["sum_ns"] for (n, lg), e in rows.items() if lg == leg and e["kind"] in INSIDE_WIRE)
-        wires = [e for (n, lg), e in rows.items() if lg == leg and e["kind"] == "wire"]
-        total = sum(e["sum_ns"] for e in wires)
-        for e in wires:
-            e["excl_ns"] = max(0.0, e["sum_ns"] - inner * e["sum_ns"] / total) if total else 0.0
+        for kind in ("wire", "send_blocked"):
+            wires = [e for (n, lg), e in rows.items() if lg == leg and e["kind"] == kind]
+            total = sum(e["sum_ns"] for e in wires)
+            share = min(inner, total)
+            for e in wires:
+                e["excl_ns"] = e["sum_ns"] - share * e["sum_ns"] / total if total else 0.0
+            inner -= share
 
 
 def _stage_item(e: dict, txns: int, excl: dict) -> dict:

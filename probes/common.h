@@ -53,6 +53,8 @@ enum pp_stage {
 	PP_ST_XSEND = 31,         /* --trace-sample, marker (ring buffer only): a TCP message's send start on this host,
 	                            * with its socket's tuple and TCP sequence number (pp_trace.tcp_seq) */
 	PP_ST_XRECV = 32,         /* ... its delivery (sk_data_ready) on this host: joins hosts (pathprof merge) */
+	PP_ST_SEND_BLOCKED = 33,  /* a message in pieces: the receiver's window was full after a piece, so the sender
+	                            * could not send until it read (stall.bpf.h; role/hop: the sender) */
 	PP_ST_CONNWAIT = 30,      /* --connect: a reply ready for pgbench while its thread was opening another client's
 	                            * connection (libpq's connect blocks the thread), carved out of the reply's wait */
 };
@@ -95,6 +97,8 @@ enum pp_stat {              /* per-CPU counters of everything not aggregated, so
 	PP_STAT_RETX_SLOT_LOST = 30, /* a retransmission's stamp replaced by another connection's (slot collision) */
 	PP_STAT_RETX_SETUP = 31,    /* --connect: a setup message delivered by a retransmission: its wait is inside the
 				     * connection probe's steps (conn.bpf.c), not a retx_* stage */
+	PP_STAT_PIECE_MORE = 32,    /* further pieces of a message into a request/response receiver (stall.bpf.h) */
+	PP_STAT_PIECE_BLOCKED = 33, /* ... whose time since the previous piece was send_blocked (the window was full) */
 	PP_STAT_SETUP_SPANS = 34,   /* spans of connection-setup messages left out: --connect, the connection probe's; else
 				     * pgbench's wait from the server's hello to its first query (its start barrier) */
 	PP_STAT_CONN_WAIT = 35,     /* --connect: pieces whose wait overlapped their thread opening another connection */

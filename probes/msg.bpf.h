@@ -306,6 +306,15 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 		if (s->owner)                 /* the reply's wait starts now: how busy its thread was until now */
 			s->ready_busy = conn_busy_at(s->owner, now);
 	}
+	/* a request/response receiver that has not answered since this message's first piece: a further piece */
+	int piece = !is_hop_role(s->role);
+	if (piece && s->piece_ts >= ws && s->piece_ts <= now && !setup) {
+		piece_more(sk, s, t, ws, now, seq, sk->sk_protocol == IPPROTO_TCP_NUM);
+		piece_mark(sk, s, t, now);
+		return 0;
+	}
+	if (piece)
+		piece_mark(sk, s, t, now);
 	__u64 qs = qdisc_on ? qdisc_send_start(ws) : 0;   /* out of a netem qdisc: sent from elsewhere, earlier */
 	if (qs && now > qs) {
 		if (!setup)
@@ -320,7 +329,7 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 		t->send_ts = now;             /* unix: the send path up to here stays in the sender's stage */
 		t->in_send = 1;
 		stat_inc(PP_STAT_WIRE_UNTIMED);
-	} else if (!(sk->__sk_common.skc_family != AF_UNIX_NUM && retx_delivered(sk, s, ws, now, seq, setup))) {
+	} else if (!(sk->__sk_common.skc_family != AF_UNIX_NUM && retx_delivered(sk, s, ws, now, seq, setup, 0))) {
 		stat_inc(PP_STAT_WIRE_UNPAIRED);
 	}
 	return 0;
@@ -494,8 +503,12 @@ static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 w
 			t->conn_setup = 0;
 		return 0;
 	}
-	if (!was_sending)
+	if (!was_sending) {               /* its start unseen: still an answer, after which a piece starts anew */
+		struct pp_sock *a = bpf_sk_storage_get(&socks, sk, 0, 0);
+		if (a)
+			a->piece_ts = 0;
 		return 0;
+	}
 	struct pp_sock *s = learn_sock(sk, t);
 	if (s)
 		s->last_send = t->send_ts;    /* a retransmission of this message goes back to here (tcp_loss.bpf.h) */
@@ -553,12 +566,14 @@ static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 w
 		if (s && s->leg == PP_LEG_RESPONSE)
 			hold_forwarded(s, start && start < t->send_ts ? start : t->send_ts);
 	} else if (s && (s->setup_msg & PP_SETUP_HELLO)) {   /* pgbench's first query: its connection phase */
+		s->piece_ts = 0;
 		s->setup_msg &= ~PP_SETUP_HELLO;
 		s->pend_done = 0;
 		s->consume_ts = 0;
 		stat_inc(PP_STAT_SETUP_SPANS);
 		return 0;
 	} else if (s) {                   /* request/response on the same connection (backend, pgbench) */
+		s->piece_ts = 0;              /* answered: the next piece into s starts a new message */
 		/* --connect: a backend answering inside its setup (the SSL refusal, its hello), or a client answering a
 		 * setup message other than the hello: the connection probe's time, wait and processing alike */
 		__u8 m = s->setup_msg;

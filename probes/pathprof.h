@@ -66,6 +66,12 @@ struct pp_sock {            /* socket-local storage of a socket a tracked thread
 	__u32 sent_seq;         /* --trace-sample, a socket requests are sent on: the number of the last one, which
 				 * its answer takes when the answer's sender is on another host */
 	__u32 sent_pad;
+	/* a request/response receiver's socket: the message it has not answered yet, in pieces (stall.bpf.h) */
+	__u64 piece_ts;         /* the last piece's arrival, 0 = none since the receiver's last send */
+	__u32 peer_hop;         /* the sender's hop and role, learned from a piece its send delivered */
+	__u8  peer_role;
+	__u8  piece_full;       /* the last piece left the receiver's window full */
+	__u8  piece_pad[2];
 };
 
 /* A retransmitted message, from the sender's tcp_retransmit_skb to the receiver's sk_data_ready (`retx`, a

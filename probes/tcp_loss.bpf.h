@@ -78,13 +78,14 @@ int BPF_PROG(pp_tcp_retransmit, const struct sock *csk, const struct sk_buff *sk
  * Then its wire starts at the message's send and the recovery wait is split out; 1 when spans were emitted (or,
  * for a --connect setup message, left to the connection probe, whose steps hold its wait: counted only). */
 static __always_inline int retx_delivered(struct sock *sk, struct pp_sock *s, __u64 ws, __u64 now, __u32 seq,
-					  int setup)
+					  int setup, __u64 floor)
 {
 	__u32 seq_key = BPF_CORE_READ((struct tcp_sock *)sk, rcv_nxt);
 	struct pp_retx *r = retx_slot(seq_key);
 	if (!r || !r->send_ts || r->seq != seq_key)
 		return 0;
-	__u64 sent = r->send_ts, rt = r->retx_ts;
+	__u64 sent = r->send_ts > floor ? r->send_ts : floor, rt = r->retx_ts;   /* floor: a further piece's wait
+										     * starts at the piece before it */
 	__u8 kind = r->kind;
 	r->send_ts = 0;
 	if (r->other != seq_key) {        /* the message's other key: no later delivery may take it */
