@@ -13,6 +13,8 @@ A line item (`softirq.net`, `wire.backend`, `hop.docker-proxy.sys`) answers "whe
   packet loss         retx_*: messages that waited for a TCP retransmission (timeout, fast recovery, probe), and
                       connect.syn_retx / synack_retx / setup_retx: connection setup that waited for one (-C)
   network stack       wire.* and softirq.net: protocol processing between the send and the receiver's socket
+  slow reader         send_blocked.*: a message in pieces (a large result) whose sender waited for the receiver's
+                      window: the receiver (the client, for a result) not reading as fast as it is sent
   scheduler           wakeup.*, idle_exit.*, runqueue.*, recv.*, queued.* of the run's own processes: waiting to
                       be woken, for a CPU to leave idle, for a CPU, behind other work
   backend I/O         backend.wal_flush, .data_read, .dirty_write, .wal_buffers_full (deep runs, when both have
@@ -53,6 +55,8 @@ def cause_of(name: str, hops: set[str]) -> str:
         return "devices"
     if name.startswith(("delay.", "qdisc.")):
         return "link impairment"
+    if name.startswith("send_blocked."):
+        return "slow reader"
     if name.startswith("retx_") or name in ("connect.syn_retx", "connect.synack_retx", "connect.setup_retx"):
         return "packet loss"
     if name == "softirq.net":

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pathprof.analysis.run_model import Stage, Summary
 
-WAIT_KINDS = ("wakeup", "idle_exit", "runqueue", "recv", "queued", "poolwait", "connwait")
+WAIT_KINDS = ("wakeup", "idle_exit", "runqueue", "recv", "queued", "poolwait", "connwait", "send_blocked")
 KERNEL_KINDS = ("wire", "netfilter", "dev", "qdisc", "delay")
 HOOK_ORDER = {"output": 1, "postrouting": 2, "forward": 3, "prerouting": 5, "input": 6}
 _SENDER_HOOKS, _RECEIVER_HOOKS = ("output", "postrouting"), ("prerouting", "input")

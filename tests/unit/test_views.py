@@ -201,3 +201,21 @@ def test_connwait_is_a_response_stage_of_pgbench_in_the_total():
     names = {(s["name"], s["leg"]): s["us_per_txn"] for s in lv["stages"]}
     assert names[("connwait.pgbench", "response")] == pytest.approx(30.0)
     assert lv["total_us"] == pytest.approx(base["total_us"] + 30.0)
+
+
+def test_send_blocked_is_a_response_stage_of_the_sender_and_holds_the_devices_the_wires_cannot():
+    """A large result to a client with a full receive window (#22.2): send_blocked.backend on the response leg, in
+    the total. Its segments crossed the devices during the wait too: device time beyond the leg's wires comes out of
+    it, so the leg's sum is the time the leg took (wire 7 + blocked 100 = 107 µs for dev 1 + 9 µs)."""
+    extra = pd.DataFrame([row("send_blocked", "backend", "response", 100.0),
+                          row("dev", "kernel", "response", 8.0, dev="veth")])
+    lv = views.latency_view(pd.concat([stages_1client(), extra], ignore_index=True), 1000, 200.0)
+    names = {(s["name"], s["leg"]): s["us_per_txn"] for s in lv["stages"]}
+    assert names[("wire.pgbench", "response")] == pytest.approx(0.0)
+    assert names[("send_blocked.backend", "response")] == pytest.approx(100.0 - (0.8 + 1.0 + 8.0 - 7.0))
+    leg = sum(us for (n, lg), us in names.items() if lg == "response" and not n.startswith(
+        ("wakeup.", "runqueue.", "recv.")))
+    assert leg == pytest.approx(107.0)
+    from pathprof.analysis.causes import cause_of
+    assert cause_of("send_blocked.backend", set()) == "slow reader"
+    assert cause_of("send_blocked.pgbouncer", {"pgbouncer"}) == "slow reader"
