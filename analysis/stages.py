@@ -32,6 +32,12 @@ message the probes measure, back to back, so the stages tile the connection's ti
                        retransmission of it (kind: rto = after a retransmission timeout, fast = in fast
                        recovery, probe = a tail loss probe); wire.<recv> is then the retransmission's own trip.
                        Every retransmission of the run's sockets is also counted (tcp_retransmits: leg, kind)
+  send_blocked.<sndr>  a message in many pieces (a large result): after a piece that left the receiver's window full
+                       (TCP: under one segment of its advertised window left; AF_UNIX: the sender's buffer half full),
+                       until the next piece arrived: the sender could not go on until the receiver read (a slow
+                       client; PostgreSQL's ClientWrite). Role/hop of the sender, leg of the message; a further
+                       piece otherwise splits into the sender's work between its sends (backend.execute) and wire
+                       (probes/stall.bpf.h)
   poolwait.<hop>       request leg: a client's request held inside the hop while the hop did other work,
                        from its consume to the hop's last other activity before forwarding it: a pooler
                        with no free server connection (pgbouncer's cl_waiting, pgpool's busy children).

@@ -83,7 +83,7 @@ static __always_inline void piece_more(struct sock *sk, struct pp_sock *s, struc
 		t->send_ts = now;             /* AF_UNIX: the send starts here (msg.bpf.h) */
 		t->in_send = 1;
 	}
-	if (t && t->in_send) {
+	if (t && sending(t, (__u64)sk)) {
 		__u64 from = t->send_ts > prev ? t->send_ts : prev;
 		piece_sender_work(s, t, prev, seq);
 		if (now > from)
@@ -102,7 +102,7 @@ static __always_inline void piece_mark(struct sock *sk, struct pp_sock *s, struc
 {
 	s->piece_ts = now;
 	s->piece_full = piece_fills_window(sk);
-	if (t && t->in_send && t->role != s->role) {
+	if (t && sending(t, (__u64)sk) && t->role != s->role) {
 		s->peer_role = t->role;
 		s->peer_hop = t->hop;
 	}
