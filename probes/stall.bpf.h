@@ -7,11 +7,12 @@
  *     half full or more), so the sender could not go on until the receiver read: a client not reading fast enough,
  *     the backend's ClientWrite wait (its send sleeping on a full send buffer, or its data queued behind a closed
  *     window). Charged to the sender, on the message's leg;
- *   - else the sender's own work between two of its sends (backend.execute producing more rows, a hop's) up to
+ *   - else the sender's own work between two of its sends (backend.execute producing more rows) up to
  *     the send that delivers this piece, and wire from there; a piece no send of the sender delivers (sent earlier,
  *     let go by an ACK or a retransmission) is wire, or a retransmission's wait, from the previous piece.
- * A sender that read something since (a hop forwarding the next part of a reply it received in parts: pgpool) is
- * on the path through its own stages: only this send's trip is wire, as for a first piece.
+ * A hop's pieces (pgpool forwards a reply in parts between its own round trips upstream) are on the path through the
+ * hop's own stages: only a piece's trip from its send is wire (as for a first piece), and only a full window's wait
+ * is accounted here.
  * Before, every piece delivered inside one send was counted from that send's start (overlapping spans: +127 % on
  * a 2 MB result to an 8 KB receive buffer) and the time between sends was in no stage (-21.5 % at full speed).
  * Part of pathprof.bpf.c (one object: every family shares its maps); included in order, not alone. */
@@ -57,11 +58,11 @@ static __always_inline void send_blocked(struct pp_sock *s, __u64 from, __u64 to
 	stat_inc(PP_STAT_PIECE_BLOCKED);
 }
 
-/* the sender t, delivering a further piece inside its send, between the previous piece and this send: its own work
- * (it read nothing since: a hop that did is on the path through its own stages) */
+/* the sender t (a backend, pgbench), delivering a further piece inside its send: its own work between the previous
+ * piece and this send */
 static __always_inline void piece_sender_work(struct pp_sock *s, struct pp_task *t, __u64 prev, __u32 seq)
 {
-	if ((is_hop_role(t->role) && t->consume_ts) || t->send_ts <= prev)
+	if (t->send_ts <= prev)
 		return;
 	__u8 leg = t->role == PP_ROLE_BACKEND ? PP_LEG_SERVER : t->role == PP_ROLE_PGBENCH ? PP_LEG_CLIENT : s->leg;
 	span(PP_ST_PROC, t->role, leg, t->hop, prev, t->send_ts - prev, seq);
@@ -69,7 +70,9 @@ static __always_inline void piece_sender_work(struct pp_sock *s, struct pp_task 
 
 /* A further piece of the message into s (a request/response receiver that has not answered since its first piece)
  * arrived at `now`: account for the time since the previous piece (see the top of this file). t: the running task
- * (the sender when the piece is delivered inside its send); tcp: the socket is TCP. */
+ * (the sender when the piece is delivered inside its send); tcp: the socket is TCP. A hop's pieces (pgpool forwards a
+ * reply in parts, between its own round trips upstream) are on the path through the hop's own stages, as before:
+ * only a piece's trip from its send is wire, never counted from before the previous piece. */
 static __always_inline void piece_more(struct sock *sk, struct pp_sock *s, struct pp_task *t, __u64 ws, __u64 now,
 				       __u32 seq, int tcp)
 {
@@ -83,9 +86,15 @@ static __always_inline void piece_more(struct sock *sk, struct pp_sock *s, struc
 		t->send_ts = now;             /* AF_UNIX: the send starts here (msg.bpf.h) */
 		t->in_send = 1;
 	}
-	if (t && sending(t, (__u64)sk)) {
+	__u8 role;
+	__u32 hop;
+	piece_sender(s, &role, &hop);
+	int in_send = t && sending(t, (__u64)sk);
+	int by_hop = is_hop_role(in_send ? t->role : role);
+	if (in_send) {
 		__u64 from = t->send_ts > prev ? t->send_ts : prev;
-		piece_sender_work(s, t, prev, seq);
+		if (!by_hop)
+			piece_sender_work(s, t, prev, seq);
 		if (now > from)
 			span(PP_ST_WIRE, s->role, s->leg, s->hop, from, now - from, seq);
 		t->cont_ts = now;
@@ -93,7 +102,10 @@ static __always_inline void piece_more(struct sock *sk, struct pp_sock *s, struc
 	}
 	if (tcp && retx_delivered(sk, s, ws, now, seq, 0, prev))
 		return;
-	span(PP_ST_WIRE, s->role, s->leg, s->hop, prev, now - prev, seq);
+	if (by_hop)
+		stat_inc(PP_STAT_WIRE_UNPAIRED);
+	else
+		span(PP_ST_WIRE, s->role, s->leg, s->hop, prev, now - prev, seq);
 }
 
 /* every piece into a request/response receiver: where the next one's time starts, and whether this one fills the
