@@ -164,9 +164,17 @@ def test_enough_children_say_no_client_waits():
     samples = [{"mono_ns": i, "cl_waiting": 0, "servers": 8, "servers_busy": 2} for i in range(10)]
     (row,) = pooler_check(_pgpool_meta(samples), _connect_summary(500.0, 60.0))
     assert row["no_wait"] and row["agrees"] and "No client waits for a child: 0.0 %" in describe(row)
-    # a tenth of the clients' time in the queue is a wait, whatever the pooler's count of busy children
-    (row,) = pooler_check(_pgpool_meta([dict(s, cl_waiting=1) for s in samples]), _connect_summary(500.0, 800.0))
+    # fewer children than clients: a tenth of the clients' time in the queue is a wait, whatever the pooler's count
+    # of busy children
+    fewer = [dict(s, cl_waiting=1, servers=3) for s in samples]
+    (row,) = pooler_check(_pgpool_meta(fewer), _connect_summary(500.0, 800.0))
     assert not row["no_wait"] and row["waiting_pct"] == 25.0 and row["expected_waiting_pct"] == 10.0
+    assert "Clients wait for a child: 25.0 %" in describe(row)
+    # as many children as clients or more: one is free for each, the queue is pgpool's own accept
+    (row,) = pooler_check(_pgpool_meta([dict(s, cl_waiting=1) for s in samples]), _connect_summary(500.0, 800.0))
+    assert row["no_wait"] and row["enough_servers"] and row["waiting_pct"] == 25.0
+    assert "No client waits for a child (8 for the run's clients)" in describe(row)
+    assert "pgpool's own accept" in describe(row)
 
 
 def _through_pooler(t0, txn, backend, pooler_pid=9):
