@@ -63,6 +63,17 @@ def established(netns: str) -> list[dict]:
     return out
 
 
+def established_most(netns: str, looks: int = 6) -> list[dict]:
+    """established() at its fullest over ~1 s: a run's first second can fall between its connections (seen once in a
+    full suite: no socket at all in pp-pgpool one second after pgbench appeared, the run itself fine)."""
+    best: list[dict] = []
+    for _ in range(looks):
+        now = established(netns)
+        best = now if len(now) > len(best) else best
+        time.sleep(0.2)
+    return best
+
+
 def listening(netns: str) -> list[dict]:
     out = []
     for line in sh(["ss", "-Htlnp"], netns).splitlines():
@@ -203,7 +214,7 @@ def pooler_check(seen, pooler: str, server: str, n: int):
 
 
 def test_pgbouncer_session():
-    r, seen = run_path("pgbouncer", observe=lambda t: {"est": established("pp-pgbouncer")})
+    r, seen = run_path("pgbouncer", observe=lambda t: {"est": established_most("pp-pgbouncer")})
     assert r["tps"] > 0
     pooler_check(seen, "pgbouncer", "127.0.0.1:5432", 4)       # session mode: one server connection per client
     hop_in_both_views(r, "pgbouncer")
@@ -212,7 +223,7 @@ def test_pgbouncer_session():
 
 def test_pgbouncer_transaction_simple():
     r, seen = run_path("pgbouncer", "--option", "pool_mode=transaction", "--mode", "simple",
-                       observe=lambda t: {"est": established("pp-pgbouncer")})
+                       observe=lambda t: {"est": established_most("pp-pgbouncer")})
     assert r["tps"] > 0
     pooler_check(seen, "pgbouncer", "127.0.0.1:5432", 1)
 
@@ -224,7 +235,7 @@ def test_pgbouncer_transaction_refuses_prepared():
 
 
 def test_pgpool():
-    r, seen = run_path("pgpool", observe=lambda t: {"est": established("pp-pgpool")})
+    r, seen = run_path("pgpool", observe=lambda t: {"est": established_most("pp-pgpool")})
     assert r["tps"] > 0
     pooler_check(seen, "pgpool", "127.0.0.1:5432", 4)
     hop_in_both_views(r, "pgpool")
