@@ -64,11 +64,16 @@ def test_each_sampled_transaction_names_its_child_and_backend(tmp_path):
                     "--probe-duty", "100", "--trace-sample", "10", runs_dir=tmp_path / "runs")
     served = doc["served_by"]
     assert served["transactions"] >= 100, served
-    backends = served["backends"]
-    assert len(backends) == CLIENTS, backends                # pathprof's own child never serves pgbench
+    # pathprof's own counters child serves only its SHOW queries: one of them sampled (once in a full suite, 1
+    # transaction) is listed under that child's backend -- not one of pgbench's (a known leak of served_by)
+    meta = json.loads((Path(doc["run_dir"]) / "run.json").read_text())
+    mine = meta["pooler_counters"]["pgpool"]["at_end"]["counters_child_backend_pid"]
+    assert all(b["transactions"] <= 2 for b in served["backends"] if b["pid"] == mine), served["backends"]
+    backends = [b for b in served["backends"] if b["pid"] != mine]
+    assert len(backends) == CLIENTS, backends
     children = [b["via"]["pgpool"] for b in backends]
     assert all(len(c) == 1 for c in children), children       # a pgpool child keeps its one backend
     assert len({c[0] for c in children}) == CLIENTS, children
-    assert all(x["backend_pid"] in {b["pid"] for b in backends} and x["txn"] for x in served["listed"])
+    assert all(x["backend_pid"] in {b["pid"] for b in backends} | {mine} and x["txn"] for x in served["listed"])
     row = _row(doc)
     assert row["servers"] == CLIENTS and row["no_wait"], row
