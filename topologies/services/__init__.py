@@ -146,7 +146,12 @@ class Service:
         return None
 
     def close_counters(self) -> None:
-        """Release whatever counters() holds open (a connection to an admin console)."""
+        """Release whatever counters() holds open: the admin console connection a pooler keeps in `_admin`."""
+        if getattr(self, "_admin", None) is not None:
+            try:
+                self._admin.close()
+            finally:
+                self._admin = None
 
     def describe(self) -> dict:
         return {"kind": self.kind, "hop": self.hop, "host": self.host, "netns": self.netns, "role": self.role,

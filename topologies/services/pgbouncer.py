@@ -127,13 +127,6 @@ class PgBouncer(Service):
                         "servers": getattr(self, "_pool", None), "servers_busy": int(r["sv_active"])}
         return None
 
-    def close_counters(self) -> None:
-        if getattr(self, "_admin", None) is not None:
-            try:
-                self._admin.close()
-            finally:
-                self._admin = None
-
     def describe(self) -> dict:
         d = super().describe()
         v = installed_version()

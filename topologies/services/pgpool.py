@@ -157,13 +157,6 @@ class PgPool(Service):
         return {"show_pool_processes": self._show("SHOW POOL_PROCESSES"), "show_pool_pools": self._show(
             "SHOW POOL_POOLS"), "counters_child_backend_pid": self._admin_backend}
 
-    def close_counters(self) -> None:
-        if getattr(self, "_admin", None) is not None:
-            try:
-                self._admin.close()
-            finally:
-                self._admin = None
-
     def stop(self) -> None:
         self.close_counters()
         super().stop()
