@@ -111,7 +111,10 @@ def test_two_agents_merge_into_one_path(tmp_path):
     (o3,) = d3["clock_offsets"]
     print(f"constant: {o['offset_us']:+.1f} ± {o['bound_us']:.1f} µs; with {DRIFT_PPM} ppm injected: {o3}")
     assert o3["drift_applied"] and o3["drift_ppm"] == pytest.approx(DRIFT_PPM, abs=0.25 * DRIFT_PPM)
-    assert abs(o3["offset_span_us"][0]) <= o3["bound_us"] + 5        # at the server's first marker: 0 + drift
+    # the drift starts at 0 at the server's first marker, which comes before the first trip both agents saw (the
+    # client's agent may start 0.2 s later: 20 µs at 100 ppm), and it grows through the trips
+    first, last = o3["offset_span_us"]
+    assert -(o3["bound_us"] + 5) <= first < last, o3
     names3 = {(x["name"], x["leg"]): x["us_per_txn"] for x in d3["stages"]}
     for leg, stage in (("request", "wire.backend"), ("response", "wire.pgbench")):
         assert abs(names3[(stage, leg)] - names[(stage, leg)]) <= o3["bound_us"] + o["bound_us"], (stage, o3)
