@@ -94,11 +94,14 @@ class Journal:
         """Undo every entry, newest first; returns what could not be undone (empty when clean). Entries for
         which keep(entry) is true are left alone (another live run owns an object of that name now)."""
         problems = []
+        # an intent whose pid was recorded right after its spawn: that process exec'd long ago, so its mark is
+        # visible in its environment (and its children's) at once; no need to look again for a late exec
+        spawned = {e.get("mark") for e in self._entries if e.get("kind") == "process" and e.get("pid") is not None}
         for entry in reversed(self._entries):
             if keep is not None and keep(entry):
                 continue
             try:
-                if not undo(entry):
+                if not undo(entry, spawned=entry.get("mark") in spawned):
                     problems.append(describe(entry))
             except Exception as e:  # keep going: one stuck object must not strand the rest
                 problems.append(f"{describe(entry)}: {e}")
@@ -120,8 +123,9 @@ def describe(entry: dict) -> str:
     return f"{k} {entry.get('name') or entry.get('pid') or entry.get('path') or ''}".strip()
 
 
-def undo(entry: dict) -> bool:
-    """Remove one journaled object. True when it is gone (including 'was never created')."""
+def undo(entry: dict, spawned: bool = False) -> bool:
+    """Remove one journaled object. True when it is gone (including 'was never created'). spawned: for a
+    process intent, its spawn is known to have returned (its pid was recorded), so no late exec is waited for."""
     k, ns = entry["kind"], entry.get("netns")
     # its namespace's name is gone, and every object inside went with it; not a process: `ip netns del`
     # removes the name only, and a process inside keeps the namespace alive
@@ -129,7 +133,8 @@ def undo(entry: dict) -> bool:
         return True
     if k == "process":
         if entry.get("pid") is None:      # the intent: the spawn may have happened, its pid was never recorded
-            return all(_kill(pid, pid_start_time(pid)) for pid in _marked_settled(entry.get("mark")))
+            pids = marked(entry.get("mark")) if spawned else _marked_settled(entry.get("mark"))
+            return all(_kill(pid, pid_start_time(pid)) for pid in pids)
         return _kill(entry["pid"], entry.get("start_time"))
     if k == "netns":
         name = entry["name"]
