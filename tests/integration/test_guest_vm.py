@@ -1,25 +1,19 @@
-"""The kvm-tap guest: image recipe and qemu command line (fast, no root), and a real boot behind a tap (root, slow).
-
-The real boot builds the guest image on first use (~1-2 min, cached under /var/cache/pathprof/guest/ for later
+"""The kvm-tap guest: image recipe and qemu command line (fast, no root). The real boot is the kvm-tap run of
+test_hops_probed.py; it builds the guest image on first use (~1-2 min, cached under /var/cache/pathprof/guest/ for later
 tests and runs) and boots it under KVM or, where KVM is unusable as on the project's machines, TCG.
 """
 import lzma
-import os
 import re
 import shutil
 import struct
-import subprocess
-import time
-from pathlib import Path
 
 import pytest
 from pathprof.errors import UserError
 from pathprof.topologies.guest import GuestImage, GuestVM, Recipe
-from pathprof.topologies.guest import vm as vm_mod
 from pathprof.topologies.guest.image import _cpio_newc, _module_files, _uncompressed_kernel
 
-BR, TAP = "pp-tb-br0", "pp-tb-tap0"
-HOST_IP, GUEST_IP, MAC = "198.18.200.1/24", "198.18.200.2/24", "52:54:00:c8:00:02"
+TAP = "pp-tb-tap0"
+GUEST_IP, MAC = "198.18.200.2/24", "52:54:00:c8:00:02"
 
 
 # --- unit: recipe, command line, build helpers ---------------------------------------------------------------
@@ -98,82 +92,5 @@ def test_cpio_and_kernel_extraction():
     assert _uncompressed_kernel(b"no payload here") is None
 
 
-# --- integration: boot the guest behind a tap and drive pgbench into it ------------------------------------
-
-def _sh(*argv, check=True):
-    return subprocess.run(argv, capture_output=True, text=True, check=check)
-
-
-def _pp_tb_links() -> list[str]:
-    return re.findall(r"^\d+: (pp-tb-[^:@]+)", _sh("ip", "-o", "link", "show").stdout, re.M)
-
-
-def _counters(dev: str) -> tuple[int, int]:
-    stats = Path(f"/sys/class/net/{dev}/statistics")
-    return int((stats / "rx_packets").read_text()), int((stats / "tx_packets").read_text())
-
-
-@pytest.fixture
-def tap_on_bridge():
-    for dev in (TAP, BR):
-        _sh("ip", "link", "del", dev, check=False)
-    try:
-        _sh("ip", "link", "add", BR, "type", "bridge")
-        _sh("ip", "addr", "add", HOST_IP, "dev", BR)
-        _sh("ip", "link", "set", BR, "up")
-        _sh("ip", "tuntap", "add", "dev", TAP, "mode", "tap")
-        _sh("ip", "link", "set", TAP, "master", BR)
-        _sh("ip", "link", "set", TAP, "up")
-        yield TAP
-    finally:
-        for dev in (TAP, BR):
-            _sh("ip", "link", "del", dev, check=False)
-
-
-@pytest.mark.integration
-@pytest.mark.slow
-def test_guest_boots_and_serves_pgbench(tap_on_bridge, tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (debootstrap, tap device, qemu)")
-    for tool in ("qemu-system-x86_64", "debootstrap", "pgbench", "pg_isready"):
-        if not (shutil.which(tool) or Path(f"/usr/lib/postgresql/15/bin/{tool}").exists()):
-            pytest.skip(f"{tool} not installed")
-    image = GuestImage()
-    t0 = time.monotonic()
-    image.ensure()
-    build_s = time.monotonic() - t0
-    vm = GuestVM(image, TAP, GUEST_IP, HOST_IP.split("/")[0], MAC, state_dir=tmp_path / "vm")
-    try:
-        vm.start()
-        assert vm.pid and vm.accelerator in ("kvm", "tcg")
-        assert vm.vhost == (vm.accelerator == "kvm" and os.path.exists("/dev/vhost-net"))
-        ready_s = vm.wait_ready(timeout_s=300)
-        before = _counters(TAP)
-        script = tmp_path / "select1.sql"
-        script.write_text("select 1;\n")
-        cp = subprocess.run(["pgbench", "-n", "-M", "prepared", "-f", str(script), "-c", "4", "-j", "2", "-T", "3",
-                             "-h", GUEST_IP.split("/")[0], "-U", "postgres", "postgres"],
-                            capture_output=True, text=True, timeout=120)
-        assert cp.returncode == 0, cp.stderr[-2000:]
-        tps = float(re.search(r"tps = ([\d.]+)", cp.stdout).group(1))
-        after = _counters(TAP)
-        print(f"guest: build/cache {build_s:.1f} s, boot-to-ready {ready_s:.1f} s ({vm.accelerator}, "
-              f"vhost={vm.vhost}, {vm.accel_note}), select 1 at 4 clients: {tps:.0f} tps")
-        assert tps > 0
-        # Every transaction crossed the tap both ways: far more packets than the run's transaction count / 10.
-        assert after[0] - before[0] > 100 and after[1] - before[1] > 100, (before, after)
-        info = vm.describe()
-        assert info["accelerator"] == vm.accelerator and info["boot_to_ready_s"] == ready_s
-    finally:
-        clean = vm.stop()
-    assert clean, "guest did not power off on request:\n" + (tmp_path / "vm" / "console.log").read_text()[-2000:]
-    assert vm_mod.proc.pid_alive(vm.pid) is False
-    assert "poweroff requested" in (tmp_path / "vm" / "console.log").read_text()
-    assert image.disk_path.exists()  # the snapshot overlay kept the cached image
-
-
-@pytest.mark.integration
-@pytest.mark.slow
-def test_nothing_left_behind():
-    """Runs after the boot test (file order): its fixture removed every pp-tb- object it made."""
-    assert _pp_tb_links() == []
+# The real boot (image from the cache, KVM or TCG, pgbench behind the tap, clean power-off, the cached image kept)
+# is tests/integration/test_hops_probed.py::test_kvm_tap_shows_the_tap_and_qemu: one boot for the suite.

@@ -56,10 +56,24 @@ def test_injected_rules_get_brackets_on_their_hook_only(runs_dir, tmp_path):
 
 @pytest.mark.slow
 def test_kvm_tap_shows_the_tap_and_qemu(runs_dir):
+    """The one real guest boot of the suite (~25 s under TCG): the guest's whole life through a run — booted
+    from the cached image under KVM or TCG (vhost only with KVM and /dev/vhost-net), served pgbench behind the
+    tap, powered off cleanly on request at teardown (its console log, kept in the run directory, says so), the
+    cached image left pristine, nothing left on the machine (_run compares the machine before and after)."""
     doc, stages, cpu = _run("kvm-tap", runs_dir, duration="3")
     assert doc["accelerator"] in ("kvm", "tcg")
+    assert doc["tps"] > 0
     assert any("pp-kvm-tap0" in s for s in stages), stages
     assert any(c.startswith("hop.qemu") for c in cpu), cpu
+    meta = json.loads((Path(doc["run_dir"]) / "run.json").read_text())
+    (guest,) = [s for s in meta["services"] if "accelerator" in s]
+    assert guest["accelerator"] == doc["accelerator"]
+    assert guest["vhost"] == (guest["accelerator"] == "kvm" and Path("/dev/vhost-net").exists()), guest
+    assert guest["boot_to_ready_s"] and guest["boot_to_ready_s"] > 0, guest
+    console = Path(doc["run_dir"]) / "logs" / "console.log"
+    assert "poweroff requested" in console.read_text(errors="replace"), console
+    from pathprof.topologies.guest import GuestImage
+    assert GuestImage().disk_path.exists()     # the snapshot overlay kept the cached image
 
 
 def test_pooler_replies_in_pieces_are_counted_once(always_on_run):
