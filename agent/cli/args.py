@@ -225,6 +225,10 @@ def _add_run(sub, fmt) -> None:
     r.add_argument("--host-name", metavar="NAME",
                    help="with --dsn: this host's name in merged runs (default: the --netns name, else the machine's "
                         "hostname)")
+    r.add_argument("--start-at", type=float, metavar="UNIX_TIME",
+                   help="with --dsn: start pgbench at this wall-clock time (seconds since the epoch, e.g. `date -d "
+                        "+5sec +%%s`), the probes loaded and waiting, so that this host records the same interval "
+                        "as the other hosts' agents given the same time (attach --start-at)")
     add_workload_options(r)
     add_metrics_port(r)
 
@@ -446,7 +450,8 @@ def run_options(a, topology: str, clients: int | None = None):
                       probe_window_s=a.probe_window, probe_period_s=probe_period(a),
                       status_every_s=getattr(a, "status_every", 10.0),
                       probe_lo_device=getattr(a, "probe_lo_device", False),
-                      netns=_dsn_only(a, "netns"), host_name=_dsn_only(a, "host_name"))
+                      netns=_dsn_only(a, "netns"), host_name=_dsn_only(a, "host_name"),
+                      start_at=_dsn_only(a, "start_at"))
 
 
 def _dsn_only(a, name: str):

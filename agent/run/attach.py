@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pathprof.agent.postgres.conninfo import redact
+from pathprof.agent.run import start_at
 from pathprof.agent.run.observed import observed_result
 from pathprof.agent.run.observed import watch as _watch
 from pathprof.agent.run.options import Reporter
@@ -124,9 +125,7 @@ def execute_attach(opts: AttachOptions, ui: Reporter) -> RunDir:
         raise UserError("attach measures with the probes: --probes off leaves nothing to measure")
     if not 1 <= opts.duration_s <= 24 * 3600:
         raise UserError(f"--duration must be between 1 s and 24 h, not {opts.duration_s:g}")
-    if opts.start_at is not None and not -60 < opts.start_at - time.time() <= 3600:
-        raise UserError(f"--start-at {opts.start_at:.3f} is {opts.start_at - time.time():+.0f} s from now: give a "
-                        "wall-clock time (seconds since the epoch) within the next hour")
+    start_at.check(opts.start_at)
     capabilities = doctor.require(opts.probes)
     ui.phase("discovering the path")
     source = DiscoveredSource(*resolve(opts))
@@ -222,10 +221,9 @@ def _measure(opts: AttachOptions, rd: RunDir, probes, source: DiscoveredSource, 
     try:
         with sigterm_as_interrupt():
             source.attach_probes(probes, ui, opts.probes)
-            late = _wait_for_start(opts.start_at, ui)
+            late = start_at.late_note(start_at.wait(opts.start_at, ui))
             if late:
-                notes.append(f"--start-at: the probes were ready {late:.3f} s after the time given; the interval "
-                             "began then, later than the other hosts' agents given the same time")
+                notes.append(late)
             m = Measurement(probes, ui, opts.duration_s)
             m.open_probes()
             ui.phase(f"attached: {source.path.client_connections} client connections, {opts.duration_s:g} s")
@@ -236,20 +234,6 @@ def _measure(opts: AttachOptions, rd: RunDir, probes, source: DiscoveredSource, 
             return m.read()
     finally:
         probes.close()
-
-
-def _wait_for_start(start_at: float | None, ui: Reporter) -> float | None:
-    """Sleep until --start-at (the probes loaded, the interval not begun); how late the probes were ready when
-    they came after it (the interval then begins at once), else None."""
-    if start_at is None:
-        return None
-    wait = start_at - time.time()
-    if wait <= 0:
-        ui.note(f"--start-at was {-wait:.3f} s ago when the probes were ready: the interval begins now")
-        return round(-wait, 3)
-    ui.phase(f"waiting {wait:.1f} s for --start-at")
-    time.sleep(wait)
-    return None
 
 
 def clients_left_note(opts: AttachOptions, path) -> str | None:

@@ -5,6 +5,7 @@ import os
 
 from pathprof.agent.postgres import pgbench
 from pathprof.agent.postgres.conninfo import redact, split_secret
+from pathprof.agent.run import start_at
 from pathprof.agent.run.options import Reporter, RunOptions
 from pathprof.agent.run.outcome import recording
 from pathprof.agent.run.pipeline import (
@@ -28,6 +29,7 @@ def execute_dsn(opts: RunOptions, ui: Reporter) -> RunDir:
     from pathprof.agent.host.netns import in_netns
     opts.workload.validate(os.cpu_count() or 1)
     _check_netns(opts.netns)
+    start_at.check(opts.start_at)
     ui.phase("connecting to --dsn" + (f" from --netns {opts.netns}" if opts.netns else ""))
     table = path = None
     try:
@@ -175,6 +177,7 @@ def _measure(opts: RunOptions, rd: RunDir, argv: list[str], probing: tuple, sour
 
     if opts.netns:
         ui.note(f"pgbench runs in --netns {opts.netns}")
+    late = start_at.late_note(start_at.wait(opts.start_at, ui))   # the probes attached, pgbench not started
     log_dir = rd.file("pgbench") / "log"
     try:
         result = drive_pgbench(opts.netns, argv, rd, w, ui, feed, started, env=secret_env, on_progress=progress)
@@ -188,7 +191,7 @@ def _measure(opts: RunOptions, rd: RunDir, argv: list[str], probing: tuple, sour
     meta_probes: dict = {"level": "off" if probes is None else opts.probes}
     pgbench_results(rd, log_dir, presult, logs, meta_probes, capabilities, (opts.probe_window_s, opts.probe_period_s))
     if presult is not None:
-        meta_probes["notes"] = list(meta_probes.get("notes") or []) + source.notes()
+        meta_probes["notes"] = list(meta_probes.get("notes") or []) + source.notes() + ([late] if late else [])
         if watch.conns is None or watch.error:
             meta_probes["notes"].append("pgbench's connections leaving this host could not be listed ("
                                         + (watch.error or "no progress report came") + "): merge cannot match "

@@ -27,6 +27,7 @@ class RunOptions:
     status_every_s: float = 10.0     # <run dir>/status.json rewritten this often while pgbench runs (0: never)
     netns: str | None = None         # run --dsn from this namespace, standing for the client's machine
     host_name: str | None = None     # this host's name in merged runs (run.json scope.host)
+    start_at: float | None = None    # run --dsn: pgbench starts at this wall-clock time (agent.run.start_at)
 
 
 class Reporter:

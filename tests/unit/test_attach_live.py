@@ -49,13 +49,35 @@ def test_start_at_waits_for_the_time_given_or_says_how_late():
     import time
 
     import pytest
+    from pathprof.agent.run import start_at
     from pathprof.errors import UserError
     notes = []
     ui = SimpleNamespace(phase=lambda s: None, note=notes.append)
     t0 = time.time()
-    assert attach._wait_for_start(t0 + 0.3, ui) is None and time.time() - t0 >= 0.29
-    assert attach._wait_for_start(time.time() - 1.5, ui) == pytest.approx(1.5, abs=0.1) and "ago" in notes[0]
-    assert attach._wait_for_start(None, ui) is None
+    assert start_at.wait(t0 + 0.3, ui) is None and time.time() - t0 >= 0.29
+    late = start_at.wait(time.time() - 1.5, ui)
+    assert late == pytest.approx(1.5, abs=0.1) and "ago" in notes[0]
+    assert "1.5" in start_at.late_note(late) and start_at.late_note(None) is None
+    assert start_at.wait(None, ui) is None
     for bad in (time.time() + 7200, time.time() - 600):      # refused before anything is loaded or recorded
         with pytest.raises(UserError, match="--start-at .* within the next hour"):
             attach.execute_attach(attach.AttachOptions(port=1, start_at=bad), ui)
+
+
+def test_run_start_at_goes_with_dsn_and_a_near_time():
+    """run --start-at starts pgbench at a wall-clock time (hosts' agents aligned): only with --dsn (a built path's
+    build time is pathprof's own), and a time within the next hour, refused before anything is built or loaded."""
+    import time
+
+    import pytest
+    from pathprof.agent.cli.args import build_parser, run_options
+    from pathprof.agent.run.dsn import execute_dsn
+    from pathprof.errors import UserError
+    parser = build_parser()
+    with pytest.raises(UserError, match="--start-at goes with --dsn"):
+        run_options(parser.parse_args(["run", "--start-at", f"{time.time() + 5:.3f}"]), "loopback")
+    a = parser.parse_args(["run", "--dsn", "host=127.0.0.1 port=1", "--start-at", f"{time.time() + 7200:.3f}"])
+    opts = run_options(a, "loopback")
+    assert opts.start_at == pytest.approx(a.start_at)
+    with pytest.raises(UserError, match="--start-at .* within the next hour"):
+        execute_dsn(opts, SimpleNamespace(phase=lambda s: None, note=lambda s: None))

@@ -56,7 +56,7 @@ def test_dead_run_replay_skips_a_live_runs_objects(jdir, monkeypatch):
     live.record("link", name="pp-lo-a")
     _dead_journal(jdir, "dead", {"kind": "link", "name": "pp-lo-a"}, {"kind": "note", "text": "x"})
     undone = []
-    monkeypatch.setattr(journal, "undo", lambda e: undone.append(e) or True)
+    monkeypatch.setattr(journal, "undo", lambda e, **kw: undone.append(e) or True)
     monkeypatch.setattr(cleanup, "leftover_namespaces", lambda: [])
     monkeypatch.setattr(cleanup, "leftover_links", lambda: ["pp-lo-a", "pp-stray"])
     report = cleanup.cleanup_all(dry_run=True)
