@@ -13,7 +13,8 @@ from collections import Counter
 
 from pathprof.analysis.rundir import RunDir
 
-MAX_SPANS = 400_000      # chaining is a Python walk (~3 µs a span): the earliest spans are enough to say it
+MAX_SPANS = 100_000      # chaining is a Python walk (~5 µs a span with the chains built, every report pays it):
+                         # the earliest ~20k transactions are enough to say which backends served them
 LISTED = 20              # transactions listed one by one in the document; the traces hold every one
 
 

@@ -225,8 +225,12 @@ def message_frame(raw: list[bytes], hops: dict) -> pd.DataFrame:
         return empty
     hop_names = {v: k for k, v in hops.items()}
 
+    names: dict[int, str] = {}      # a few addresses over hundreds of thousands of markers: format each once
+
     def ip(x: int) -> str:
-        return str(ipaddress.IPv4Address(int(x).to_bytes(4, "little")))
+        if x not in names:
+            names[x] = str(ipaddress.IPv4Address(int(x).to_bytes(4, "little")))
+        return names[x]
     df = pd.DataFrame({"ts_ns": a["ts"].astype("int64"), "dir": [dirs[x] for x in a["stage"].tolist()],
                        "role": [hop_names.get(h) or L.ROLE_NAMES.get(r, str(r))
                                 for r, h in zip(a["role"].tolist(), a["hop"].tolist())],
