@@ -16,7 +16,8 @@ A line item (`softirq.net`, `wire.backend`, `hop.docker-proxy.sys`) answers "whe
   slow reader         send_blocked.*: a message in pieces (a large result) whose sender waited for the receiver's
                       window: the receiver (the client, for a result) not reading as fast as it is sent
   scheduler           wakeup.*, idle_exit.*, runqueue.*, recv.*, queued.* of the run's own processes: waiting to
-                      be woken, for a CPU to leave idle, for a CPU, behind other work
+                      be woken, for a CPU to leave idle, for a CPU, behind other work; and idle.wakeups, the
+                      CPU time of CPUs leaving and re-entering idle
   backend I/O         backend.wal_flush, .data_read, .dirty_write, .wal_buffers_full (deep runs, when both have
                       backend.execute's exclusive parts): the WAL's fsync, reads on misses, write-outs
   backend             backend.* (execute or its other parts, user/sys CPU), postmaster.*, pg_aux.*
@@ -61,6 +62,8 @@ def cause_of(name: str, hops: set[str]) -> str:
         return "packet loss"
     if name == "softirq.net":
         return "network stack"
+    if name == "idle.wakeups":           # CPUs leaving and re-entering idle: the CPU side of idle_exit.*
+        return "scheduler"
     if name in BACKEND_IO:
         return "backend I/O"
     if name.startswith(("backend.", "postmaster.", "pg_aux.")):

@@ -67,6 +67,7 @@ class Host:
             raise UserError(f"{path} ({self.name}) measured no exchanges: nothing to merge")
         self.tps = basis["tps"] or None
         self.busy_ns, self.elapsed_ns = basis["busy"], basis["elapsed"]
+        self.busy_source, self.busy_tick_ns = basis.get("busy_source", "tick"), basis.get("busy_tick")
         self.connections = (m.get("workload") or {}).get("clients") or len(self.conns)
 
     def shifted(self, ts_ns: pd.Series) -> pd.Series:

@@ -40,7 +40,9 @@ def _machine_rows(hs: list, n: int, machine: str) -> tuple[list[pd.DataFrame], d
     frames.append(wide.assign(ns=ns.round().astype("int64")))
     cput = first.rd.meta.get("cpu") or {}
     ncpu = cput.get("ncpu") or (first.rd.meta.get("host") or {}).get("cpus") or 1
-    busy = {"busy_ns": float(first.busy_ns or 0) * f, "ncpu": int(ncpu)}
+    busy = {"busy_ns": float(first.busy_ns or 0) * f, "ncpu": int(ncpu),
+            "busy_tick_ns": float(getattr(first, "busy_tick_ns", None) or first.busy_ns or 0) * f,
+            "busy_source": getattr(first, "busy_source", "tick")}
     return frames, busy
 
 
@@ -52,14 +54,22 @@ def merged_cpu(hosts: list, n: int) -> tuple[pd.DataFrame | None, dict | None, s
     machines: dict[str, list] = {}
     for h in hosts:
         machines.setdefault(machine_of(h), []).append(h)
-    frames, busy_ns, ncpu = [], 0.0, 0
+    frames, busy_ns, tick_ns, ncpu, sources = [], 0.0, 0.0, 0, set()
     for machine, hs in machines.items():
         fr, b = _machine_rows(hs, n, machine)
         frames += fr
         busy_ns += b["busy_ns"]
+        tick_ns += b["busy_tick_ns"]
         ncpu += b["ncpu"]
-    doc = {"busy_ns": int(round(busy_ns)), "elapsed_ns": hosts[0].elapsed_ns, "ncpu": ncpu,
+        sources.add(b["busy_source"])
+    # every machine's busy time from its no-HZ idle time (its `idle` row then stands for its waking from idle),
+    # else the tick-sampled busy time of them all, without the `idle` rows that only the no-HZ one carries
+    source = "nohz" if sources == {"nohz"} else "tick"
+    doc = {"busy_ns": int(round(busy_ns if source == "nohz" else tick_ns)), "elapsed_ns": hosts[0].elapsed_ns,
+           "ncpu": ncpu, "busy_source": source, "busy_tick_ns": int(round(tick_ns)),
            "machines": {m: [h.name for h in hs] for m, hs in machines.items()}}
+    if source == "tick":
+        frames = [fr[fr["comp"] != "idle"] for fr in frames]
     shared = [f"{m} ({', '.join(h.name for h in hs)})" for m, hs in machines.items() if len(hs) > 1]
     note = ("CPU view: every host's components per transaction, named with their host; busy time of "
             + (f"{len(machines)} machines, summed" if len(machines) > 1 else "one machine")

@@ -10,7 +10,7 @@ import pandas as pd
 from pathprof.analysis.rundir import SCHEMA, RunDir
 from pathprof.errors import UserError
 
-MERGED_SCHEMA = SCHEMA.rsplit(".", 1)[0] + ".1"     # 1.1: + scope, hosts, clock_offsets, links (additive)
+MERGED_SCHEMA = SCHEMA     # >= 1.1: + scope, hosts, clock_offsets, links (additive; analysis.rundir)
 
 
 def _create(out: Path | None, runs_root: Path) -> RunDir:

@@ -20,7 +20,8 @@ The model (printed with every prediction as its assumptions):
   delays      delay.* and qdisc.* (a link's delay line or rate limit), other lock waits and reads as measured,
               and what the queues leave of the cycle: pure delays, the same at every client count
   idle wakeups idle_exit.* (and, on a latency-bound run, the run-queue waits of wakeups onto idle CPUs): a delay
-              that happens only while CPUs are idle, scaled by the CPUs' idle share
+              that happens only while CPUs are idle, scaled by the CPUs' idle share; the CPU view's idle.wakeups
+              (the CPUs' own work of waking from idle) is left out of the CPU demand for the same reason
 
 It is anchored on the run: the TPS measured outside the probe windows (nothing attached) at the run's own client
 count is reproduced (the CPU demand is scaled on a CPU-bound run, the delays on a latency-bound one), with the
@@ -127,6 +128,8 @@ def base_from_run(summary: dict | Summary, progress_tps: list[float] | None = No
     comps = {c.component: float(c.us_per_txn) for c in summary.cpu}
     foreign = comps.pop("other", 0.0) * tps_in / 1e6
     comps.pop("probes", None)
+    for name in [c for c in comps if c.startswith("idle.wakeups")]:
+        comps.pop(name)     # CPUs waking from idle: fades as they fill, priced as idle wakeups (idle_exit.*)
     probe_us = (summary.probe_cost_ns_per_txn or 0.0) / 1e3
     hops = sorted({c.split(".")[1] for c in comps if c.startswith("hop.")})
     wal = _part(summary, "backend.wal_flush")

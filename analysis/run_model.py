@@ -157,6 +157,9 @@ class CpuTime:
     ncpu: int | None = None
     total_ns: float | None = None
     machines: dict | None = None        # merged runs: machine -> its hosts (analysis.merge_cpu)
+    busy_tick_ns: float | None = None     # /proc/stat's tick-sampled busy time (1.2; busy_ns is it before)
+    asleep_ns: float | None = None        # the CPUs' no-HZ idle + iowait sleep (1.2, busy_source "nohz")
+    busy_source: str | None = None        # "nohz" | "tick"; absent (< 1.2): tick
     doc: dict = _doc_field()
 
 
@@ -179,6 +182,9 @@ class WindowFigures:
     busy_ns: float | None = None
     elapsed_ns: float | None = None
     client_s: float | None = None     # in windows: the clients' time, each to its own last transaction
+    busy_tick_ns: float | None = None     # /proc/stat's tick-sampled busy time (1.2; busy_ns is it before)
+    asleep_ns: float | None = None        # the CPUs' no-HZ idle + iowait sleep (1.2, busy_source "nohz")
+    busy_source: str | None = None        # "nohz" | "tick"; absent (< 1.2): tick
     doc: dict = _doc_field()
 
 
@@ -197,6 +203,9 @@ class ProbeWindow:
     busy_ns: int | None = None
     total_ns: int | None = None
     elapsed_ns: int | None = None
+    busy_tick_ns: float | None = None     # /proc/stat's tick-sampled busy time (1.2; busy_ns is it before)
+    asleep_ns: float | None = None        # the CPUs' no-HZ idle + iowait sleep (1.2, busy_source "nohz")
+    busy_source: str | None = None        # "nohz" | "tick"; absent (< 1.2): tick
     doc: dict = _doc_field()
 
 
@@ -375,6 +384,8 @@ class ExecuteSplit:
 class Closure:
     latency_error_pct: float | None = None
     cpu_error_pct: float | None = None
+    cpu_reference: str | None = None        # what the CPU view closed against: "nohz" | "tick" (before 1.2)
+    cpu_error_tick_pct: float | None = None  # nohz runs: the closure /proc/stat's tick-sampled busy time gave
     latency_basis: str | None = None
     cycle_us: float | None = None
     stages_sum_us: float | None = None

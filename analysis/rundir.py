@@ -11,7 +11,10 @@ from pathlib import Path
 from pathprof.analysis.run_model import RunMeta, Summary
 from pathprof.errors import UserError
 
-SCHEMA = "pathprof-run/1.0"
+# 1.1: merged runs (scope, hosts, clock_offsets, links); 1.2: busy_ns from the no-HZ idle time (cpu, windows and
+# in_windows `busy_source` "nohz", with busy_tick_ns and asleep_ns) and the CPU component `idle` (idle.wakeups).
+# A run without busy_source is tick-sampled and has no `idle` row: it reads and closes as it was recorded.
+SCHEMA = "pathprof-run/1.2"
 SCHEMA_MAJOR = 1
 
 

@@ -86,6 +86,14 @@ CPU view components (CPU µs per transaction; they add up to the CPUs' busy time
   softirq.net                   NET_RX/NET_TX softirq time, wherever it ran (inside a task, idle, ksoftirqd)
   netfilter                     the run's packets inside netfilter hooks (all packets, ACKs included)
   other                         every other non-idle task on the machine
+  idle.wakeups                  CPU busy while no task ran: the idle loop leaving and re-entering sleep, and the
+                                interrupts and non-NET softirqs an idle CPU woke for (the idle tasks' on-CPU
+                                time less the kernel's no-HZ idle sleep); ~5 µs per wakeup from idle on a VM,
+                                ~0 on saturated CPUs. Runs whose busy time is tick-sampled (busy_source "tick",
+                                recorded before 1.2) have none
+The busy time they close against (run.json busy_source "nohz") is the CPUs' time not asleep in the kernel's
+no-HZ idle accounting, ns-precise; /proc/stat's busy fields are tick samples that miss work started right after
+a tick (TCP retransmission and loss-probe timers), kept as busy_tick_ns.
 """
 from __future__ import annotations
 
@@ -248,9 +256,10 @@ def _execute_other(stages: list[dict]) -> dict:
 
 def cpu_view(cpu: pd.DataFrame, txns: int, busy_ns: int, elapsed_ns: int, ncpu: int, *,
              clients: int | None = None, latency_us: float | None = None, probe_us: float | None = None) -> dict:
-    """CPU µs per transaction per component, closure against /proc/stat busy time, regime, predicted TPS.
+    """CPU µs per transaction per component, closure against the CPUs' busy time, regime, predicted TPS.
 
-    busy_ns: CPU time not idle/iowait over the measured interval (all CPUs); elapsed_ns: wall time of it.
+    busy_ns: CPU time not idle/iowait over the measured interval (all CPUs; the no-HZ idle time where the run
+    recorded it, busy_source "nohz", else /proc/stat's tick samples); elapsed_ns: wall time of it.
     probe_us: the probes' own run time per transaction (pathprof.agent.probing.cost). It ran inside the
     components' time, so it is carved out of them in proportion to their CPU time (the programs run in the
     context of whatever they trace) and shown as the component `probes`: every other component is then what
@@ -291,6 +300,16 @@ def cpu_view(cpu: pd.DataFrame, txns: int, busy_ns: int, elapsed_ns: int, ncpu: 
     return out
 
 
+def tick_closure_pct(cv: dict, txns: int, busy_tick_ns: float) -> float | None:
+    """What the CPU closure would have been before 1.2: the components without idle.wakeups against /proc/stat's
+    tick-sampled busy time (the report's comparison; the closure itself is against the no-HZ busy time)."""
+    if not busy_tick_ns or not txns:
+        return None
+    idle_us = sum(c["us_per_txn"] for c in cv["components"] if c["component"].startswith("idle.wakeups"))
+    total_ns = (cv["total_us"] - idle_us) * 1e3 * txns
+    return round((total_ns - busy_tick_ns) / busy_tick_ns * 100.0, 2)
+
+
 def _components(cpu: pd.DataFrame) -> tuple[dict[str, float], dict[str, str]]:
     """CPU ns per component name, and (a merged run's table has a `host` column) the host of each: a name that
     several hosts have is named per host (`softirq.net@host`), except `other` (untracked tasks), summed."""
@@ -302,6 +321,8 @@ def _components(cpu: pd.DataFrame) -> tuple[dict[str, float], dict[str, str]]:
             name = f"hop.{r.hop}.{r.comp}" if r.hop else f"{r.role or 'kernel'}.{r.comp}"
         elif r.comp == "softirq":
             name = "softirq.net"
+        elif r.comp == "idle":
+            name = "idle.wakeups"
         else:
             name = str(r.comp)
         rows.append((name, host, float(r.ns)))

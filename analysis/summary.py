@@ -114,7 +114,8 @@ def _basis(run: RunMeta, out: dict) -> dict:
     res, cpu_time = run.load_result or LoadResult(), run.cpu
     b = {"txns": res.transactions or 0, "tps": res.tps or 0, "mean_ms": res.latency_ms.mean,
          "busy": cpu_time.busy_ns, "elapsed": cpu_time.elapsed_ns,
-         "ncpu": cpu_time.ncpu or run.host.cpus or 1}
+         "ncpu": cpu_time.ncpu or run.host.cpus or 1,
+         "busy_source": cpu_time.busy_source or "tick", "busy_tick": cpu_time.busy_tick_ns or cpu_time.busy_ns}
     if b["busy"] and b["elapsed"]:
         out["busy_cpus"] = b["busy"] / b["elapsed"]
     win = _windows(run.probes, out)
@@ -125,6 +126,8 @@ def _basis(run: RunMeta, out: dict) -> dict:
         # time while they were open.
         b.update(txns=win.txns, tps=win.tps or 0, mean_ms=win.latency_ms_mean or b["mean_ms"],
                  busy=win.busy_ns or b["busy"], elapsed=win.elapsed_ns or b["elapsed"], client_s=win.client_s)
+        if win.busy_ns:
+            b.update(busy_source=win.busy_source or "tick", busy_tick=win.busy_tick_ns or win.busy_ns)
     return b
 
 
@@ -172,6 +175,9 @@ def _add_cpu_view(out: dict, cpu, basis: dict, clients: int, probes: Probes) -> 
     # What the components close against (busy CPU over the same transactions): explanations use it.
     out["cpu_us_per_txn"] = busy / 1e3 / txns
     out["closure"]["cpu_error_pct"] = cv.get("closure_error_pct")
+    out["closure"]["cpu_reference"] = basis.get("busy_source", "tick")
+    if basis.get("busy_source") == "nohz" and basis.get("busy_tick"):
+        out["closure"]["cpu_error_tick_pct"] = views.tick_closure_pct(cv, txns, basis["busy_tick"])
     out["regime"] = cv.get("regime")
     out["predicted_tps"] = cv.get("predicted_tps")
     out["predicted_probed_tps"] = cv.get("predicted_probed_tps")

@@ -144,6 +144,9 @@ struct pp_cpu_state {       /* per CPU */
 	__u64 cur_tracked;      /* the running task is tracked (set at switch-in) */
 	__u64 win;              /* window (its start) this CPU's state belongs to: reset lazily on change */
 	__u64 excl_win0;        /* excl_total when this CPU first ran a program in the window */
+	__u64 idle_ns;          /* on-CPU ns of this CPU's idle task (pid 0), less the NET softirq/netfilter inside:
+	                         * the no-HZ idle time is in it; the rest is the CPU's work of waking from idle */
+	__u64 idle_cnt;         /* switches out of the idle task (wakeups from idle that ran a task) */
 };
 
 /* Measurement window. The detailed programs are attached only inside windows, so every timestamp kept in a

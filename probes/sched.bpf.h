@@ -41,9 +41,15 @@ int BPF_PROG(pp_sched_switch, bool preempt, struct task_struct *prev, struct tas
 		pt->oncpu_ts = 0;
 		if (preempt || prev_state == 0)
 			pt->runnable_ts = now;       /* still runnable: waits on the run queue */
-	} else if (prev->pid && cs->last_switch) {
+	} else if (cs->last_switch) {
 		__u64 d = now - cs->last_switch, ex = cs->excl_total - cs->excl_at_switch;
-		cs->other_ns += d > ex ? d - ex : 0;
+		d = d > ex ? d - ex : 0;
+		if (prev->pid) {
+			cs->other_ns += d;
+		} else {             /* pid 0: the idle task; user space subtracts the no-HZ idle time from it */
+			cs->idle_ns += d;
+			cs->idle_cnt += 1;
+		}
 	}
 	cs->last_switch = now;
 	cs->excl_at_switch = cs->excl_total;

@@ -41,6 +41,7 @@ def collect(main, objs=None) -> dict:
     cs = [L.CpuState.from_buffer_copy(raw, i * sz) for i in range(len(raw) // sz)]
     out["cpust"] = {"other": sum(c.other_ns for c in cs), "nf": sum(c.nf_ns for c in cs),
                     "softirq_cnt": sum(c.softirq_cnt for c in cs),
+                    "idle": sum(c.idle_ns for c in cs), "idle_cnt": sum(c.idle_cnt for c in cs),
                     **{f"softirq_{w}": sum(c.softirq_ns[i] for c in cs)
                        for i, w in enumerate(("task", "idle", "other"))}}
     return out
@@ -144,7 +145,25 @@ def stage_frame(now: dict, base: dict, devs: dict, hops: dict, netns_names: dict
     return pd.DataFrame(rows) if rows else empty_stages()
 
 
-def cpu_frame(now: dict, base: dict, hops: dict) -> pd.DataFrame:
+def idle_wakeups_ns(idle_task_ns: float, asleep_ns: float) -> float:
+    """The CPUs' work of waking from idle: the idle tasks' on-CPU time (NET softirq and netfilter inside it
+    carved out, they are components of their own) less the time the CPUs slept in the no-HZ idle state (idle +
+    iowait). What is left ran on no task: the idle loop leaving and re-entering sleep, and the interrupts and
+    other softirqs (timers, RCU, IPIs) an idle CPU woke for. Never negative: the window's edges can make the
+    sleep a little longer than the idle tasks' time measured inside it."""
+    return max(float(idle_task_ns) - float(asleep_ns), 0.0)
+
+
+def idle_task(now: dict, base: dict) -> tuple[float, int]:
+    """(on-CPU ns, switches out) of the CPUs' idle tasks between two readings."""
+    c, b = now["cpust"], base.get("cpust", {})
+    return c.get("idle", 0) - b.get("idle", 0), int(c.get("idle_cnt", 0) - b.get("idle_cnt", 0))
+
+
+def cpu_frame(now: dict, base: dict, hops: dict, asleep_ns: float | None = None) -> pd.DataFrame:
+    """The CPU table between two readings. asleep_ns: the CPUs' no-HZ sleep over the same interval
+    (agent.host.machine.cpu_times); given, the row `idle` is the work of waking from idle (idle_wakeups_ns),
+    the part of the busy time no task carries."""
     from pathprof.agent.probing.bpf import layout as L
     hop_names = {v: k for k, v in hops.items()}
     rows = []
@@ -167,6 +186,10 @@ def cpu_frame(now: dict, base: dict, hops: dict) -> pd.DataFrame:
                  "count": 0})
     rows.append({"comp": "other", "role": "", "hop": "", "where": "", "ns": int(c["other"] - b.get("other", 0)),
                  "count": 0})
+    if asleep_ns is not None:
+        idle_ns, wakeups = idle_task(now, base)
+        rows.append({"comp": "idle", "role": "", "hop": "", "where": "",
+                     "ns": int(idle_wakeups_ns(idle_ns, asleep_ns)), "count": wakeups})
     return pd.DataFrame(rows)
 
 

@@ -48,7 +48,8 @@ class LiveBreakdown:
         self._seen = len(windows)
         try:
             txns = self._txns(windows, progress)
-            snap = s.frames() if txns > 0 else None
+            from pathprof.agent.probing.session import windows_asleep_ns
+            snap = s.frames(windows_asleep_ns(windows)) if txns > 0 else None
             if snap is None:
                 return self._last
             b = breakdown(snap, int(txns), sum(w["busy_ns"] for w in windows),

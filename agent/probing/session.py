@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from pathprof.agent.host.machine import cpu_busy_ns
+from pathprof.agent.host.machine import cpu_times
 from pathprof.agent.probing import frames as F
 from pathprof.agent.probing.postgres_probes import PostgresProbes
 from pathprof.agent.probing.windows import DEFAULT_PERIOD_S, DEFAULT_WINDOW_S
@@ -89,6 +89,14 @@ class ProbeResult:
     notes: list = field(default_factory=list)
     windows: list = field(default_factory=list)   # one dict per window (pathprof.agent.probing.windows)
     messages: pd.DataFrame | None = None          # --trace-sample: TCP message markers (frames.message_frame)
+
+
+def windows_asleep_ns(windows: list[dict]) -> float | None:
+    """The CPUs' no-HZ sleep over the closed windows, None unless every one was read that way (a window with
+    the tick-sampled busy time has no sleep to take from the idle tasks' time: no `idle` row then)."""
+    if not windows or any(w.get("busy_source") != "nohz" for w in windows):
+        return None
+    return float(sum(w["asleep_ns"] for w in windows))
 
 
 def ensure_tracefs() -> bool:
@@ -272,7 +280,7 @@ class ProbeSession:
                 self._detach()
                 raise
             self.refresh_server()            # before the window starts: its spans land in the right role
-            w["busy0"], w["total0"] = cpu_busy_ns()
+            w["cpu0"] = cpu_times()
             w["start_mono_ns"], w["start_realtime_ns"] = time.monotonic_ns(), time.time_ns()
             self._set_window(w["start_mono_ns"])
             self._window = w
@@ -294,12 +302,16 @@ class ProbeSession:
             if w is None:
                 return
             self.calibration.end(self.main)
+            cpu1 = cpu_times()        # window still open: visiting each CPU ends its idle task's time in it too
             self._set_window(0)
             w["end_mono_ns"], w["end_realtime_ns"] = time.monotonic_ns(), time.time_ns()
-            busy1, total1 = cpu_busy_ns()
             self._detach()
             w["detached_mono_ns"], w["detached_realtime_ns"] = time.monotonic_ns(), time.time_ns()
-            w["busy_ns"], w["total_ns"] = busy1 - w.pop("busy0"), total1 - w.pop("total0")
+            cpu0 = w.pop("cpu0")
+            w.update({k: cpu1[k] - cpu0[k] for k in ("busy_ns", "total_ns", "asleep_ns", "busy_tick_ns")})
+            w["busy_source"] = cpu1["busy_source"] if cpu0["busy_source"] == cpu1["busy_source"] else "tick"
+            if w["busy_source"] == "tick":    # a mixed pair: both ends from /proc/stat
+                w["busy_ns"] = w["busy_tick_ns"]
             w["elapsed_ns"] = w["end_mono_ns"] - w["start_mono_ns"]
             self.windows.append(w)
             self.poll_traces()
@@ -385,15 +397,17 @@ class ProbeSession:
         self._base = F.collect(self.main)
         self.calibration.reset()
 
-    def frames(self):
-        """(stages, cpu, stats) since reset(), for the live view: a public snapshot, read under the lock."""
+    def frames(self, asleep_ns: float | None = None):
+        """(stages, cpu, stats) since reset(), for the live view: a public snapshot, read under the lock.
+        asleep_ns: the CPUs' no-HZ sleep over the interval the probes counted (frames.cpu_frame)."""
         with self._lock:
             if self.main is None:
                 return None
             now = F.collect(self.main)
             devs = F.devnames(self.netns_names)
         stages = F.stage_frame(now, self._base, devs, self.hops, self._ns_labels(), self.hop_slots)
-        return stages, F.cpu_frame(now, self._base, self.hops), F.sub(now["stats"], self._base.get("stats", {}))
+        return (stages, F.cpu_frame(now, self._base, self.hops, asleep_ns),
+                F.sub(now["stats"], self._base.get("stats", {})))
 
     def status(self, map_usage) -> dict | None:
         """For the status file (agent.run.status): the maps' usage and the event counters since reset()."""
@@ -441,7 +455,11 @@ class ProbeSession:
         if stats.get("window_edge"):
             notes.append(f"window edges: {stats['window_edge']} pairings begun before a window opened were discarded")
         stages = F.stage_frame(now, base, devs, self.hops, self._ns_labels(), self.hop_slots)
-        cpu = F.cpu_frame(now, base, self.hops)
+        asleep = windows_asleep_ns(self.windows)
+        cpu = F.cpu_frame(now, base, self.hops, asleep)
+        stats["idle_task_ns"], stats["idle_task_switches"] = (int(x) for x in F.idle_task(now, base))
+        if asleep is not None:
+            stats["asleep_ns"] = int(asleep)
         traces = F.trace_frame(self._spans, self.hops) if self.config.trace_sample else None
         messages = F.message_frame(self._spans, self.hops) if self.config.trace_sample else None
         return ProbeResult(stages, cpu, cost, lost, traces, counters=stats, notes=notes, windows=list(self.windows),

@@ -119,9 +119,22 @@ def window_meta(windows: list[dict], logs, window_s: float, period_s: float) -> 
     elif logs is not None and len(logs) and "epoch_s" in logs:
         ends = logs["epoch_s"].to_numpy(dtype="int64") * 1_000_000 + logs["epoch_us"].to_numpy(dtype="int64")
         meta.update(split(ends, logs["latency_us"].to_numpy(dtype="float64"), windows))
-    busy = sum(w.get("busy_ns", 0) for w in windows)
-    elapsed = sum(w.get("elapsed_ns", 0) for w in windows)
     meta.setdefault("in_windows", {})
-    meta["in_windows"].update({"busy_ns": busy, "elapsed_ns": elapsed, "windows": len(windows)})
+    meta["in_windows"].update(cpu_in_windows(windows))
     return meta
+
+
+def cpu_in_windows(windows: list[dict]) -> dict:
+    """The machine's CPU time over the windows: busy_ns from the no-HZ idle time when every window was read
+    that way (busy_source "nohz"), else the tick-sampled /proc/stat busy time of them all; busy_tick_ns and
+    asleep_ns (the no-HZ sleep) alongside."""
+    from pathprof.agent.probing.session import windows_asleep_ns
+    asleep = windows_asleep_ns(windows)
+    tick = sum(w.get("busy_tick_ns", w.get("busy_ns", 0)) for w in windows)
+    out = {"busy_ns": sum(w.get("busy_ns", 0) for w in windows) if asleep is not None else tick,
+           "busy_tick_ns": tick, "busy_source": "nohz" if asleep is not None else "tick",
+           "elapsed_ns": sum(w.get("elapsed_ns", 0) for w in windows), "windows": len(windows)}
+    if asleep is not None:
+        out["asleep_ns"] = int(asleep)
+    return out
 

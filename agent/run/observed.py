@@ -32,14 +32,16 @@ def observed_result(presult, path) -> tuple[dict, dict]:
     """run.json `observed` (what pgbench's result holds for a driven run) and `cpu`, from the probes alone."""
     wins = presult.windows or []
     elapsed = sum(w.get("elapsed_ns", 0) for w in wins)
-    busy = sum(w.get("busy_ns", 0) for w in wins)
+    from pathprof.agent.probing.windows import cpu_in_windows
+    cpu = cpu_in_windows(wins)
     n = exchanges(presult.stages)
     tps = n / (elapsed / 1e9) if elapsed else 0.0
     mean_us = leg_mean_us(presult.stages, n, path.client_connections, tps)
     observed = {"source": "probes", "tps": round(tps, 2), "transactions": n, "failed": None,
                 "latency_ms": {"mean": round(mean_us / 1e3, 6) if mean_us else None},
                 "duration_s": round(elapsed / 1e9, 3)}
-    return observed, {"busy_ns": busy, "elapsed_ns": elapsed, "ncpu": os.cpu_count()}
+    cpu.pop("windows")
+    return observed, {**cpu, "elapsed_ns": elapsed, "ncpu": os.cpu_count()}
 
 
 def leg_mean_us(stages, n: int, connections: int, tps: float) -> float | None:
@@ -59,9 +61,9 @@ def watch(probes, path, duration_s: float, ui: Reporter, feed: LiveFeed | None =
     """Progress once a second from the probes' own exchange count (the live view's TPS line), with the stage
     and CPU breakdown so far (the probes are always on here: no window to wait for), into `feed` (attach's
     keeps status.json); `tick`, when given, is called after every second."""
-    from pathprof.agent.host.machine import cpu_busy_ns
+    from pathprof.agent.host.machine import cpu_times
     feed = feed if feed is not None else LiveFeed(probes, ui)
-    t0, (busy0, _) = time.monotonic(), cpu_busy_ns()
+    t0, cpu0 = time.monotonic(), cpu_times()
     last_n, last_t, reported = 0, t0, False
     while True:
         now = time.monotonic()
@@ -73,7 +75,9 @@ def watch(probes, path, duration_s: float, ui: Reporter, feed: LiveFeed | None =
         if reported and time.monotonic() - t0 >= duration_s:
             return      # the interval ends on time, not one read of the maps later (hosts' agents end together)
         reported = True
-        frames = probes.frames()
+        cpu = cpu_times()     # the probes' idle tasks' time since their reset less the CPUs' sleep since t0
+        nohz = cpu["busy_source"] == cpu0["busy_source"] == "nohz"
+        frames = probes.frames(cpu["asleep_ns"] - cpu0["asleep_ns"] if nohz else None)
         n = exchanges(frames[0]) if frames else 0
         t = time.monotonic()
         tps = (n - last_n) / (t - last_t) if t > last_t else 0.0
@@ -83,7 +87,8 @@ def watch(probes, path, duration_s: float, ui: Reporter, feed: LiveFeed | None =
         except Exception:
             mean_us = None
         feed(Progress(elapsed_s=round(t - t0, 1), tps=tps, latency_ms=(mean_us or 0.0) / 1e3),
-             breakdown(frames, n, cpu_busy_ns()[0] - busy0, (t - t0) * 1e9))
+             breakdown(frames, n, (cpu["busy_ns"] if nohz else cpu["busy_tick_ns"])
+                       - (cpu0["busy_ns"] if nohz else cpu0["busy_tick_ns"]), (t - t0) * 1e9))
 
 
 def breakdown(frames, n: int, busy_ns: float, elapsed_ns: float) -> dict:

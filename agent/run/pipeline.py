@@ -58,7 +58,7 @@ import os
 import time
 
 import pathprof
-from pathprof.agent.host.machine import cpu_busy_ns, host_info
+from pathprof.agent.host.machine import cpu_times, host_info
 from pathprof.analysis.rundir import RunDir
 
 
@@ -90,14 +90,16 @@ class Measurement:
             self.probes.start_windows(self.duration_s)
 
     def start_clock(self) -> None:
-        self.cpu0, self.t0 = cpu_busy_ns(), time.monotonic_ns()
+        self.cpu0, self.t0 = cpu_times(), time.monotonic_ns()
 
     def cpu(self) -> dict:
         """run.json `cpu` for the interval so far: the machine's busy and total CPU time, the elapsed time."""
-        (busy1, total1), t1 = cpu_busy_ns(), time.monotonic_ns()
-        (busy0, total0) = self.cpu0
-        return {"busy_ns": busy1 - busy0, "elapsed_ns": t1 - self.t0, "ncpu": os.cpu_count(),
-                "total_ns": total1 - total0}
+        c1, t1, c0 = cpu_times(), time.monotonic_ns(), self.cpu0
+        out = {k: c1[k] - c0[k] for k in ("busy_ns", "total_ns", "busy_tick_ns", "asleep_ns")}
+        out.update(elapsed_ns=t1 - self.t0, ncpu=os.cpu_count(), busy_source=c1["busy_source"])
+        if c0["busy_source"] != c1["busy_source"]:
+            out.update(busy_ns=out["busy_tick_ns"], busy_source="tick")
+        return out
 
     def read(self):
         """The load is done: no window may outlive it; the probes' result (None without probes)."""

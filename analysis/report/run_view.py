@@ -185,7 +185,8 @@ def cpu_table(summary: dict | Summary, bar_width: int = 30) -> Table | Text:
     t.add_section()
     t.add_row("sum of components", *pad, _fmt(total), "", "", style="bold")
     if rows and summary.closure.cpu_error_pct is not None:
-        t.add_row("measured (busy CPU / txn)", *pad, _fmt(measured_cpu_us(summary)), "", "", style="bold")
+        ref = "no-HZ idle time" if summary.closure.cpu_reference == "nohz" else "tick-sampled"
+        t.add_row(f"measured (busy CPU / txn, {ref})", *pad, _fmt(measured_cpu_us(summary)), "", "", style="bold")
     return t
 
 

@@ -82,7 +82,12 @@ def profile(pg: ThrowawayPostgres, level: str = "basic", *, unix: bool = False, 
     lat_ms = float(re.search(r"latency average = ([\d.]+) ms", out).group(1))
     cycle = clients * 1e6 / tps
     lv = views.latency_view(res.stages, txns, lat_ms * 1000, cycle_us=cycle)
-    cv = views.cpu_view(res.cpu, txns, b1 - b0, t1 - t0, os.cpu_count(), clients=clients, latency_us=lv["total_us"])
+    # the CPU table's interval is the window's: close against the busy time read at its edges (no-HZ where the
+    # kernel keeps it, with the idle row that goes with it), as a run does
+    from pathprof.agent.probing.windows import cpu_in_windows
+    win = cpu_in_windows(res.windows) if res.windows else {"busy_ns": b1 - b0, "elapsed_ns": t1 - t0}
+    cv = views.cpu_view(res.cpu, txns, win["busy_ns"], win["elapsed_ns"], os.cpu_count(), clients=clients,
+                        latency_us=lv["total_us"])
     names = {}
     for st in lv["stages"]:
         names[st["name"]] = names.get(st["name"], 0.0) + st["us_per_txn"]

@@ -17,7 +17,7 @@ class Probes:
     def __init__(self, stages):
         self.stages = stages
 
-    def frames(self):
+    def frames(self, asleep_ns=None):
         cpu = pd.read_parquet(RUN / "cpu.parquet")
         return self.stages, cpu, {}
 
