@@ -618,6 +618,8 @@ static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 w
 		start = __sync_lock_test_and_set(&s->consume_ts, 0);
 		seq = s->seq;
 		leg = t->role == PP_ROLE_PGBENCH ? PP_LEG_CLIENT : PP_LEG_SERVER;
+		if (start)
+			t->answer_ts = t->send_ts;   /* its measured work ends here; a relayed reply's chain after (relay.bpf.h) */
 		if (start && start < ws) {
 			stat_inc(PP_STAT_WINDOW_EDGE);   /* consumed before the window opened */
 			return 0;

@@ -37,8 +37,10 @@ struct pp_task {            /* task-local storage of a tracked thread: its prese
 	__u64 ch_up_send, ch_ready, ch_wake, ch_oncpu;   /* ... its chain: the upstream send that delivered it, ready,
 							  * woken, on CPU (the consume is consume_ts or the send's) */
 	__u64 ch_consume;
+	__u64 ch_up_from;       /* ... where its upstream sender's answer began (its own stages end there) */
 	__u32 ch_up_hop;
 	__u32 ch_pad;
+	__u64 answer_ts;        /* a backend, pgbench: the first send of its answer to the message it last read */
 	__u64 fwd_act;          /* hops: where the forwarding upstream of the request whose response it consumed began
 				 * (from that connection's pp_sock.fwd_act), until it answers the client: holdq.bpf.h */
 	__u64 send_sk;          /* the socket of the send begun at send_ts (send_at_start: is it still under way?) */
@@ -85,6 +87,7 @@ struct pp_sock {            /* socket-local storage of a socket a tracked thread
 	/* a hop's server connection: the reply it is reading (stall.bpf.h, relay_*) */
 	__u64 reply_ts;         /* the hop's first consume of it, 0 = none since the hop last sent on it */
 	__u64 up_send;          /* the sender's send start that delivered the part pending now (0 = not seen) */
+	__u64 up_from;          /* ... the first send of the sender's answer (pp_task.answer_ts), last seen */
 };
 
 /* A retransmitted message, from the sender's tcp_retransmit_skb to the receiver's sk_data_ready (`retx`, a

@@ -31,6 +31,7 @@ static __always_inline int relay_ready(struct sock *sk, struct pp_sock *s, struc
 	if (in) {
 		s->peer_role = t->role;
 		s->peer_hop = t->hop;
+		s->up_from = t->answer_ts;   /* the same for all of one answer's sends */
 	}
 	return 1;
 }
@@ -51,6 +52,7 @@ static __always_inline int relay_consume(struct pp_sock *s, struct pp_task *t, _
 	t->ch_up_send = !r || s->up_send > r ? 0 : s->up_send;
 	t->ch_up_role = s->peer_role;
 	t->ch_up_hop = s->peer_hop;
+	t->ch_up_from = s->up_from;
 	t->ch_ready = r;
 	t->ch_wake = w;
 	t->ch_oncpu = on;
@@ -69,9 +71,13 @@ static __always_inline __u64 relay_link(__u8 stage, __u8 role, __u8 leg, __u32 h
 	return to;
 }
 
-/* the hop t's kept chain from `at` up to its consume: the upstream sender's work, wire into the hop, its wait */
-static __always_inline __u64 relay_links(struct pp_task *t, __u8 leg, __u64 at, __u32 seq)
+/* the hop t's kept chain from `at` up to its consume: the upstream sender's work, wire into the hop, its wait.
+ * A global function, verified once on its own: inlined, its branches multiplied sk_data_ready's paths past the
+ * verifier's limit */
+__noinline __u64 relay_links(struct pp_task *t, __u8 leg, __u64 at, __u32 seq)
 {
+	if (!t)
+		return at;
 	__u8 ur = t->ch_up_role;
 	if (ur && t->ch_up_send)
 		at = relay_link(PP_ST_PROC, ur, ur == PP_ROLE_BACKEND ? PP_LEG_SERVER : leg, t->ch_up_hop, at,
@@ -85,10 +91,12 @@ static __always_inline __u64 relay_links(struct pp_task *t, __u8 leg, __u64 at, 
 	return relay_link(PP_ST_QUEUED, t->role, leg, t->hop, at, t->ch_consume, seq);
 }
 
-/* a later piece into s, delivered inside the hop t's forward of a later part: [prev, now] along its chain */
+/* a later piece into s, delivered inside the hop t's forward of a later part: [prev, now] along its chain. Not
+ * before the upstream sender's answer began: up to there its own stages hold the time (the hop forwarded earlier
+ * parts before that answer, pgpool the replies of its round trips upstream: the backend's execute is its own) */
 static __always_inline void relay_piece(struct pp_sock *s, struct pp_task *t, __u64 prev, __u64 now, __u32 seq)
 {
-	__u64 at = relay_links(t, s->leg, prev, seq);
+	__u64 at = relay_links(t, s->leg, prev > t->ch_up_from ? prev : t->ch_up_from, seq);
 	at = relay_link(PP_ST_PROC, t->role, s->leg, t->hop, at, t->send_ts, seq);
 	relay_link(PP_ST_WIRE, s->role, s->leg, s->hop, at, now, seq);
 }
