@@ -103,6 +103,7 @@ enum pp_stat {              /* per-CPU counters of everything not aggregated, so
 				     * pgbench's wait from the server's hello to its first query (its start barrier) */
 	PP_STAT_CONN_WAIT = 35,     /* --connect: pieces whose wait overlapped their thread opening another connection */
 	PP_STAT_NF_QUEUED = 40,     /* a netfilter traversal that went through a queue (NFQUEUE: a delay line) */
+	PP_STAT_RELAYED = 41,       /* later parts of a reply a hop read: their stages accounted at its last receiver */
 	PP_NSTATS = 44,   /* 24-27 pooler waits, 28-33 TCP loss and stalls, 34-39 connection setup (reserved) */
 };
 

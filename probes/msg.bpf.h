@@ -315,11 +315,16 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 	}
 	if (piece)
 		piece_mark(sk, s, t, now);
+	/* a later part of a reply into a hop: no stage here, its last receiver accounts it (relay.bpf.h) */
+	int relayed = !setup && relay_ready(sk, s, t, ws);
+	setup |= relayed;
 	__u64 qs = qdisc_on ? qdisc_send_start(ws) : 0;   /* out of a netem qdisc: sent from elsewhere, earlier */
 	if (qs && now > qs) {
 		if (!setup)
 			span(PP_ST_WIRE, s->role, s->leg, s->hop, qs, now - qs, seq);
 	} else if (t && sending(t, (__u64)sk) && now > t->send_ts) {
+		if (!setup && is_hop_role(t->role))
+			relay_first(s, t, seq);   /* a first piece out of a later part the hop kept */
 		if (!setup)
 			span(PP_ST_WIRE, s->role, s->leg, s->hop, t->send_ts, now - t->send_ts, seq);
 		if (t->role == PP_ROLE_QEMU)
@@ -329,7 +334,8 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 		t->send_ts = now;             /* unix: the send path up to here stays in the sender's stage */
 		t->in_send = 1;
 		stat_inc(PP_STAT_WIRE_UNTIMED);
-	} else if (!(sk->__sk_common.skc_family != AF_UNIX_NUM && retx_delivered(sk, s, ws, now, seq, setup, 0))) {
+	} else if (!(sk->__sk_common.skc_family != AF_UNIX_NUM && retx_delivered(sk, s, ws, now, seq, setup, 0)) &&
+		   !relayed) {
 		stat_inc(PP_STAT_WIRE_UNPAIRED);
 	}
 	return 0;
@@ -412,16 +418,22 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 		}
 	}
 	__u64 r = __sync_lock_test_and_set(&s->ready_ts, 0), now = bpf_ktime_get_ns();
+	int later = 0;                    /* a hop's later part of a reply: its chain kept (relay.bpf.h) */
 	if (r && r < ws) {
 		stat_inc(PP_STAT_WINDOW_EDGE);  /* became ready before the window: its wait is not whole */
 		r = 0;
 	}
-	if (r && now >= r) {
+	if (!(r && now >= r))
+		r = 0;
+	if (!r && is_hop_role(t->role) && !off_path)   /* read on from what was queued: still a part of the reply */
+		later = relay_consume(s, t, 0, 0, 0, now, ws);
+	if (r) {
 		__u64 w = t->wake_ts, on = t->oncpu_ts >= w ? t->oncpu_ts : w;
 		if (!(w > r && w <= now))
 			w = on = 0;               /* already awake: the message was queued behind other work */
 		if (is_hop_role(t->role)) {
-			if (!off_path)
+			later = !off_path && relay_consume(s, t, r, w, on, now, ws);
+			if (!off_path && !later)
 				piece_spans(s, r, w, on, now, t->wake_idle, s->seq, 0);
 		} else {                      /* kept until the receiver answers: only the last piece counts */
 			if (s->pend_done)
@@ -452,6 +464,7 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 		t->consume_ts = now;
 		t->consume_leg = s->leg;
 		t->consume_seq = s->seq;
+		t->consume_later = later ? PP_RELAY_DEFERRED : 0;
 		t->consume_setup = off_path;  /* and so is forwarding it */
 	} else {
 		s->consume_ts = now;
@@ -521,6 +534,8 @@ static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 w
 		struct task_struct *task = bpf_get_current_task_btf();
 		struct pp_hold *e = 0;
 		__u64 act = 0;
+		if (s && s->leg == PP_LEG_RESPONSE)
+			s->reply_ts = 0;          /* a send upstream: what comes back next is a new reply */
 		if (t->own_msg == PP_OWN_HELD && s && s->leg == PP_LEG_RESPONSE) {
 			/* the hop's own query while a request waits for it: the request stays held, and its wait
 			 * (poolwait.<hop>) runs on through this round trip, whose stages are the setup's */
@@ -556,6 +571,8 @@ static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 w
 				stat_inc(PP_STAT_SETUP_SPANS);
 				return 0;
 			}
+			if (t->consume_later == PP_RELAY_DEFERRED && s && s->leg != PP_LEG_RESPONSE)
+				return 0;         /* a later part's forward: in its receiver's chain (relay.bpf.h) */
 		}
 		/* --connect: every connection has new proxy goroutines, which move between threads: a consume followed
 		 * by a sleep of this thread was forwarded by another one, and must not pair with this later send */
@@ -601,6 +618,8 @@ static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 w
 		start = __sync_lock_test_and_set(&s->consume_ts, 0);
 		seq = s->seq;
 		leg = t->role == PP_ROLE_PGBENCH ? PP_LEG_CLIENT : PP_LEG_SERVER;
+		if (start)
+			t->answer_ts = t->send_ts;   /* its measured work ends here; a relayed reply's chain after (relay.bpf.h) */
 		if (start && start < ws) {
 			stat_inc(PP_STAT_WINDOW_EDGE);   /* consumed before the window opened */
 			return 0;

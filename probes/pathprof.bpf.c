@@ -40,6 +40,7 @@ const volatile struct pp_abi_anchor {
 #include "sched.bpf.h"      /* scheduler and NET softirqs */
 #include "holdq.bpf.h"      /* requests a hop holds (pooler waits) */
 #include "tcp_loss.bpf.h"   /* TCP retransmissions: the recovery wait of a lost message */
+#include "relay.bpf.h"      /* replies a hop relays in parts */
 #include "stall.bpf.h"      /* messages in pieces: streamed results, full windows */
 #include "msg.bpf.h"        /* messages on sockets */
 #include "dev.bpf.h"        /* device hops */

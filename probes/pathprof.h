@@ -29,7 +29,18 @@ struct pp_task {            /* task-local storage of a tracked thread: its prese
 	__u8  own_msg;          /* hops (--connect): the send upstream under way is the hop's own (a reset, a SET):
 				 * PP_OWN_IDLE with no request held, PP_OWN_HELD while one waits for it (msg.bpf.h) */
 	__u8  setup_reply;      /* backend (--connect): the send under way answers a setup or a pooler's own message */
-	__u8  pad2[4];
+	__u8  consume_later;    /* hops: that consume was a later part of a reply already partly forwarded: its stages
+				 * are accounted at the reply's last receiver (stall.bpf.h, relay_*), not here */
+	__u8  ch_idle;          /* ... its wakeup put it on an idle CPU */
+	__u8  ch_up_role;       /* ... the role of its upstream sender (a backend) */
+	__u8  pad2;
+	__u64 ch_up_send, ch_ready, ch_wake, ch_oncpu;   /* ... its chain: the upstream send that delivered it, ready,
+							  * woken, on CPU (the consume is consume_ts or the send's) */
+	__u64 ch_consume;
+	__u64 ch_up_from;       /* ... where its upstream sender's answer began (its own stages end there) */
+	__u32 ch_up_hop;
+	__u32 ch_pad;
+	__u64 answer_ts;        /* a backend, pgbench: the first send of its answer to the message it last read */
 	__u64 fwd_act;          /* hops: where the forwarding upstream of the request whose response it consumed began
 				 * (from that connection's pp_sock.fwd_act), until it answers the client: holdq.bpf.h */
 	__u64 send_sk;          /* the socket of the send begun at send_ts (send_at_start: is it still under way?) */
@@ -71,7 +82,12 @@ struct pp_sock {            /* socket-local storage of a socket a tracked thread
 	__u32 peer_hop;         /* the sender's hop and role, learned from a piece its send delivered */
 	__u8  peer_role;
 	__u8  piece_full;       /* the last piece left the receiver's window full */
-	__u8  piece_pad[2];
+	__u8  piece_relayed;    /* the last piece came from a hop's send of a later part of the reply (stall.bpf.h) */
+	__u8  piece_pad;
+	/* a hop's server connection: the reply it is reading (stall.bpf.h, relay_*) */
+	__u64 reply_ts;         /* the hop's first consume of it, 0 = none since the hop last sent on it */
+	__u64 up_send;          /* the sender's send start that delivered the part pending now (0 = not seen) */
+	__u64 up_from;          /* ... the first send of the sender's answer (pp_task.answer_ts), last seen */
 };
 
 /* A retransmitted message, from the sender's tcp_retransmit_skb to the receiver's sk_data_ready (`retx`, a

@@ -10,9 +10,9 @@
  *   - else the sender's own work between two of its sends (backend.execute producing more rows) up to
  *     the send that delivers this piece, and wire from there; a piece no send of the sender delivers (sent earlier,
  *     let go by an ACK or a retransmission) is wire, or a retransmission's wait, from the previous piece.
- * A hop's pieces (pgpool forwards a reply in parts between its own round trips upstream) are on the path through the
- * hop's own stages: only a piece's trip from its send is wire (as for a first piece), and only a full window's wait
- * is accounted here.
+ * A hop's pieces: the later parts of a reply it relays are accounted here along their chain (relay.bpf.h); parts
+ * measured where they happen (a reply's first, pgpool's parts between its round trips upstream) are on the path
+ * through the hop's own stages, and only a piece's trip from its send is wire (as for a first piece).
  * Before, every piece delivered inside one send was counted from that send's start (overlapping spans: +127 % on
  * a 2 MB result to an 8 KB receive buffer) and the time between sends was in no stage (-21.5 % at full speed).
  * Part of pathprof.bpf.c (one object: every family shares its maps); included in order, not alone. */
@@ -91,6 +91,11 @@ static __always_inline void piece_more(struct sock *sk, struct pp_sock *s, struc
 	piece_sender(s, &role, &hop);
 	int in_send = t && sending(t, (__u64)sk);
 	int by_hop = is_hop_role(in_send ? t->role : role);
+	if (in_send && by_hop && t->consume_later == PP_RELAY_DEFERRED) {
+		relay_piece(s, t, prev, now, seq);   /* a later part the hop relays: its chain (relay.bpf.h) */
+		t->cont_ts = now;
+		return;
+	}
 	if (in_send) {
 		__u64 from = t->send_ts > prev ? t->send_ts : prev;
 		if (!by_hop)
@@ -102,9 +107,9 @@ static __always_inline void piece_more(struct sock *sk, struct pp_sock *s, struc
 	}
 	if (tcp && retx_delivered(sk, s, ws, now, seq, 0, prev))
 		return;
-	if (by_hop)
+	if (by_hop && !s->piece_relayed)
 		stat_inc(PP_STAT_WIRE_UNPAIRED);
-	else
+	else    /* sent earlier, let go by an ACK; through a hop relaying later parts, no stage of its own overlaps */
 		span(PP_ST_WIRE, s->role, s->leg, s->hop, prev, now - prev, seq);
 }
 
@@ -117,6 +122,7 @@ static __always_inline void piece_mark(struct sock *sk, struct pp_sock *s, struc
 	if (t && sending(t, (__u64)sk) && t->role != s->role) {
 		s->peer_role = t->role;
 		s->peer_hop = t->hop;
+		s->piece_relayed = is_hop_role(t->role) && t->consume_later == PP_RELAY_DEFERRED;
 	}
 }
 
