@@ -12,25 +12,25 @@ from conftest import run_pathprof
 pytestmark = pytest.mark.integration
 
 LOSSY = ("--topology", "nic", "--clients", "16", "--link", "wire:loss_pct=1")
-HEALTHY = ("--topology", "nic", "--clients", "1")
 
 
-def _run(tmp_path_factory, args):
-    cp = run_pathprof("run", *args, "--duration", "6", "--probe-duty", "100", "--json",
-                      runs_dir=tmp_path_factory.mktemp("runs"), check=True, timeout=600)
-    doc = json.loads(cp.stdout)
+def _meta(doc: dict) -> dict:
     with open(f"{doc['run_dir']}/run.json") as f:
-        return doc, json.load(f)
+        return json.load(f)
 
 
 @pytest.fixture(scope="module")
 def lossy(tmp_path_factory):
-    return _run(tmp_path_factory, LOSSY)
+    cp = run_pathprof("run", *LOSSY, "--duration", "4", "--probe-duty", "100", "--json",
+                      runs_dir=tmp_path_factory.mktemp("runs"), check=True, timeout=600)
+    doc = json.loads(cp.stdout)
+    return doc, _meta(doc)
 
 
 @pytest.fixture(scope="module")
-def healthy(tmp_path_factory):
-    return _run(tmp_path_factory, HEALTHY)
+def healthy(always_on_run):
+    doc = always_on_run("nic", 1)     # tests/conftest.py: the always-on nic 1-client run other modules read too
+    return doc, _meta(doc)
 
 
 def test_a_lossy_run_closes_against_the_nohz_busy_time_and_the_tick_figure_was_off(lossy):
