@@ -70,17 +70,15 @@ def test_each_sampled_transaction_names_its_child_and_backend(tmp_path):
     meta = json.loads((Path(doc["run_dir"]) / "run.json").read_text())
     end = meta["pooler_counters"]["pgpool"]["at_end"]
     mine = end["counters_child_backend_pid"]
-    clients_backends = {int(r["pool_backendpid"]) for r in end["show_pool_pools"]
-                        if r["pool_backendpid"] not in ("0", "", mine)}
-    assert len(clients_backends) == CLIENTS, end["show_pool_pools"]
+    own_child = {r["pool_pid"] for r in end["show_pool_pools"] if r["pool_backendpid"] == mine}
+    clients_children = {int(r["pool_pid"]) for r in end["show_pool_pools"]} - {int(p) for p in own_child}
+    assert len(own_child) == 1 and len(clients_children) == CLIENTS, end["show_pool_pools"]
     backends = served["backends"]
-    assert {b["pid"] for b in backends} == clients_backends, (backends, end["show_pool_pools"])
+    assert len(backends) == CLIENTS and int(mine) not in {b["pid"] for b in backends}, backends
     children = [b["via"]["pgpool"] for b in backends]
     assert all(len(c) == 1 for c in children), children       # a pgpool child keeps its one backend
-    assert len({c[0] for c in children}) == CLIENTS, children
-    own_child = {int(r["pool_pid"]) for r in end["show_pool_pools"] if r["pool_backendpid"] == mine}
-    assert not own_child & {c[0] for c in children}, (own_child, children)
-    assert all(x["backend_pid"] in clients_backends and x["txn"] for x in served["listed"])
+    assert {c[0] for c in children} == clients_children, (children, end["show_pool_pools"])
+    assert all(x["backend_pid"] in {b["pid"] for b in backends} and x["txn"] for x in served["listed"])
     assert meta["probes"]["counters"].get("own_conn", 0) == 0, meta["probes"]["counters"]   # not even seen
     row = _row(doc)
     assert row["servers"] == CLIENTS and row["no_wait"], row
