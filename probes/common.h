@@ -104,7 +104,16 @@ enum pp_stat {              /* per-CPU counters of everything not aggregated, so
 	PP_STAT_CONN_WAIT = 35,     /* --connect: pieces whose wait overlapped their thread opening another connection */
 	PP_STAT_NF_QUEUED = 40,     /* a netfilter traversal that went through a queue (NFQUEUE: a delay line) */
 	PP_STAT_RELAYED = 41,       /* later parts of a reply a hop read: their stages accounted at its last receiver */
+	PP_STAT_OWN_CONN = 42,      /* a tracked process read or wrote on pathprof's own connection (own_conns): skipped */
 	PP_NSTATS = 44,   /* 24-27 pooler waits, 28-33 TCP loss and stalls, 34-39 connection setup (reserved) */
+};
+
+struct pp_own_key {         /* key of `own_conns`: pathprof's own connection, its client end as the server side
+			     * sees it (the remote end of the accepted socket), in the namespace it is in */
+	__u32 netns;            /* netns inode */
+	__u32 addr;             /* IPv4, network order */
+	__u16 port;             /* host order */
+	__u16 pad;
 };
 
 struct pp_stage_key {       /* key of the `stages` hash (dev, USDT) */

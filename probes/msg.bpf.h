@@ -188,9 +188,9 @@ int BPF_PROG(pp_tcp_send, const struct sock *sk, const struct msghdr *msg, const
 		t->send_ts = bpf_ktime_get_ns();
 		t->in_send = !close_now;
 		t->send_sk = close_now ? (__u64)sk : 0;
-		if (trace_every) {
+		struct pp_sock *u = trace_every ? bpf_sk_storage_get(&socks, (struct sock *)sk, 0, 0) : 0;
+		if (trace_every && (u || !own_conn((struct sock *)sk))) {   /* no marker on pathprof's own */
 			t->send_seq = send_number((struct sock *)sk, t);
-			struct pp_sock *u = bpf_sk_storage_get(&socks, (struct sock *)sk, 0, 0);
 			if (u && u->leg == PP_LEG_RESPONSE)
 				u->sent_seq = t->send_seq;   /* a request: its answer takes its number */
 			mark_emit(PP_ST_XSEND, t->role, u ? (u->leg == PP_LEG_REQUEST ? PP_LEG_RESPONSE : PP_LEG_REQUEST)
@@ -234,8 +234,8 @@ static __always_inline __u32 tcp_copied(struct sock *sk)
 static __always_inline struct pp_sock *learn_sock(struct sock *sk, struct pp_task *t)
 {
 	struct pp_sock *s = bpf_sk_storage_get(&socks, sk, 0, 0);
-	if (s)
-		return s;
+	if (s || own_conn(sk))
+		return s;             /* pathprof's own connection: never known, so nothing on it is measured */
 	struct pp_sock n = { .role = t->role, .hop = t->hop, .leg = sock_leg(t->role, sk),
 			     .setup = t->role == PP_ROLE_BACKEND && t->conn_setup };
 	if (conn_split && t->role == PP_ROLE_PGBENCH)
@@ -524,7 +524,12 @@ static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 w
 	}
 	struct pp_sock *s = learn_sock(sk, t);
 	if (s)
-		s->last_send = t->send_ts;    /* a retransmission of this message goes back to here (tcp_loss.bpf.h) */
+		s->last_send = t->send_ts;
+	else if (own_conn(sk)) {          /* an answer on pathprof's own connection: not the path's work, but */
+		if (is_hop_role(t->role)) /* work a held request waited behind (poolwait) */
+			hold_activity(bpf_get_current_task_btf(), bpf_ktime_get_ns());
+		return 0;
+	}    /* a retransmission of this message goes back to here (tcp_loss.bpf.h) */
 	if (conn_split && !s && t->role == PP_ROLE_PGBENCH)
 		conn_busy_mark((__u32)bpf_get_current_pid_tgid(), bpf_ktime_get_ns(), 1);      /* a new connection */
 	__u64 start = 0;

@@ -161,6 +161,15 @@ struct {
 } connbusy SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_HASH);       /* pathprof's own connections into the path (a pooler's counters): the
+						* tracked processes' ends of them are never learned, so nothing on them
+						* is a stage, a transaction or a sampled span. Written by user space */
+	__uint(max_entries, 16);
+	__type(key, struct pp_own_key);
+	__type(value, __u8);
+} own_conns SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);   /* qemu hop: client end of a connection -> qemu read its request */
 	__uint(max_entries, 4096);
 	__type(key, __u64);
@@ -191,6 +200,21 @@ static __always_inline __u64 win_start(void)
 }
 
 static __always_inline int is_svc_port(__u16 port) { return port_in(svc_ports, port); }
+
+/* Is sk a tracked process's end of one of pathprof's own connections (own_conns)? Asked only of a socket with no
+ * storage (a new one, or one of these, which never gets any): one lookup per new socket of a tracked thread. */
+static __always_inline int own_conn(struct sock *sk)
+{
+	if (sk->sk_protocol != IPPROTO_TCP_NUM || !is_svc_port(sk->__sk_common.skc_num))
+		return 0;
+	struct pp_own_key k = { .netns = sk->__sk_common.skc_net.net->ns.inum,
+				.addr = sk->__sk_common.skc_daddr,
+				.port = bpf_ntohs(sk->__sk_common.skc_dport) };
+	if (!bpf_map_lookup_elem(&own_conns, &k))
+		return 0;
+	stat_inc(PP_STAT_OWN_CONN);
+	return 1;
+}
 
 /* slot of a netns inode among the topology's; nf_nns = not one of them ("other") */
 static __always_inline __u32 netns_slot_of(__u32 ino)

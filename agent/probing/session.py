@@ -27,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 from pathprof.agent.host.machine import cpu_times
 from pathprof.agent.probing import frames as F
+from pathprof.agent.probing import own_conns
 from pathprof.agent.probing.postgres_probes import PostgresProbes
 from pathprof.agent.probing.windows import DEFAULT_PERIOD_S, DEFAULT_WINDOW_S
 from pathprof.errors import UserError
@@ -108,9 +109,9 @@ def ensure_tracefs() -> bool:
     return os.path.exists(f"{TRACEFS}/events")
 
 
-def _threads_and_children(pid: int) -> list[int]:
-    """pid's threads, then (recursively) its child processes' threads."""
-    out, todo, seen = [], [pid], set()
+def _threads_and_children(pid: int, skip=frozenset()) -> list[int]:
+    """pid's threads, then (recursively) its child processes' threads; the processes in `skip` left out."""
+    out, todo, seen = [], [pid], set(skip)
     while todo:
         p = todo.pop()
         if p in seen:
@@ -356,9 +357,12 @@ class ProbeSession:
             if self._ring is not None:
                 self._ring.consume()
 
-    def track(self, pid: int, role: str, hop: str | None = None, aux: str | None = None) -> None:
+    def track(self, pid: int, role: str, hop: str | None = None, aux: str | None = None,
+              skip: frozenset = frozenset()) -> None:
         """Follow pid (its threads and children) as `role` (a hop's processes with its name, PostgreSQL's
-        auxiliary processes with their kind, layout.AUX_KINDS); forks are then followed in the kernel."""
+        auxiliary processes with their kind, layout.AUX_KINDS); forks are then followed in the kernel. `skip`:
+        processes (with their threads and children) left alone -- pathprof's own, a pooler child its counters
+        connection holds."""
         if not self.started:
             return
         from pathprof.agent.probing.bpf import layout as L
@@ -374,7 +378,7 @@ class ProbeSession:
                 raise UserError(f"at most {self.hop_slots - 1} distinct hops can be profiled on this path "
                                 f"(hop {hop!r})")
         tasks = self.main.maps["tasks"]
-        for tid in _threads_and_children(int(pid)):
+        for tid in _threads_and_children(int(pid), skip):
             try:
                 fd = os.pidfd_open(tid, PIDFD_THREAD)
             except OSError:
@@ -389,6 +393,11 @@ class ProbeSession:
                 self._note(f"could not track {tid} ({role}): {e}")
             finally:
                 os.close(fd)
+
+    def own_connection(self, fd: int) -> None:
+        """pathprof's own TCP connection `fd` into the path: nothing on it is measured (own_conns.py)."""
+        if self.started:
+            own_conns.register(self.main.maps["own_conns"], fd)
 
     def reset(self) -> None:
         """The measured interval starts now: every aggregate is a monotonic counter, so remember them."""

@@ -13,10 +13,18 @@ from pathprof.analysis.rundir import RunDir
 
 def track_path(probes, pg, services) -> None:
     """Seed the probes with the run's own processes; their children are followed in the kernel, and the
-    postmaster's later children are looked at again by the session (ProbeSession.follow_server)."""
+    postmaster's later children are looked at again by the session (ProbeSession.follow_server). pathprof's own
+    connections into the path (a pooler's counters) are not the workload's: the probes leave the tracked processes'
+    ends of them, and the processes that serve only them (pgpool's counters child and its backend) untracked."""
+    own = frozenset(pid for svc in services for pid in getattr(svc, "own_pids", list)())
+    for svc in services:
+        for fd in getattr(svc, "own_sockets", list)():
+            probes.own_connection(fd)
     if pg is not None and pg.pid:
-        probes.track(pg.pid, "postmaster")
+        probes.track(pg.pid, "postmaster", skip=own)
         for child in pg.postmaster_children():
+            if child in own:
+                continue
             # A pooler's server connections already exist: they are backends, not auxiliary processes.
             kind = aux_kind(child)
             if kind:
@@ -27,7 +35,7 @@ def track_path(probes, pg, services) -> None:
     for svc in services:
         role = getattr(svc, "role", "proxy")
         for pid in svc.pids():
-            probes.track(pid, role, hop=svc.hop)
+            probes.track(pid, role, hop=svc.hop, skip=own)
 
 
 def down_links(topo) -> list[str]:

@@ -4,7 +4,8 @@ the client's window; that wait is a named stage of the response leg (send_blocke
 Before (2026-11-25, nic, 1 client, extended, always on): full speed -21.5 % (the streaming of the result's later
 pieces in no stage), tiny buffer +127 % (every segment delivered during one send counted from that send's start).
 Since probes/stall.bpf.h: full speed +0.05 %, tiny buffer +0.1 % with send_blocked.backend 10.8 ms of a 17.6 ms
-cycle (the full-speed cycle is ~6.3 ms)."""
+cycle (the full-speed cycle is ~6.3 ms). Later runs are slower (tiny buffer ~25 ms) and a quarter of the gap is
+the device time of the stall's segments: see the first test's docstring."""
 import json
 from pathlib import Path
 
@@ -27,17 +28,36 @@ def stage(doc: dict, name: str, leg: str) -> float:
     return sum(s["us_per_txn"] for s in doc["stages"] if s["name"] == name and s["leg"] == leg)
 
 
+def response_devices(doc: dict) -> float:
+    return sum(s["us_per_txn"] for s in doc["stages"] if s["name"].startswith("dev.") and s["leg"] == "response")
+
+
 def test_a_window_stall_is_a_stage_and_the_view_closes(tmp_path):
+    """What carries the gap. Measured 2026-11-25 (two runs, shared 2-core VM; full speed -> 8 KB buffer):
+    cycle 6,767 -> 25,910 / 6,681 -> 25,181 µs, gap 19,143 / 18,500 µs, of which
+      send_blocked.backend            +12,968 / +12,261  (68 / 66 %)
+      dev.<server veth> (response)     +4,518 /  +4,597  (24 / 25 %): 557 skbs per transaction of 8.4 µs (p99 40)
+                                                          against 239 of 0.55 µs at full speed
+      backend.execute                  +2,409 /  +2,274  (13 / 12 %): the backend's own work, backend.sys CPU
+                                                          2.4 -> 12.1 ms per transaction (many small segments)
+      wire.pgbench                       -873 /    -773  (the full-speed stream's wire, inside the stall now)
+    The device time is the stall's time with a segment in the veth: the 8 KB window lets the result go only in small
+    ACK-clocked pieces, each crossing the device while the client waits, and analysis.stages carves it out of the
+    stall's spans (it is device time, measured per skb; left in send_blocked it would be counted twice). So the
+    ground truth is the stall with its device time: >= 80 % of the gap (measured 91 / 91 %), send_blocked alone
+    the largest part (>= 55 %; it was 66 / 68 % against the old bound of 70 % on send_blocked alone)."""
     tiny = run(str(BENCH / "nic_tiny_rcvbuf.toml"), tmp_path / "runs")
     assert abs(tiny["closure"]["latency_error_pct"]) <= 5, tiny["closure"]
     full = run("nic", tmp_path / "runs")
     assert abs(full["closure"]["latency_error_pct"]) <= 5, full["closure"]
-    # the stall is the backend's, on the response leg, and it carries the gap between the two runs
+    # the stall is the backend's, on the response leg, and with its device time it carries the gap
     cycle = {d["topology"]: d["closure"]["cycle_us"] for d in (tiny, full)}
     gap = tiny["closure"]["cycle_us"] - full["closure"]["cycle_us"]
     blocked = stage(tiny, "send_blocked.backend", "response") - stage(full, "send_blocked.backend", "response")
+    devices = response_devices(tiny) - response_devices(full)
     assert gap > 0, cycle
-    assert blocked >= 0.7 * gap, (blocked, gap, tiny["stages"])
+    assert blocked + devices >= 0.8 * gap, (blocked, devices, gap, tiny["stages"])
+    assert blocked >= 0.55 * gap, (blocked, gap, tiny["stages"])
     assert not [s for s in tiny["stages"] if s["name"].startswith("send_blocked.") and s["leg"] != "response"]
 
 

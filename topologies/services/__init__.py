@@ -145,6 +145,17 @@ class Service:
         """The hop's own tables once pgbench has finished (kept whole in run.json); None when it keeps none."""
         return None
 
+    def own_sockets(self) -> list[int]:
+        """pathprof's own TCP connections into this hop, open now (the counters connection in `_admin`): the
+        probes leave them (agent/probing/own_conns.py)."""
+        admin = getattr(self, "_admin", None)
+        return [admin.pgconn.socket] if admin is not None else []
+
+    def own_pids(self) -> list[int]:
+        """Processes on the path that serve only pathprof's own connections (pgpool's counters child and its
+        backend): never tracked."""
+        return []
+
     def close_counters(self) -> None:
         """Release whatever counters() holds open: the admin console connection a pooler keeps in `_admin`."""
         if getattr(self, "_admin", None) is not None:

@@ -104,6 +104,12 @@ class PgBouncer(Service):
         # No -d: in the foreground its pid is the one we journal and the probes track.
         self.spawn(ctx, [proc.which("pgbouncer"), str(conf)], user=user)
         self.wait_sql(ctx, self.opts["listen"], self.opts["port"])
+        # the counters connection now, before the probes follow pgbouncer: they are told to leave it
+        # (own_sockets); opened later, from the sampling thread, its SHOW POOLS would be measured as requests
+        try:
+            self._connect_admin()
+        except Exception:
+            self._admin = None          # counters() tries again and records why it cannot
 
     counters_source = "pgbouncer admin console (SHOW POOLS)"
     busy_is = "active (sv_active)"
@@ -111,11 +117,8 @@ class PgBouncer(Service):
     def counters(self) -> dict | None:
         """SHOW POOLS on pgbouncer's admin console, over TCP in its namespace (so pgbouncer sees an ordinary client
         on its service port), for the run's pool: clients waiting for a server connection and the longest wait."""
-        import psycopg
         if getattr(self, "_admin", None) is None:
-            self._admin = in_netns(self.netns, lambda: psycopg.connect(
-                host=self.opts["listen"], port=self.opts["port"], dbname="pgbouncer", user=self._pg_user,
-                autocommit=True, connect_timeout=3, cursor_factory=psycopg.ClientCursor))   # simple protocol only
+            self._connect_admin()
         cur = self._admin.execute("SHOW POOLS")
         cols = [c.name for c in cur.description]
         for row in cur.fetchall():
@@ -126,6 +129,12 @@ class PgBouncer(Service):
                         "sv_active": int(r["sv_active"]), "maxwait_us": us,
                         "servers": getattr(self, "_pool", None), "servers_busy": int(r["sv_active"])}
         return None
+
+    def _connect_admin(self) -> None:
+        import psycopg
+        self._admin = in_netns(self.netns, lambda: psycopg.connect(
+            host=self.opts["listen"], port=self.opts["port"], dbname="pgbouncer", user=self._pg_user,
+            autocommit=True, connect_timeout=3, cursor_factory=psycopg.ClientCursor))   # simple protocol only
 
     def describe(self) -> dict:
         d = super().describe()

@@ -131,6 +131,8 @@ class PgPool(Service):
                 autocommit=True, connect_timeout=3, cursor_factory=psycopg.ClientCursor))
             # forwarded to the backend: the backend pid names this connection's child in SHOW POOL_POOLS
             self._admin_backend = str(self._admin.execute("select pg_backend_pid()").fetchone()[0])
+            self._admin_child = next((int(r["pool_pid"]) for r in self._show("SHOW POOL_POOLS")
+                                      if r.get("pool_backendpid") == self._admin_backend), None)
         except Exception as e:
             raise self.fail(f"pathprof's counters connection was refused ({str(e).strip()[:200]})") from None
 
@@ -149,6 +151,13 @@ class PgPool(Service):
         session, served = pool_usage(self._show("SHOW POOL_POOLS"), self._admin_backend)
         return {"cl_waiting": waiting, "servers": len(session), "servers_busy": sum(session.values()),
                 "served": served}
+
+    def own_pids(self) -> list[int]:
+        """The child pathprof's counters connection holds and that child's backend: they serve only its SHOW
+        queries, so the probes never follow them (their traffic is no transaction, their CPU no hop's)."""
+        if getattr(self, "_admin", None) is None:
+            return []
+        return [p for p in (getattr(self, "_admin_child", None), int(self._admin_backend)) if p]
 
     def final_counters(self) -> dict | None:
         """pgpool's own tables as they are when pgbench has finished, for the run directory."""
