@@ -136,6 +136,35 @@ def test_clients_waiting_for_a_free_pgpool_child_is_a_named_setup_step(pgpool_ch
     assert setup["connect.unsplit"] < setup["connect.hop_accept"], setup
 
 
+def test_a_poolers_clients_wait_for_their_thread_per_client_connect(tmp_path):
+    """pgbouncer, transaction pooling with a pool of 2, 16 -C clients on 2 pgbench threads, probes always on: the
+    pooler opens its server connections once (1 backend forked in the run) while the clients connect ~20,000 times.
+    connect.thread_wait (a client's Terminate -> its thread starts its next connect) and the backends' own steps
+    were divided by the backends sampled, not by the clients' connects: thread_wait 25.4 s per connection, closure
+    +819,330 % (with the default windows no backend started inside them, so it closed). Ground truth from
+    pgbench's own figures: between two transactions a client is connecting (pgbench's average connection time) or
+    in its transaction (pgbench's latency), and the rest of its cycle is the wait for its thread, which the stage
+    must carry (it also holds the close(), which pgbench's connection time counts)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    cp = run_pathprof("run", "--topology", "pgbouncer", "--option", "pool_mode=transaction", "--option",
+                      "pool_size=2", "--clients", "16", "--connect", "--mode", "extended", "--duration", "4",
+                      "--probe-duty", "100", "--json", "--no-live", runs_dir=tmp_path / "runs")
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    doc = json.loads(cp.stdout)
+    cl = doc["closure"]
+    assert abs(cl["latency_error_pct"]) <= CLOSURE_PCT, (cl, doc["run_dir"])
+    assert "connect_divisors" not in cl, cl["connect_divisors"]     # every step is per client connect
+    setup = {s["name"]: s for s in doc["connection_setup"]}
+    # the pooler's backends are far fewer than the clients' connects: their steps are spread over the latter
+    fork = setup.get("connect.fork")
+    assert fork is None or fork["count"] < 0.1 * fork["divisor"], fork
+    wait = setup["connect.thread_wait"]["us_per_conn"]
+    between = cl["cycle_us"] - doc["latency_ms"]["mean"] * 1000 - cl["connection_measured_us"]
+    assert between > 0.2 * cl["cycle_us"], (between, cl)     # 8 clients a thread: the wait is a real share
+    assert 0.7 * between <= wait <= between + cl["connection_measured_us"] + 0.1 * cl["cycle_us"], (wait, between, cl)
+
+
 SMALL_QUEUE_SYSCTLS = """
 [[sysctls]]
 host = "server"

@@ -164,6 +164,31 @@ def test_thread_wait_through_a_pooler_is_divided_by_the_client_connects_sampled(
     assert rows["connect.unsplit"]["us_per_conn"] == pytest.approx(170.0)
 
 
+def test_a_pooler_opening_a_few_server_connections_does_not_set_the_divisor(tmp_path):
+    """pgbouncer -C with the probes always on: the pooler opened 15 server connections during the run (backends
+    sampled unpaired) while 17,116 client connects were sampled. The thread's wait and the backends' own steps are
+    per client connect: over the 15 backends thread_wait came out 1.7 s per connection and the view closed at
+    +45,973 %; a backend's fork is in a client's connect only when the pooler had to open one for it."""
+    fr = frame({"connect.client_total": (17_116, 330.0), "connect.hop_accept": (17_116, 60.0),
+                "connect.fork": (15, 450.0), "connect.first_run": (15, 100.0),
+                "connect.backend_init_auth": (15, 1800.0)},
+               {"starts": 17_116, "sampled": 0, "unpaired_sampled": 15})
+    wait = pd.DataFrame([{"step": "connect.thread_wait", "kind": "latency", "per": "total", "count": 31_698,
+                          "sum_ns": 17_116 * 1_500_000, "hist": None}])
+    s = {}
+    V.add_connection_setup(s, make_rundir(tmp_path, pd.concat([fr, wait], ignore_index=True), txns=17_116))
+    rows = {r["name"]: r for r in s["connection_setup"]}
+    assert rows["connect.thread_wait"]["us_per_conn"] == pytest.approx(1500.0)    # was 1.7 s: over 15
+    assert rows["connect.fork"]["us_per_conn"] == pytest.approx(450.0 * 15 / 17_116, abs=0.01)
+    assert rows["connect.fork"]["divisor"] == 17_116 and rows["connect.fork"]["backends"] == 15
+    assert rows["connect.fork"]["p50_us"] > 300        # a backend's own fork is still described per backend
+    # the client's connect still adds up: unsplit is what the backends' share and the hop's accept leave of it
+    own = ("connect.unsplit", "connect.hop_accept") + V.BACKEND_STEPS
+    assert sum(rows[n]["us_per_conn"] for n in own) == pytest.approx(330.0, abs=0.05)
+    # and no step is over another divisor than the client connects (closure.connect_divisors would name it)
+    assert {r["divisor"] for r in s["connection_setup"]} == {17_116}
+
+
 def test_a_hops_accept_queue_is_named_and_taken_out_of_the_unsplit_connect():
     """pgpool with every child busy: the client's connection waits in the hop's accept queue (connect.hop_accept),
     measured without pairing the client, like the backend's own steps; what stays unsplit is the rest."""
