@@ -27,12 +27,16 @@ class RunDir:
     def create(cls, root: Path, topology: str, run_id: str | None = None) -> "RunDir":
         run_id = run_id or time.strftime("%Y%m%d-%H%M%S") + "-" + topology.replace("/", "_")
         root = Path(root).resolve()
-        path = root / run_id
-        n = 1
-        while path.exists():
-            n += 1
-            path = root / f"{run_id}-{n}"
-        (path / "pgbench").mkdir(parents=True)
+        root.mkdir(parents=True, exist_ok=True)
+        path, n = root / run_id, 1
+        while True:      # claimed by its mkdir: agents started in one second (one per host) never share a directory
+            try:
+                path.mkdir()
+                break
+            except FileExistsError:
+                n += 1
+                path = root / f"{run_id}-{n}"
+        (path / "pgbench").mkdir()
         # private: a run holds query texts, the path's addresses and whatever a DSN carried (its secrets are not
         # recorded, but its host and user are); `chmod` it to share
         os.chmod(path, 0o700)

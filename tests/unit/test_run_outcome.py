@@ -61,3 +61,24 @@ def test_a_failed_second_look_at_the_clients_is_not_a_closed_note():
     path = DiscoveredPath(postmaster=2**22 + 12345, postgres_listen=["127.0.0.1:1"], client_connections=4)
     note = attach.clients_left_note(attach.AttachOptions(port=1), path)
     assert note is not None and "closed" not in note and "unknown" in note, note
+
+
+def test_agents_started_in_one_second_get_a_directory_each(tmp_path):
+    """One agent per host, started together into one runs directory, name their runs alike (the second and the
+    kind): each claims its own directory by creating it (it was a look, then a create: the loser failed)."""
+    import threading
+    barrier, made, errors = threading.Barrier(8), [], []
+
+    def create():
+        barrier.wait()
+        try:
+            made.append(RunDir.create(tmp_path / "runs", "attach", run_id="20261125-184718-attach").path)
+        except Exception as e:       # noqa: BLE001 -- the race's loser, before
+            errors.append(e)
+    threads = [threading.Thread(target=create) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(set(made)) == 8, (errors, made)
+    assert all((p / "run.json").is_file() and (p / "pgbench").is_dir() for p in made)
