@@ -34,6 +34,7 @@ START_IN_S = 6.0          # three agents loading their probes at once took up to
 # agent's windows open and close ~0.1-0.2 s late on a loaded machine, a few % of a 4 s interval each
 OUTSIDE_PCT = 15.0
 INTERVAL_S = 3
+LOAD_EXTRA: list[str] = []   # more `pathprof run` flags for the load (bench/hosts: --rate)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces and loads BPF: root only")
 
@@ -52,7 +53,7 @@ def _wait_clients(n: int, timeout: float = 90.0) -> None:
 def _three_agents(runs: Path) -> tuple[dict, dict, dict]:
     """The built path with pgbench running and no probes of its own; the three agents' reports."""
     load = subprocess.Popen([*PP, "run", "-t", "pgbouncer-3host", "--probes", "off", "-c", str(CLIENTS), "-j", "2",
-                             "-T", "60", "--no-live", "--runs-dir", str(runs / "built")],
+                             "-T", "60", *LOAD_EXTRA, "--no-live", "--runs-dir", str(runs / "built")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stopped = False
     try:
