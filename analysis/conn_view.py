@@ -226,6 +226,8 @@ def add_connection_setup(summary: dict, rd) -> None:
     per_total = ((counters.get("clients_sampled") if charged else _step_count(frame, "connect.client_total"))
                  or counters.get("sampled", 0) + counters.get("unpaired_sampled", 0) or connections)
     setup = _unsplit(frame, connection_setup_view(frame, per_total, txns_in), txns_in)
+    if txns_in:     # the waits counted are of every connection of the run: their share is over all of them
+        setup = [{**s, "sampled": connections} if s["name"] in RETX_STEPS and connections else s for s in setup]
     if not setup:
         return
     summary["connection_setup"] = setup

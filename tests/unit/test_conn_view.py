@@ -343,6 +343,8 @@ def test_setup_steps_charged_by_the_windows_are_over_the_transactions_inside_the
     assert rows["connect.hop_accept"]["us_per_conn"] == pytest.approx(10_000.0)
     assert rows["connect.fork"]["us_per_conn"] == pytest.approx(3.33, abs=0.01)     # no _per_client on top
     assert {r["divisor"] for r in s["connection_setup"]} == {300}
+    # the waits counted (60) are of every connection of the run (600): their share per transaction is over those
+    assert V.setup_stages([rows["connect.syn_retx"]])[0]["count_per_txn"] == pytest.approx(0.1)
     # the client's whole connect inside the windows, split: 45 s of client time over 300 transactions
     own = ("connect.unsplit", "connect.hop_accept", "connect.syn_retx", "connect.fork")
     assert sum(rows[n]["us_per_conn"] for n in own) == pytest.approx(150_000.0, abs=0.05)
