@@ -55,8 +55,13 @@ ReadyForQuery) -- `summary["connection_setup"]`, µs per connection:
 
 The summary also puts these steps into the latency view (leg `connect`, µs per transaction = µs per
 connection): the per-message stages leave the setup exchange to this probe (probes/msg.bpf.h, conn_split), so
-the two tile the client's cycle together (`closure.latency_error_pct`, against clients / TPS). Connections are
-sampled inside the same measurement windows as the per-message stages (counter `sampled`).
+the two tile the client's cycle together (`closure.latency_error_pct`, against the clients' time inside the
+windows over the transactions inside them). Each step of every connection of the run is charged with its part
+inside the measurement windows (probes/conn_win.bpf.h; counter `window_charged`), so a wait that began before a
+window opened counts from its start, like the cycle: the steps' sums are divided by the transactions inside the
+windows. Their histograms (p50/p99, count) are of the steps' whole lengths, every connection of the run. The CPU
+and off-path figures are of the connections that started inside a window (counters `sampled`, `clients_sampled`).
+Runs recorded before (no `window_charged`) sampled the connections that started inside a window, divided by them.
 
 The sum without connect.thread_wait compares with pgbench's `average connection time` (`connection_time_ms`
 in run.json/summaries), which times PQconnectdb *and* PQfinish per transaction (`closure.connection_error_pct`;
@@ -99,11 +104,13 @@ NOT_IN_PGBENCH_CONNECTION_TIME = ("connect.thread_wait",)     # the latency view
 ASYNC_STEPS = ["connect.first_query", "connect.teardown", "connect.reap"]
 CPU_STEPS = ["cpu.client_connect", "cpu.backend_init", "cpu.backend_first_query", "cpu.backend_exit",
              "cpu.backend_total", "cpu.postmaster"]
+WINDOW_CHARGED = "window_charged"     # pathprof.agent.probing.conn: the setup sums are their parts inside the windows
 LOSS_STATS = ("tasks_full", "pending_full", "out_of_order", "accept_lost", "no_peer",
               "recursion_misses")
 
 
-def _rows(frame: pd.DataFrame | None, names: list[str], connections: int) -> list[dict]:
+def _rows(frame: pd.DataFrame | None, names: list[str], connections: int, txns_in_windows: int = 0) -> list[dict]:
+    """txns_in_windows: the sums are the steps' parts inside the windows (WINDOW_CHARGED), divided by these."""
     if frame is None or not len(frame):
         return []
     by = {r.step: r for r in frame.itertuples(index=False)}
@@ -112,9 +119,10 @@ def _rows(frame: pd.DataFrame | None, names: list[str], connections: int) -> lis
         r = by.get(name)
         if r is None or not r.count:
             continue
-        # one sample per connection: the mean over the connections seen; an aggregate: over all connections
+        # one sample per connection: the mean over the connections seen; an aggregate: over all connections;
+        # charged by the windows: the time inside them over the transactions inside them
         per_total = getattr(r, "per", "conn") == "total"
-        denom = connections if per_total else r.count
+        denom = txns_in_windows or (connections if per_total else r.count)
         if not denom:
             continue
         hist = None if per_total else getattr(r, "hist", None)
@@ -123,22 +131,23 @@ def _rows(frame: pd.DataFrame | None, names: list[str], connections: int) -> lis
                     "p50_us": None if p50 is None else round(p50 / 1e3, 2),
                     "p99_us": None if p99 is None else round(p99 / 1e3, 2),
                     "count": int(r.count), "divisor": int(denom)})   # the connections it is a mean over
-        if name in RETX_STEPS:
+        if name in RETX_STEPS and not txns_in_windows:
             out[-1]["sampled"] = int(denom)     # the connections its mean is over (count of them waited)
     return out
 
 
-def _unsplit(frame: pd.DataFrame | None, setup: list[dict]) -> list[dict]:
+def _unsplit(frame: pd.DataFrame | None, setup: list[dict], txns_in_windows: int = 0) -> list[dict]:
     """No backend paired with its client (a hop or NAT between them: the hello wakes the hop's socket, or the ports
     differ): the client's own connect.client_total minus the backend's steps becomes `connect.unsplit`, so the
     setup still adds up to what the client waited. It holds every connection's handshake and accept, so the steps
     of a stray pairing (one of 962 through pgpool: +108 % closure) leave the sum."""
     paired = next((s["count"] for s in setup if s["name"] == "connect.ready_delivery"), 0)
-    total = _rows(frame, ["connect.client_total"], 0)
+    total = _rows(frame, ["connect.client_total"], 0, txns_in_windows)
     # paired paths pair >= 99.7 % of their connections (73 recorded -C runs): a few stray pairs are not a split
     if not total or paired >= 0.5 * total[0]["count"]:
         return setup
-    setup = [_per_client(s, total[0]["count"]) if s["name"] in BACKEND_STEPS else s
+    # charged by the windows, a backend's time is already over the transactions inside them: no _per_client
+    setup = [_per_client(s, total[0]["count"]) if s["name"] in BACKEND_STEPS and not txns_in_windows else s
              for s in setup if s["name"] not in PAIRED_STEPS]
     own = sum(s["us_per_conn"] for s in setup if s["name"] in BACKEND_STEPS + CLIENT_STEPS + HOP_STEPS)
     row = {**total[0], "name": "connect.unsplit", "us_per_conn": round(max(total[0]["us_per_conn"] - own, 0.0), 2),
@@ -158,9 +167,9 @@ def _per_client(step: dict, clients: int) -> dict:
             "backends": int(step["count"])}
 
 
-def connection_setup_view(frame: pd.DataFrame | None, connections: int) -> list[dict]:
+def connection_setup_view(frame: pd.DataFrame | None, connections: int, txns_in_windows: int = 0) -> list[dict]:
     """Steps on the client's connect path, in timeline order: [{name, us_per_conn, p50_us, p99_us, count}]."""
-    return _rows(frame, SETUP_STEPS, connections)
+    return _rows(frame, SETUP_STEPS, connections, txns_in_windows)
 
 
 def connection_async_view(frame: pd.DataFrame | None, connections: int) -> list[dict]:
@@ -210,9 +219,15 @@ def add_connection_setup(summary: dict, rd) -> None:
     # -C, 1 client, 2 s windows of a 5 s run: 15 us for 41, closure -9 %); over the backends, as large as the
     # clients' connects outnumber them where a pooler keeps its server connections (pgbouncer -C, probes always
     # on: 15 backends for 17,116 connects, thread_wait 1.7 s per connection, closure +45,973 %)
-    per_total = (_step_count(frame, "connect.client_total")
+    charged = counters.get(WINDOW_CHARGED) and run.probes.in_windows and run.probes.in_windows.txns
+    txns_in = int(run.probes.in_windows.txns) if charged else 0
+    # charged by the windows (probes/conn_win.bpf.h), connect.client_total counts every connection of the run: the
+    # CPU and off-path figures are of the clients whose connect started inside a window (clients_sampled)
+    per_total = ((counters.get("clients_sampled") if charged else _step_count(frame, "connect.client_total"))
                  or counters.get("sampled", 0) + counters.get("unpaired_sampled", 0) or connections)
-    setup = _unsplit(frame, connection_setup_view(frame, per_total))
+    setup = _unsplit(frame, connection_setup_view(frame, per_total, txns_in), txns_in)
+    if txns_in:     # the waits counted are of every connection of the run: their share is over all of them
+        setup = [{**s, "sampled": connections} if s["name"] in RETX_STEPS and connections else s for s in setup]
     if not setup:
         return
     summary["connection_setup"] = setup

@@ -18,10 +18,10 @@
  * changes the ports), the server's initial sequence number, known to both ends, finds it (conn_syn.bpf.h).
  * Every interval ends up keyed by step id in `conn_agg` (pp_hist, common.h).
  *
- * Measurement windows: the front end writes pathprof.bpf.c's window start into `win` as well, so a
- * connection is sampled when it started inside an open window, however long it then takes (a SYN retransmitted
- * after a second must not be left out for ending after the window): its steps then describe the same stretch of
- * the run as the per-message stages they are added to. */
+ * Measurement windows: the setup steps of every connection are charged with their overlap with the windows
+ * (conn_win.bpf.h), so they describe the same stretch of the run as the cycle they tile. The front end also writes
+ * pathprof.bpf.c's window start into `win`: the CPU and off-path figures (cpu.*, first_query, teardown, reap) are
+ * of the connections that started inside an open window, however long they then take. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -149,6 +149,8 @@ static __always_inline void step_span(__u32 step, __u64 a, __u64 b)
 	step_ns(step, b - a);
 }
 
+#include "conn_win.bpf.h"      /* the setup steps' overlap with the windows: step_charge, total_charge */
+
 /* the task is current (on CPU): close its on-CPU stint into the old bucket, continue in bucket b */
 static __always_inline void rebucket(struct pc_task *t, __u64 now, __u8 b)
 {
@@ -193,19 +195,12 @@ static __always_inline int client_conn_sock(const struct sock *sk)
 }
 
 /* The thread's clients waiting to be reconnected: closed_n changes by `delta` now. Their waiting time inside the
- * window is added as it accrues (closed_n x time since the last change), so each client's wait is counted
+ * windows is added as it accrues (closed_n x time since the last change), so each client's wait is counted
  * without knowing which connect is whose: pgbench serves its other clients before it reconnects this one. */
 static __always_inline void closed_change(struct pc_task *c, __u64 now, int delta)
 {
-	__u64 ws = win_start(), since = c->close_ts > ws ? c->close_ts : ws;
-	if (ws && c->closed_n && now > since) {
-		__u32 k = PC_ST_THREAD_WAIT;
-		struct pp_hist *h = bpf_map_lookup_elem(&conn_agg, &k);
-		if (h) {
-			h->sum_ns += (__u64)c->closed_n * (now - since);
-			h->count += 1;
-		}
-	}
+	if (c->closed_n && c->close_ts)
+		total_charge(PC_ST_THREAD_WAIT, c->closed_n, c->close_ts, now);
 	c->close_ts = now;
 	if (delta > 0 && (!max_closed || c->closed_n < max_closed))
 		c->closed_n += 1;                /* a close whose reconnect was missed must not count forever */
@@ -235,13 +230,10 @@ static __always_inline void client_start(struct pc_task *c, __u64 now)
 
 static __always_inline void delivered(struct pc_task *c, __u64 ready, __u64 at)
 {
-	if (!c->sampled) {
-		c->ready_ts = 0;
-		return;
-	}
-	step_span(PC_ST_DELIVERY, ready, at);
-	step_span(PC_ST_TOTAL, c->start_ts, at);
-	step_ns(PC_ST_CPU_CLIENT, c->cpu[PC_B_INIT]);
+	step_charge(PC_ST_DELIVERY, ready, at);
+	step_charge(PC_ST_TOTAL, c->start_ts, at);
+	if (c->sampled)
+		step_ns(PC_ST_CPU_CLIENT, c->cpu[PC_B_INIT]);
 	c->ready_ts = 0;
 }
 
@@ -358,8 +350,7 @@ int BPF_PROG(pc_tcp_state, const struct sock *sk, const int oldstate, const int 
 		   port_in(hop_ports, sk->__sk_common.skc_num)) {
 		/* a hop's end of a new connection: in its accept queue until the hop takes it (hop_first_read) */
 		__u64 now = bpf_ktime_get_ns();
-		if (in_window(now))
-			bpf_map_update_elem(&hop_est, &key, &now, BPF_ANY);
+		bpf_map_update_elem(&hop_est, &key, &now, BPF_ANY);
 	} else if (newstate == TCP_ESTABLISHED && oldstate == TCP_SYN_SENT) {
 		struct pc_pending *p = bpf_map_lookup_elem(&pending, &key);
 		if (p)
@@ -431,13 +422,13 @@ int BPF_PROG(pc_data_ready, const struct sock *sk)
  * connection -- fork, first run, start-up and authentication -- and the client's side is its connect.client_total */
 static __always_inline void backend_alone(struct pc_task *t, __u64 at)
 {
+	step_charge(PC_ST_FORK, t->accept_ts, t->fork_ts);
+	step_charge(PC_ST_FIRST_RUN, t->fork_ts, t->first_run_ts);
+	step_charge(PC_ST_INIT_AUTH, t->first_run_ts, at);
 	if (!t->fork_win)
 		return;
 	t->sampled = 1;
 	cstat(PC_STAT_UNPAIRED_SAMPLED);
-	step_span(PC_ST_FORK, t->accept_ts, t->fork_ts);
-	step_span(PC_ST_FIRST_RUN, t->fork_ts, t->first_run_ts);
-	step_span(PC_ST_INIT_AUTH, t->first_run_ts, at);
 	step_ns(PC_ST_CPU_INIT, t->cpu[PC_B_INIT]);
 }
 
@@ -472,16 +463,16 @@ static __always_inline void backend_ready(struct pc_task *t, struct sock *sk, __
 		bpf_map_delete_elem(&isn_pending, &isn);
 	}
 	bpf_map_delete_elem(&pending, &peer);
-	if (!p_sampled)
-		return;                          /* not sampled: started outside the measurement windows */
-	t->sampled = 1;
-	cstat(PC_STAT_SAMPLED);
-	step_span(PC_ST_HANDSHAKE, est ? hs_from : 0, est);
-	step_span(PC_ST_ACCEPT, acc_from, t->accept_ts);
-	step_span(PC_ST_FORK, t->accept_ts, t->fork_ts);
-	step_span(PC_ST_FIRST_RUN, t->fork_ts, t->first_run_ts);
-	step_span(PC_ST_INIT_AUTH, t->first_run_ts, at);
-	step_ns(PC_ST_CPU_INIT, t->cpu[PC_B_INIT]);
+	step_charge(PC_ST_HANDSHAKE, est ? hs_from : 0, est);
+	step_charge(PC_ST_ACCEPT, acc_from, t->accept_ts);
+	step_charge(PC_ST_FORK, t->accept_ts, t->fork_ts);
+	step_charge(PC_ST_FIRST_RUN, t->fork_ts, t->first_run_ts);
+	step_charge(PC_ST_INIT_AUTH, t->first_run_ts, at);
+	if (p_sampled) {                 /* started inside a window: its CPU and off-path steps are followed */
+		t->sampled = 1;
+		cstat(PC_STAT_SAMPLED);
+		step_ns(PC_ST_CPU_INIT, t->cpu[PC_B_INIT]);
+	}
 	struct pc_task *c = bpf_map_lookup_elem(&who, &ctid);
 	if (!c || c->start_ts != start)
 		return;
@@ -539,7 +530,7 @@ static __always_inline void hop_first_read(struct sock *sk, __u64 now)
 	__u64 key = (__u64)sk, *est = bpf_map_lookup_elem(&hop_est, &key);
 	if (!est)
 		return;
-	step_span(PC_ST_HOP_ACCEPT, *est, now);
+	step_charge(PC_ST_HOP_ACCEPT, *est, now);
 	bpf_map_delete_elem(&hop_est, &key);
 }
 
@@ -564,8 +555,9 @@ int BPF_PROG(pc_recv, struct sock *sk, int ret, int flags)
 		}
 		if (ret > 1 && t->start_ts && !t->hello) {   /* the hello (the SSL refusal is 1 byte) */
 			t->hello = 1;
+			step_charge(PC_ST_CLIENT_TOTAL, t->start_ts, now);
 			if (t->sampled)
-				step_span(PC_ST_CLIENT_TOTAL, t->start_ts, now);
+				cstat(PC_STAT_CLIENTS_SAMPLED);
 		}
 		return 0;
 	}

@@ -66,6 +66,7 @@ enum pc_stat {              /* per-CPU counters: nothing unmatched or lost goes 
 	PC_STAT_SYNACK_RETX_SAMPLED = 21, /* sampled, paired connections the server took only after a retransmission */
 	PC_STAT_ISN_PAIRED = 22,          /* backends paired with their client by the server's initial sequence number
 	                                   * (the hello woke no client socket inside the send: a delay line, NAT) */
+	PC_STAT_CLIENTS_SAMPLED = 23,     /* clients that read their hello on a connection started inside a window */
 	PC_NSTATS = 24,
 };
 

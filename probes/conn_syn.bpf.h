@@ -55,9 +55,10 @@ static __always_inline void syn_established(struct pc_pending *p, const struct s
 	bpf_map_update_elem(&isn_pending, &isn, &key, BPF_ANY);
 	p->retx_ts = 0;                        /* from here: retransmissions before the server takes it */
 	p->hs_from = last > p->start_ts ? last : p->start_ts;
-	if (last > p->start_ts && p->sampled) {
-		step_ns(PC_ST_SYN_RETX, last - p->start_ts);
-		cstat(PC_STAT_HS_RETX_SAMPLED);
+	if (last > p->start_ts) {
+		step_charge(PC_ST_SYN_RETX, p->start_ts, last);
+		if (p->sampled)
+			cstat(PC_STAT_HS_RETX_SAMPLED);
 	}
 }
 
@@ -75,10 +76,9 @@ static __always_inline __u64 syn_accept_from(struct pc_pending *p, __u64 accept_
 		last = p->retx_ts;
 	if (!last)
 		return est;
-	if (sampled) {
-		step_ns(PC_ST_SYNACK_RETX, last - est);
+	step_charge(PC_ST_SYNACK_RETX, est, last);
+	if (sampled)
 		cstat(PC_STAT_SYNACK_RETX_SAMPLED);
-	}
 	return last;
 }
 

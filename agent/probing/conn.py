@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes as C
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +56,13 @@ STATS = {0: "starts", 1: "accepts", 2: "forks", 3: "ready", 4: "matched", 5: "un
          7: "pending_full", 8: "out_of_order", 9: "gone_unready", 10: "reaped", 11: "accept_lost", 12: "no_peer",
          13: "negotiation", 14: "sampled", 15: "syn_retransmits", 16: "synack_retransmits", 17: "unpaired_sampled",
          18: "stale_starts", 19: "syn_retransmits_sampled", 20: "handshake_retx_sampled",
-         21: "synack_retx_sampled", 22: "paired_by_isn"}
+         21: "synack_retx_sampled", 22: "paired_by_isn", 23: "clients_sampled"}
+# probes/conn_win.bpf.h: the windows the setup steps are charged against (the last WIN_RING of them)
+WIN_RING = 16
+WIN_OPEN = (1 << 64) - 1
+# a stat row saying the setup steps' sums are their parts inside the windows, over every connection of the run
+# (pathprof.analysis.conn_view divides them by the transactions inside the windows); absent from older runs
+WINDOW_CHARGED = "window_charged"
 # the server namespace's own counters (/proc/PID/net/netstat, TcpExt), read at reset() and stop(): connections
 # the kernel refused or dropped because the postmaster's listen/accept queue was full
 NETSTAT = {"ListenOverflows": "listen_overflows", "ListenDrops": "listen_drops"}
@@ -115,6 +122,7 @@ class ConnProbe:
         self._base: dict = {}
         self._cost = {"run_time_ns": 0, "run_cnt": 0}
         self._clients: set[int] = set()
+        self._windows: list[list[int]] = []      # [start, end] CLOCK_MONOTONIC ns, end WIN_OPEN while open
         self.notes: list[str] = []
 
     # ---------------- lifecycle ----------------
@@ -168,10 +176,23 @@ class ConnProbe:
                 self.notes.append(f"connect() of client {pid} not probed (unix connection starts lost): {e}")
 
     def set_window(self, start_ns: int) -> None:
-        """ProbeSession's window opened (its start, CLOCK_MONOTONIC ns) or closed (0): only connections that start
-        inside a window are sampled, like the per-message stages they are added to."""
-        if self.obj is not None:
-            self.obj.maps["win"].update(bytes(C.c_uint32(0)), bytes(C.c_uint64(start_ns)))
+        """ProbeSession's window opened (its start, CLOCK_MONOTONIC ns) or closed (0). The setup steps are charged
+        with their overlap with the windows (probes/conn_win.bpf.h); the CPU and off-path figures are of the
+        connections that start inside a window. Opening an open window keeps its earlier start (always on: the
+        window opened at pgbench's start, pathprof.agent.run.owned)."""
+        if self.obj is None:
+            return
+        open_now = bool(self._windows) and self._windows[-1][1] == WIN_OPEN
+        if start_ns and not open_now:
+            self._windows.append([int(start_ns), WIN_OPEN])
+        elif not start_ns and open_now:
+            self._windows[-1][1] = time.monotonic_ns()
+        if start_ns and open_now:
+            start_ns = self._windows[-1][0]
+        self.obj.maps["win"].update(bytes(C.c_uint32(0)), bytes(C.c_uint64(start_ns)))
+        last = self._windows[-WIN_RING:] + [[0, 0]] * (WIN_RING - len(self._windows[-WIN_RING:]))
+        ring = (C.c_uint64 * (2 * WIN_RING))(*[w[0] for w in last], *[w[1] for w in last])
+        self.obj.maps["win_ring"].update(bytes(C.c_uint32(0)), bytes(ring))
 
     def reset(self) -> None:
         """The measured interval starts now: aggregates are monotonic, remember them."""
@@ -202,6 +223,7 @@ class ConnProbe:
         misses = sum(p.get("recursion_misses", 0) for p in progs.values())
         stats = {k: v - base.get("stats", {}).get(k, 0) for k, v in now["stats"].items()}
         stats["recursion_misses"] = misses
+        stats[WINDOW_CHARGED] = 1
         for name, v in stats.items():
             rows.append({"step": name, "kind": "stat", "per": "", "count": int(v), "sum_ns": 0, "hist": None})
         lost = {k: stats[k] for k in LOSS if stats.get(k)}

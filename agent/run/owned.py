@@ -205,7 +205,8 @@ def _sample_from_the_start(conn_probe, probes) -> None:
     """Always on: pgbench's first connections start before the window is open (its programs attach after pgbench's
     start), yet their transactions end inside it and their time is in the cycle. A first connection that waited
     for a SYN retransmission (a second) and was not sampled made the setup steps short by it (a 4-client lossy run:
-    -11.7 %): the connection probe samples from pgbench's start instead. With windows, the runs' edges balance."""
+    -11.7 %): the always-on window is counted from pgbench's start instead. With windows, every connection's setup
+    steps are charged with their parts inside them (probes/conn_win.bpf.h), as the cycle is."""
     from pathprof.agent.probing.windows import always_on
     if always_on(probes.config.window_s, probes.config.period_s):
         conn_probe.set_window(time.monotonic_ns())
@@ -226,5 +227,5 @@ def _conn_probe(opts, probes, pg, ui):
     except UserError as e:
         ui.note(f"connection-setup probe not loaded: {e}")
         return None
-    probes.window_listeners.append(cp.set_window)   # sample the connections of the stages' windows only
+    probes.window_listeners.append(cp.set_window)   # the stages' windows: the setup steps are charged inside them
     return cp

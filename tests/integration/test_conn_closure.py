@@ -201,9 +201,9 @@ def test_listen_queue_overflow_is_named_and_timed(tmp_path):
     assert c["syn_retransmits"] <= c["listen_drops"] + 2, c
     setup = {s["name"]: s for s in doc["connection_setup"]}
     syn = setup["connect.syn_retx"]
-    # every sampled connection (one that started inside a window: not pgbench's first burst, before the window
-    # opened) whose SYN was sent again waited at least the 1 s initial timeout: in connect.syn_retx, spread over
-    # the connections sampled; what is left in connect.tcp_handshake is the last trip (before: ~13.6 ms here)
+    # every connection whose SYN was sent again waited at least the 1 s initial timeout: in connect.syn_retx (always
+    # on, every wait is inside the window, opened at pgbench's start), its share over the run's connections;
+    # what is left in connect.tcp_handshake is the last trip (before: ~13.6 ms here)
     assert c["handshake_retx_sampled"] > 0, c
     assert syn["us_per_conn"] * syn["sampled"] >= 0.9 * c["handshake_retx_sampled"] * 1e6, (syn, c)
     assert setup["connect.tcp_handshake"]["us_per_conn"] < 1000, setup
@@ -225,7 +225,8 @@ def test_a_setup_step_over_the_wrong_connections_is_named(runs, tmp_path):
     bad = tmp_path / "run"
     shutil.copytree(doc["run_dir"], bad)
     frame = pd.read_parquet(bad / "connect.parquet")
-    frame = frame[~frame["step"].isin(["sampled", "unpaired_sampled", "connect.client_total"])]
+    frame = frame[~frame["step"].isin(["sampled", "unpaired_sampled", "clients_sampled", "window_charged",
+                                       "connect.client_total"])]
     frame.to_parquet(bad / "connect.parquet")
     cp = run_pathprof("report", str(bad), "--json")
     assert cp.returncode == 0, cp.stderr[-2000:]
@@ -236,3 +237,40 @@ def test_a_setup_step_over_the_wrong_connections_is_named(runs, tmp_path):
     assert steps["connect.thread_wait"]["divisor"] == everyone > 1.3 * found["txns"], (found, everyone)
     assert found["shift_us_per_txn"] > 0 and found["txns"] == doc["closure"]["txns"], found
     assert f"{found['latency_error_pct_if_over_txns']:+.1f} %" in found["statement"]
+
+
+PGPOOL_BURST = ["--topology", "pgpool", "--clients", "32", "--threads", "32", "--connect", "--mode", "extended",
+                "--option", "children=4", "--duration", "4", "--json", "--no-live"]
+# the client's connect through pgpool, unpaired: its SYN retransmission waits, the wait for a child, the rest
+BURST_STEPS = ("connect.syn_retx", "connect.hop_accept", "connect.unsplit")
+
+
+def test_setup_waits_that_began_before_a_window_opened_are_counted_from_its_start(tmp_path):
+    """pgpool with 4 children for 32 -C clients (a thread each): pgpool's listen queue (2 x its children) overflows
+    at pgbench's start, so most clients' first connects wait 1-3 s for SYN retransmissions, running into the first
+    window. With the connection probe sampling only connections that started inside a window, those waits were in
+    the cycle (the clients' time inside the windows) and in no stage: -11 ... -27.5 % with the default windows,
+    +0.4 % always on. Each step of every connection is now charged with its part inside the windows
+    (probes/conn_win.bpf.h). Ground truth: the run always on, where every wait is inside the one window. The
+    client's connect (syn_retx + hop_accept + unsplit) takes the same share of the cycle in both, within 5 points of
+    it (91.7-93.6 % windowed in four runs against 92.9 / 93.1 % always on, 2026-11-25; before, the windowed share
+    was 72 %: 21 points short), and the windowed run closes within the 5 % goal."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    docs = {}
+    for name, extra in (("windowed", []), ("always_on", ["--probe-duty", "100"])):
+        cp = run_pathprof("run", *PGPOOL_BURST, *extra, runs_dir=tmp_path / name)
+        assert cp.returncode == 0, cp.stderr[-3000:]
+        docs[name] = json.loads(cp.stdout)
+    win, on = docs["windowed"], docs["always_on"]
+    assert not win["windows"].get("always_on") and on["windows"].get("always_on"), (win["windows"], on["windows"])
+    assert win["connection_probe"]["counters"]["syn_retransmits"] > 0, win["connection_probe"]["counters"]
+    for doc in (win, on):
+        assert abs(doc["closure"]["latency_error_pct"]) <= CLOSURE_PCT, (doc["closure"], doc["connection_setup"],
+                                                                          doc["run_dir"])
+
+    def share(doc):
+        connect = stages(doc, "connect")
+        return sum(connect[n]["us_per_txn"] for n in BURST_STEPS if n in connect) / doc["closure"]["cycle_us"]
+    assert share(win) == pytest.approx(share(on), abs=0.05), (share(win), share(on), win["connection_setup"],
+                                                               on["connection_setup"])

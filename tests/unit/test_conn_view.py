@@ -318,3 +318,63 @@ def test_the_report_says_what_setup_retransmissions_cost():
                                     "by_stage": {"connect.syn_retx": 38404.6, "connect.setup_retx": 14310.9}})
     assert "18 SYN, 9 SYN-ACK, 33 setup messages" in text and "73.2 % of the cycle" in text
     assert "connect.syn_retx 38,404.6" in text and "the kernel counted 27" in text
+
+
+def test_setup_steps_charged_by_the_windows_are_over_the_transactions_inside_them(tmp_path):
+    """probes/conn_win.bpf.h charges every connection's steps with their part inside the windows (window_charged):
+    a step's sum is then client time inside the windows, so it is divided by the transactions that ended inside
+    them, as the cycle is (in_windows.client_s / txns), and not by its own count (every connection of the run).
+    pgpool -C with 4 children for 32 clients: the start burst's 1-3 s handshake waits run into the first window."""
+    fr = frame({"connect.client_total": (600, 10_000.0), "connect.syn_retx": (60, 1_000_000.0),
+                "connect.hop_accept": (600, 2_000.0), "connect.fork": (8, 500.0)},
+               {"starts": 600, "sampled": 0, "unpaired_sampled": 2, "clients_sampled": 150, "window_charged": 1})
+    fr.loc[fr["step"] == "connect.syn_retx", "sum_ns"] = 30 * 10**9        # 30 client-s inside the windows
+    fr.loc[fr["step"] == "connect.client_total", "sum_ns"] = 45 * 10**9
+    fr.loc[fr["step"] == "connect.hop_accept", "sum_ns"] = 3 * 10**9
+    fr.loc[fr["step"] == "connect.fork", "sum_ns"] = 1_000_000
+    rd = RunDir.create(tmp_path, "pgpool")
+    rd.update(pgbench={"result": {"transactions": 600, "failed": 0, "connection_time_ms": 70.0}},
+              probes={"level": "basic", "in_windows": {"txns": 300, "client_s": 45.0}})
+    rd.write_frame("connect.parquet", fr)
+    s = {}
+    V.add_connection_setup(s, RunDir.open(rd.path))
+    rows = {r["name"]: r for r in s["connection_setup"]}
+    assert rows["connect.syn_retx"]["us_per_conn"] == pytest.approx(100_000.0)      # 30 s / 300 txns
+    assert rows["connect.hop_accept"]["us_per_conn"] == pytest.approx(10_000.0)
+    assert rows["connect.fork"]["us_per_conn"] == pytest.approx(3.33, abs=0.01)     # no _per_client on top
+    assert {r["divisor"] for r in s["connection_setup"]} == {300}
+    # the waits counted (60) are of every connection of the run (600): their share per transaction is over those
+    assert V.setup_stages([rows["connect.syn_retx"]])[0]["count_per_txn"] == pytest.approx(0.1)
+    # the client's whole connect inside the windows, split: 45 s of client time over 300 transactions
+    own = ("connect.unsplit", "connect.hop_accept", "connect.syn_retx", "connect.fork")
+    assert sum(rows[n]["us_per_conn"] for n in own) == pytest.approx(150_000.0, abs=0.05)
+
+
+def test_the_window_ring_keeps_an_always_on_window_from_pgbenchs_start():
+    """ConnProbe.set_window: the windows the BPF side charges against, the open one ending at WIN_OPEN; opening an
+    open window (always on: opened at pgbench's start, then by the session) keeps the earlier start."""
+    import numpy as np
+    from pathprof.agent.probing import conn as CP
+
+    class Map:
+        def __init__(self):
+            self.value = None
+
+        def update(self, key, value, flags=0):
+            self.value = value
+
+    probe = CP.ConnProbe(1, [5432])
+    probe.obj = type("Obj", (), {"maps": {"win": Map(), "win_ring": Map()}})()
+    ring = lambda: np.frombuffer(probe.obj.maps["win_ring"].value, np.uint64).reshape(2, CP.WIN_RING)  # noqa: E731
+    probe.set_window(100)
+    probe.set_window(200)                # the session opens its always-on window after pgbench's start
+    assert ring()[0][0] == 100 and ring()[1][0] == CP.WIN_OPEN
+    assert np.frombuffer(probe.obj.maps["win"].value, np.uint64)[0] == 100
+    probe.set_window(0)
+    assert 0 < ring()[1][0] < CP.WIN_OPEN
+    for k in range(CP.WIN_RING + 3):     # windows: only the last WIN_RING are kept
+        probe.set_window(1000 + k)
+        probe.set_window(0)
+    starts = ring()[0]
+    assert list(starts) == [1000 + k for k in range(3, CP.WIN_RING + 3)]
+    probe.obj = None
