@@ -242,9 +242,22 @@ def test_pgpool():
     assert not any(s.endswith(".pg_aux") for s in views(r)[0]), "pooler's server connections are backends"
 
 
+def _fullest_of_both(pool_ns: str, cli_ns: str, looks: int = 6) -> dict:
+    """established_most() of two namespaces at once (one second of looks: a 2 s run's pgbench is gone after it)."""
+    est: list[dict] = []
+    cli: list[dict] = []
+    for _ in range(looks):
+        now_est, now_cli = established(pool_ns), established(cli_ns)
+        est = now_est if len(now_est) > len(est) else est
+        cli = now_cli if len(now_cli) > len(cli) else cli
+        time.sleep(0.15)
+    return {"est": est, "cli": cli}
+
+
 def test_pgpool_3host():
-    r, seen = run_path("pgpool-3host", observe=lambda t: {"est": established("pp-pg3-pool"),
-                                                          "cli": established("pp-pg3-cli")})
+    # one look found pgpool's own counters connection and its child's backend only, once in a full suite (the
+    # clients' connections not yet through pgpool 1 s into a loaded run): the fullest of six looks, as test_pgpool
+    r, seen = run_path("pgpool-3host", observe=lambda t: _fullest_of_both("pp-pg3-pool", "pp-pg3-cli"))
     assert r["tps"] > 0
     pooler_check(seen, "pgpool", "198.18.13.3:5432", 4)
     assert any(s["peer"] == "198.18.13.2:9999" and "pgbench" in s["procs"] for s in seen["cli"])
