@@ -61,9 +61,13 @@ static __always_inline void hold_push(struct task_struct *task, struct pp_sock *
 static __always_inline void hold_answered(struct pp_sock *s, struct pp_task *t, __u64 ws)
 {
 	__u64 act = t->fwd_act;
+	__u32 id = t->fwd_id;
 	t->fwd_act = 0;
+	t->fwd_id = 0;
 	if (!s->hold_id)
 		return;
+	if (id && id != s->hold_id)
+		act = 0;                      /* another client's request: its forward says nothing of this one's wait */
 	__u32 slot = s->hold_id & (PP_HOLD_SLOTS - 1);
 	__u64 *valid = bpf_map_lookup_elem(&holdts, &slot);
 	if (!valid)
@@ -83,18 +87,26 @@ static __always_inline void hold_answered(struct pp_sock *s, struct pp_task *t, 
 
 /* the hop forwarded a request upstream on u, its forwarding begun at `act`: the connection carries it until the
  * response is taken (the first forward since then: a pooler making several round trips for one request) */
-static __always_inline void hold_forwarded(struct pp_sock *u, __u64 act)
+static __always_inline void hold_forwarded(struct pp_sock *u, __u64 act, __u32 id)
 {
-	if (!u->fwd_act)
+	if (!u->fwd_act) {
 		u->fwd_act = act;
+		u->fwd_id = id;
+	}
 }
 
 /* the hop took a response on u: the request it answers began its forwarding at u->fwd_act. The earliest one not
- * yet answered is kept: a pooler's further round trips for the same request come before the client's answer. */
+ * yet answered is kept: a pooler's further round trips for the same request come before the client's answer.
+ * A thread's stamp for another client's request is not: a hop whose threads hand work over (Go's docker-proxy
+ * moves a goroutine to another thread while it waits) answered that client from another thread, and the stale
+ * stamp charged the next answer from this one poolwait up to it (docker-dnat, 1 % loss: 100-250 us/txn of waits
+ * that were the request's TCP recovery, counted twice). */
 static __always_inline void hold_response(struct pp_sock *u, struct pp_task *t)
 {
-	if (u->fwd_act && !t->fwd_act)
+	if (u->fwd_act && (!t->fwd_act || (u->fwd_id && t->fwd_id != u->fwd_id))) {
 		t->fwd_act = u->fwd_act;
+		t->fwd_id = u->fwd_id;
+	}
 	u->fwd_act = 0;
 }
 
