@@ -61,13 +61,9 @@ static __always_inline void hold_push(struct task_struct *task, struct pp_sock *
 static __always_inline void hold_answered(struct pp_sock *s, struct pp_task *t, __u64 ws)
 {
 	__u64 act = t->fwd_act;
-	__u32 id = t->fwd_id;
 	t->fwd_act = 0;
-	t->fwd_id = 0;
 	if (!s->hold_id)
 		return;
-	if (id && id != s->hold_id)
-		act = 0;                      /* another client's request: its forward says nothing of this one's wait */
 	__u32 slot = s->hold_id & (PP_HOLD_SLOTS - 1);
 	__u64 *valid = bpf_map_lookup_elem(&holdts, &slot);
 	if (!valid)
@@ -87,26 +83,23 @@ static __always_inline void hold_answered(struct pp_sock *s, struct pp_task *t, 
 
 /* the hop forwarded a request upstream on u, its forwarding begun at `act`: the connection carries it until the
  * response is taken (the first forward since then: a pooler making several round trips for one request) */
-static __always_inline void hold_forwarded(struct pp_sock *u, __u64 act, __u32 id)
+static __always_inline void hold_forwarded(struct pp_sock *u, __u64 act)
 {
-	if (!u->fwd_act) {
+	if (!u->fwd_act)
 		u->fwd_act = act;
-		u->fwd_id = id;
-	}
 }
 
 /* the hop took a response on u: the request it answers began its forwarding at u->fwd_act. The earliest one not
- * yet answered is kept: a pooler's further round trips for the same request come before the client's answer.
- * A thread's stamp for another client's request is not: a hop whose threads hand work over (Go's docker-proxy
- * moves a goroutine to another thread while it waits) answered that client from another thread, and the stale
- * stamp charged the next answer from this one poolwait up to it (docker-dnat, 1 % loss: 100-250 us/txn of waits
- * that were the request's TCP recovery, counted twice). */
+ * yet answered is kept: a pooler's further round trips for the same request come before the client's answer, each
+ * forwarded after the one before was taken. A kept stamp later than this response's forward is not such a round
+ * trip but another client's, answered from another thread: a hop whose threads hand work over (Go's docker-proxy
+ * moves a goroutine to another thread while it waits) left it behind, and the next answer from this thread was
+ * charged poolwait.<hop> up to it (docker-dnat, 1 % loss: 73-250 us/txn of waits inside the request's TCP
+ * recovery, counted twice). The earliest is literally kept: a stale stamp never lengthens a wait. */
 static __always_inline void hold_response(struct pp_sock *u, struct pp_task *t)
 {
-	if (u->fwd_act && (!t->fwd_act || (u->fwd_id && t->fwd_id != u->fwd_id))) {
+	if (u->fwd_act && (!t->fwd_act || u->fwd_act < t->fwd_act))
 		t->fwd_act = u->fwd_act;
-		t->fwd_id = u->fwd_id;
-	}
 	u->fwd_act = 0;
 }
 

@@ -586,7 +586,7 @@ static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 w
 		/* a request forwarded upstream: its wait in the hop ends where this forward's work began (charged when
 		 * the client is answered, holdq.bpf.h); a forward with no start seen ends it at the send */
 		if (s && s->leg == PP_LEG_RESPONSE)
-			hold_forwarded(s, start && start < t->send_ts ? start : t->send_ts, e ? e->id : 0);
+			hold_forwarded(s, start && start < t->send_ts ? start : t->send_ts);
 	} else if (s && (s->setup_msg & PP_SETUP_HELLO)) {   /* pgbench's first query: its connection phase */
 		s->piece_ts = 0;
 		s->setup_msg &= ~PP_SETUP_HELLO;

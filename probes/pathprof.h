@@ -39,7 +39,7 @@ struct pp_task {            /* task-local storage of a tracked thread: its prese
 	__u64 ch_consume;
 	__u64 ch_up_from;       /* ... where its upstream sender's answer began (its own stages end there) */
 	__u32 ch_up_hop;
-	__u32 fwd_id;           /* hops: the client socket's hold id of the request fwd_act is for (0 = not known) */
+	__u32 ch_pad;
 	__u64 answer_ts;        /* a backend, pgbench: the first send of its answer to the message it last read */
 	__u64 fwd_act;          /* hops: where the forwarding upstream of the request whose response it consumed began
 				 * (from that connection's pp_sock.fwd_act), until it answers the client: holdq.bpf.h */
@@ -76,7 +76,7 @@ struct pp_sock {            /* socket-local storage of a socket a tracked thread
 				 * (its first forward since the last response was taken), 0 = none: holdq.bpf.h */
 	__u32 sent_seq;         /* --trace-sample, a socket requests are sent on: the number of the last one, which
 				 * its answer takes when the answer's sender is on another host */
-	__u32 fwd_id;           /* ... the client socket's hold id of that request (0 = not known): holdq.bpf.h */
+	__u32 sent_pad;
 	/* a request/response receiver's socket: the message it has not answered yet, in pieces (stall.bpf.h) */
 	__u64 piece_ts;         /* the last piece's arrival, 0 = none since the receiver's last send */
 	__u32 peer_hop;         /* the sender's hop and role, learned from a piece its send delivered */
