@@ -90,10 +90,15 @@ static __always_inline void hold_forwarded(struct pp_sock *u, __u64 act)
 }
 
 /* the hop took a response on u: the request it answers began its forwarding at u->fwd_act. The earliest one not
- * yet answered is kept: a pooler's further round trips for the same request come before the client's answer. */
+ * yet answered is kept: a pooler's further round trips for the same request come before the client's answer, each
+ * forwarded after the one before was taken. A kept stamp later than this response's forward is not such a round
+ * trip but another client's, answered from another thread: a hop whose threads hand work over (Go's docker-proxy
+ * moves a goroutine to another thread while it waits) left it behind, and the next answer from this thread was
+ * charged poolwait.<hop> up to it (docker-dnat, 1 % loss: 73-250 us/txn of waits inside the request's TCP
+ * recovery, counted twice). The earliest is literally kept: a stale stamp never lengthens a wait. */
 static __always_inline void hold_response(struct pp_sock *u, struct pp_task *t)
 {
-	if (u->fwd_act && !t->fwd_act)
+	if (u->fwd_act && (!t->fwd_act || u->fwd_act < t->fwd_act))
 		t->fwd_act = u->fwd_act;
 	u->fwd_act = 0;
 }
