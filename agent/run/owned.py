@@ -9,7 +9,7 @@ from pathprof.agent.host import delayline, proc
 from pathprof.agent.host.machine import require_root  # noqa: F401  (run.require_root: topology_cmd)
 from pathprof.agent.postgres import pgbench
 from pathprof.agent.run.built import build, claim, dead_parts, preflight
-from pathprof.agent.run.options import Reporter, RunOptions
+from pathprof.agent.run.options import Reporter, RunOptions, lossy_schedule
 from pathprof.agent.run.outcome import recording
 from pathprof.agent.run.phase_clock import PhaseClock
 from pathprof.agent.run.pipeline import (
@@ -57,6 +57,9 @@ def execute(opts: RunOptions, ui: Reporter) -> RunDir:
         from pathprof.agent.run.dsn import execute_dsn
         return execute_dsn(opts, ui)
     topo, services_mod = preflight(opts)
+    opts, note = lossy_schedule(opts, topo)
+    if note:
+        ui.note(note)
     built, rd = claim(opts, topo)
     record_head(rd, {"name": topo.name, "source": topo.source, "options": topo.options, "spec": topo.to_dict()},
                 opts.workload.to_dict(), status="running", journal=built.journal.run_id)
@@ -181,6 +184,8 @@ def _results(opts, topo, ctx, pg, services, m: Measurement, driven: dict, before
         rd.write_frame("connect.parquet", conn_frame)
         meta_probes["conn_cost"] = conn_probe.cost()
         meta_probes["notes"] = list(meta_probes.get("notes") or []) + conn_probe.notes
+    if opts.schedule_note and opts.probes != "off":
+        meta_probes["notes"] = list(meta_probes.get("notes") or []) + [opts.schedule_note]
     rd.update(pgbench={**rd.meta["pgbench"], "result": result.to_dict()}, cpu=cpu, probes=meta_probes,
               postgres={**rd.meta.get("postgres", {}),
                         "checkpoints": recorder.checkpoints_during(checkpoints0, recorder.checkpoints(pg))})

@@ -151,3 +151,28 @@ def test_a_delay_line_that_exited_is_named(tmp_path):
     finally:
         alive.kill()
         alive.wait()
+
+
+def test_a_lossy_link_takes_the_probes_always_on_unless_a_schedule_was_chosen():
+    """Loss on a link with the default schedule: always on (a recovery wait begun before a window has no start in
+    it: -10 ... -19 % windowed), said in a note; a schedule the user gave, or no loss, is kept."""
+    from types import SimpleNamespace
+
+    from pathprof.agent.probing.windows import DEFAULT_PERIOD_S, DEFAULT_WINDOW_S
+    from pathprof.agent.run.options import RunOptions, lossy_schedule
+    from pathprof.topologies.impairments import Netem
+
+    def base(**kw):
+        return RunOptions(topology="nic", workload=None, **kw)
+
+    def topo(loss):
+        link = SimpleNamespace(impairments=lambda: [(object(), Netem(loss_pct=loss, delay_us=100))])
+        return SimpleNamespace(links=[link])
+    opts, note = lossy_schedule(base(), topo(1.0))
+    assert opts.probe_period_s == 0.0 and note and opts.schedule_note == note and "loses packets" in note
+    assert lossy_schedule(base(), topo(0.0)) == (base(), None)          # delay alone: windows kept
+    mine = base(probe_window_s=1.0, probe_period_s=DEFAULT_PERIOD_S)
+    assert lossy_schedule(mine, topo(2.0)) == (mine, None)                          # the user's schedule
+    off = base(probes="off")
+    assert lossy_schedule(off, topo(2.0)) == (off, None)
+    assert (DEFAULT_WINDOW_S, DEFAULT_PERIOD_S) == (base().probe_window_s, base().probe_period_s)
