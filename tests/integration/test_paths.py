@@ -63,15 +63,17 @@ def established(netns: str) -> list[dict]:
     return out
 
 
-def established_most(netns: str, looks: int = 6) -> list[dict]:
+def established_most(*netns: str, looks: int = 6) -> list[dict] | dict[str, list[dict]]:
     """established() at its fullest over ~1 s: a run's first second can fall between its connections (seen once in a
-    full suite: no socket at all in pp-pgpool one second after pgbench appeared, the run itself fine)."""
-    best: list[dict] = []
+    full suite: no socket at all in pp-pgpool one second after pgbench appeared, the run itself fine). Several
+    namespaces are looked at together (one second of looks: a 2 s run's pgbench is gone after it): {netns: list}."""
+    best: dict[str, list[dict]] = {ns: [] for ns in netns}
     for _ in range(looks):
-        now = established(netns)
-        best = now if len(now) > len(best) else best
+        for ns in netns:
+            now = established(ns)
+            best[ns] = now if len(now) > len(best[ns]) else best[ns]
         time.sleep(0.2)
-    return best
+    return best[netns[0]] if len(netns) == 1 else best
 
 
 def listening(netns: str) -> list[dict]:
@@ -242,22 +244,13 @@ def test_pgpool():
     assert not any(s.endswith(".pg_aux") for s in views(r)[0]), "pooler's server connections are backends"
 
 
-def _fullest_of_both(pool_ns: str, cli_ns: str, looks: int = 6) -> dict:
-    """established_most() of two namespaces at once (one second of looks: a 2 s run's pgbench is gone after it)."""
-    est: list[dict] = []
-    cli: list[dict] = []
-    for _ in range(looks):
-        now_est, now_cli = established(pool_ns), established(cli_ns)
-        est = now_est if len(now_est) > len(est) else est
-        cli = now_cli if len(now_cli) > len(cli) else cli
-        time.sleep(0.15)
-    return {"est": est, "cli": cli}
-
-
 def test_pgpool_3host():
     # one look found pgpool's own counters connection and its child's backend only, once in a full suite (the
     # clients' connections not yet through pgpool 1 s into a loaded run): the fullest of six looks, as test_pgpool
-    r, seen = run_path("pgpool-3host", observe=lambda t: _fullest_of_both("pp-pg3-pool", "pp-pg3-cli"))
+    def observe(t):
+        most = established_most("pp-pg3-pool", "pp-pg3-cli")
+        return {"est": most["pp-pg3-pool"], "cli": most["pp-pg3-cli"]}
+    r, seen = run_path("pgpool-3host", observe=observe)
     assert r["tps"] > 0
     pooler_check(seen, "pgpool", "198.18.13.3:5432", 4)
     assert any(s["peer"] == "198.18.13.2:9999" and "pgbench" in s["procs"] for s in seen["cli"])
