@@ -95,12 +95,14 @@ def test_sampled_transactions_follow_the_request_to_whichever_server_connection(
 
 def test_statement_pooling_waits_the_same_way(compared):
     """pgbouncer in statement mode (a server connection per statement; select 1 is one): the same named wait, the
-    same check against SHOW POOLS, the same answer to which server connection served each transaction."""
+    same check against pgbouncer's own counters, the same answer to which server connection served each
+    transaction. The check is pgbouncer's own timer of the wait (SHOW STATS): its SHOW POOLS count of waiting
+    clients in statement mode is 0.6-0.8 of what its timer and the probes both say (CI, 2026-11-25)."""
     doc, _ = compared
     stmt = doc["runs"][3]
     assert stmt["topology_options"]["pool_mode"] == "statement", stmt["topology_options"]
     assert abs(stmt["closure"]["latency_error_pct"]) <= 5, stmt["closure"]
     assert _stage(stmt, "poolwait.pgbouncer") > 0.3 * stmt["closure"]["cycle_us"], stmt["stages"]
     (row,) = stmt["pooler_counters"]
-    assert row["agrees"] and not row["no_wait"] and row["servers"] == 2, row
+    assert row["timed_txns"] > 1000 and row["agrees"] and not row["no_wait"] and row["servers"] == 2, row
     assert len(stmt["served_by"]["backends"]) == 2, stmt["served_by"]

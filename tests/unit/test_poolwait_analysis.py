@@ -51,6 +51,27 @@ def test_only_samples_inside_the_windows_count_when_windowed():
     assert row["samples"] == 1 and row["cl_waiting_mean"] == 2 and row["expected_waiting"] == pytest.approx(2.0)
 
 
+def test_the_pooler_s_own_timer_decides_where_it_keeps_one():
+    """pgbouncer times its clients' waits (SHOW STATS): that clock, not the sampled count of waiting clients, is
+    what the probes' poolwait is checked against. Per window: a run's pauses between windows are not in it."""
+    s = {"tps": 1.0, "windows": {"tps_in": 20000.0},
+         "stages": [{"name": "poolwait.pgbouncer", "leg": "request", "us_per_txn": 400.0}]}
+    # the count says 6 of the 8 expected (statement mode's SHOW POOLS), the timer says 410 µs per transaction
+    inside = [{"mono_ns": 0, "cl_waiting": 6, "wait_us_total": 0, "xacts_total": 0},
+              {"mono_ns": 10, "cl_waiting": 6, "wait_us_total": 410_000, "xacts_total": 1000},
+              {"mono_ns": 20, "cl_waiting": 6, "wait_us_total": 500_000_000, "xacts_total": 1001},  # between
+              {"mono_ns": 30, "cl_waiting": 6, "wait_us_total": 500_000_000, "xacts_total": 1001},
+              {"mono_ns": 40, "cl_waiting": 6, "wait_us_total": 500_820_000, "xacts_total": 3001}]
+    windows = [{"start_mono_ns": 0, "end_mono_ns": 10}, {"start_mono_ns": 30, "end_mono_ns": 40}]
+    (row,) = pooler_check(_meta(inside, windows, always_on=False), s)
+    assert row["timed_wait_us_per_txn"] == pytest.approx(410.0) and row["timed_txns"] == 3000
+    assert row["agrees"] is True
+    assert "own timer: 410 µs" in describe(row) and "agrees" in describe(row)
+    s["stages"][0]["us_per_txn"] = 200.0      # the probes' half of it: the timer says so, whatever the count
+    (row,) = pooler_check(_meta(inside, windows, always_on=False), s)
+    assert row["agrees"] is False and "DISAGREES" in describe(row)
+
+
 def test_a_console_that_refused_is_said_so():
     meta = _meta([])
     meta["pooler_counters"]["pgbouncer"]["error"] = "OperationalError: no such user"
