@@ -63,6 +63,13 @@ int BPF_PROG(pp_tcp_retransmit, const struct sock *csk, const struct sk_buff *sk
 	__u64 sent = s->last_send;
 	if (sent < ws)
 		return 0;                     /* its message began before the window */
+	/* the sender has closed its end (FIN_WAIT1, CLOSING, LAST_ACK): its last message was the one before its
+	 * FIN -- in PostgreSQL's protocol a Terminate, or a hop passing it on --, which no one waits for; timed as a
+	 * recovery wait it was added to a cycle that had gone on without it (-C through docker-proxy over 2 % loss:
+	 * +9.6 ... +18.8 %). Counted above with every retransmission */
+	__u8 state = sk->__sk_common.skc_state;
+	if (state != TCP_ESTABLISHED && state != TCP_CLOSE_WAIT)
+		return 0;
 	/* delivered when the receiver's rcv_nxt reaches everything sent so far (snd_nxt), or, when later segments
 	 * are lost too and wait for their own retransmissions, the end of this one */
 	__u32 nxt = BPF_CORE_READ(tp, snd_nxt);
