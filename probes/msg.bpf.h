@@ -64,7 +64,8 @@ static __always_inline __u64 conn_busy_at(__u32 tid, __u64 now)
 	return b->busy + (b->start >= win_start() && now > b->start ? now - b->start : 0);
 }
 
-/* pgbench's thread starts (start = 1: its first send on a new socket) or ends (its read of the hello) a connect */
+/* pgbench's thread starts (start = 1: its TCP connect, SYN_SENT; 2: its first send on a new socket, which starts
+ * the connect only where no SYN_SENT did: a unix socket) or ends (its read of the hello) a connect */
 static __always_inline void conn_busy_mark(__u32 tid, __u64 now, int start)
 {
 	struct pp_connbusy *b = bpf_map_lookup_elem(&connbusy, &tid);
@@ -75,9 +76,28 @@ static __always_inline void conn_busy_mark(__u32 tid, __u64 now, int start)
 		if (!b)
 			return;
 	}
+	if (start == 2 && b->start >= win_start() && b->start <= now)
+		return;                       /* the connect began at its SYN: the handshake's wait is the thread's too */
 	if (!start && b->start && now > b->start)
 		b->busy += now - b->start;
 	b->start = start ? now : 0;
+}
+
+/* --connect: pgbench's thread begins a TCP connect. libpq's connect blocks the thread from here, through the
+ * handshake (a lost SYN: 1 s and more); a reply to another of its clients that is ready meanwhile waits for it
+ * (connwait), not for the CPU to leave idle. Attached only with --connect. */
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(pp_syn_sent, const struct sock *sk, const int oldstate, const int newstate)
+{
+	if (newstate != TCP_SYN_SENT || !conn_split)
+		return 0;
+	__u64 ws = win_start();
+	if (!ws)
+		return 0;
+	struct pp_task *t = cur_task(ws);
+	if (t && t->role == PP_ROLE_PGBENCH)
+		conn_busy_mark((__u32)bpf_get_current_pid_tgid(), bpf_ktime_get_ns(), 1);
+	return 0;
 }
 
 static __always_inline int setup_message(struct sock *sk, struct pp_sock *s, struct pp_task *sender)
@@ -511,7 +531,7 @@ static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 w
 		/* a send whose start was not seen (AF_UNIX into a socket not known yet: a client's startup packet, a
 		 * backend's hello into it): know the socket from here on, and let a backend leave its setup */
 		if (!is_hop_role(t->role) && !learn_sock(sk, t) && t->role == PP_ROLE_PGBENCH)
-			conn_busy_mark((__u32)bpf_get_current_pid_tgid(), bpf_ktime_get_ns(), 1);   /* a new connection */
+			conn_busy_mark((__u32)bpf_get_current_pid_tgid(), bpf_ktime_get_ns(), 2);   /* a new connection */
 		if (t->conn_setup && ret > 1)
 			t->conn_setup = 0;
 		return 0;
@@ -531,7 +551,7 @@ static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 w
 		return 0;
 	}    /* a retransmission of this message goes back to here (tcp_loss.bpf.h) */
 	if (conn_split && !s && t->role == PP_ROLE_PGBENCH)
-		conn_busy_mark((__u32)bpf_get_current_pid_tgid(), bpf_ktime_get_ns(), 1);      /* a new connection */
+		conn_busy_mark((__u32)bpf_get_current_pid_tgid(), bpf_ktime_get_ns(), 2);      /* a new connection */
 	__u64 start = 0;
 	__u32 seq = 0;
 	__u8 leg = 0;

@@ -44,6 +44,7 @@ ONLY_FOR = {"pp_tcp_consume": HOP_ROLES, "pp_tap_read": {"qemu"}, "pp_tap_recv":
 # a send's end (sock_send_length): a client's or server's TCP send is closed at its start (pp_tcp_send), so it is
 # attached only for a hop's sends, AF_UNIX messages and --connect
 SEND_END = "pp_sock_send"
+SYN_SENT = "pp_syn_sent"      # --connect only: pgbench's thread busy connecting from its SYN (msg.bpf.h)
 # link impairments (topologies.impairments): loaded only when the path has an impaired link; the delay line's
 # brackets sit just before and after the mangle table (-150) of the hooks that hold packets
 DEVICE_PROGS = ("pp_dev_xmit", "pp_dev_recv")   # dev.<device>: net_dev_start_xmit -> netif_receive_skb
@@ -238,6 +239,8 @@ class ProbeSession:
             if (name in ONLY_FOR and not ONLY_FOR[name] & self.roles) or name in self.dropped:
                 continue
             if name == SEND_END and not (self.config.unix or self.config.conn_split or HOP_ROLES & self.roles):
+                continue
+            if name == SYN_SENT and not self.config.conn_split:
                 continue
             if name not in ALWAYS_ON and name not in NETFILTER and name not in HOLD_PRI and not name.startswith("pg_"):
                 out.append(self.main.attach(name))
