@@ -22,7 +22,8 @@ SHARED_THREADS = "nic:link=wire:loss_pct=2:clients=8:threads=2:duration=4"
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory):
     # ~55 TPS under loss (each SYN retransmission is a 1 s wait): 8 s for ~15 of them; the clean run is short
-    cp = run_pathprof("compare", "nic:duration=2", LOSSY, PROXIED, SHARED_THREADS, "--connect", "--clients", "4", "--threads", "4",
+    cp = run_pathprof("compare", "nic:duration=2", LOSSY, PROXIED, SHARED_THREADS, "--connect",
+                      "--clients", "4", "--threads", "4",
                       "--mode", "extended", "--duration", "8", "--probe-duty", "100", "--json",
                       runs_dir=tmp_path_factory.mktemp("runs"), check=True, timeout=600)
     doc = json.loads(cp.stdout)
