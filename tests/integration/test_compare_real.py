@@ -37,10 +37,13 @@ def test_compare_unix_loopback_then_diff_and_report(runs_dir, tmp_path):
     (e,) = doc["explanations"]
     assert {"run", "tps_delta_pct", "basis", "items", "unexplained_pct"} <= set(e)
     assert e["basis"] in ("cpu", "latency")
-    # TCP over loopback costs tens of percent against a unix socket here (recorded runs: -44 % TPS), far beyond
-    # noise: the gap must be explained and ranked, and its items must add up to the gap measured apart from
-    # them (busy CPU or the cycle), leaving little unexplained
-    assert doc["runs"][1]["tps"] < 0.9 * doc["runs"][0]["tps"], [r["tps"] for r in doc["runs"]]
+    # TCP over loopback costs tens of percent more CPU per transaction than a unix socket here (11.3-11.9 against
+    # 14.6-14.7 µs, 2026-11-25), far beyond noise: the gap must be explained and ranked, and its items must add up
+    # to the gap measured apart from them (busy CPU or the cycle), leaving little unexplained. Not on the headline
+    # TPS: 2-s runs' unprobed TPS is 1 s of pgbench each (unix/loopback 0.79-0.91 in four pairs; in one CI run the
+    # unix run was slowed, 120k against loopback's 128k)
+    cpu = [sum(c["us_per_txn"] for c in r["cpu"]) for r in doc["runs"]]
+    assert cpu[1] > 1.1 * cpu[0], cpu
     assert e["ranked"], e.get("verdict")
     shares = [i["share_pct"] for i in e["items"]]
     assert shares == sorted(shares, reverse=True)
