@@ -33,7 +33,8 @@ START_IN_S = 6.0          # three agents loading their probes at once took up to
 # 11.8 % once in a full suite (pooler agent; client 9.7, db 2.0) with both closures fine (-0.26 / +0.94 %): each
 # agent's windows open and close ~0.1-0.2 s late on a loaded machine, a few % of a 4 s interval each
 OUTSIDE_PCT = 15.0
-INTERVAL_S = 3
+# 4 s: at 3 s the same lateness (~0.45 s of the pooler's agent) was 15.2 % once in CI (2026-11-25)
+INTERVAL_S = 4
 LOAD_EXTRA: list[str] = []   # more `pathprof run` flags for the load (bench/hosts: --rate)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces and loads BPF: root only")
