@@ -63,10 +63,9 @@ def _sampled(row: dict, samples: list[dict]) -> None:
 def _timed(row: dict, samples: list[dict], windows: list[ProbeWindow]) -> None:
     """The pooler's own clock of the wait, where it keeps one (pgbouncer's SHOW STATS total_wait_time): its µs of
     clients waiting per transaction it served, from the first to the last sample of each window."""
-    spans = [(w.start_mono_ns or 0, w.end_mono_ns or 0) for w in windows] or [(0, 1 << 63)]
     waited = served = 0
-    for a, b in spans:
-        inside = [s for s in samples if "wait_us_total" in s and a <= s.get("mono_ns", 0) <= b]
+    for window in [_in_windows(samples, [w]) for w in windows] or [samples]:
+        inside = [s for s in window if "wait_us_total" in s]
         if len(inside) >= 2:
             waited += inside[-1]["wait_us_total"] - inside[0]["wait_us_total"]
             served += inside[-1]["xacts_total"] - inside[0]["xacts_total"]

@@ -119,28 +119,29 @@ class PgBouncer(Service):
         on its service port), for the run's pool: clients waiting for a server connection and the longest wait."""
         if getattr(self, "_admin", None) is None:
             self._connect_admin()
-        cur = self._admin.execute("SHOW POOLS")
+        r = self._admin_row("SHOW POOLS")
+        if r is None:
+            return None
+        us = int(r.get("maxwait", 0)) * 1_000_000 + int(r.get("maxwait_us", 0) or 0)
+        return {"cl_waiting": int(r["cl_waiting"]), "cl_active": int(r["cl_active"]),
+                "sv_active": int(r["sv_active"]), "maxwait_us": us,
+                "servers": getattr(self, "_pool", None), "servers_busy": int(r["sv_active"]),
+                **self._wait_timer()}
+
+    def _admin_row(self, command: str) -> dict | None:
+        """The run's database's row of an admin console SHOW."""
+        cur = self._admin.execute(command)
         cols = [c.name for c in cur.description]
-        for row in cur.fetchall():
-            r = dict(zip(cols, row))
-            if r.get("database") == self._pg_db:
-                us = int(r.get("maxwait", 0)) * 1_000_000 + int(r.get("maxwait_us", 0) or 0)
-                return {"cl_waiting": int(r["cl_waiting"]), "cl_active": int(r["cl_active"]),
-                        "sv_active": int(r["sv_active"]), "maxwait_us": us,
-                        "servers": getattr(self, "_pool", None), "servers_busy": int(r["sv_active"]),
-                        **self._wait_timer()}
-        return None
+        return next((r for r in (dict(zip(cols, row)) for row in cur.fetchall()) if r.get("database") == self._pg_db),
+                    None)
 
     def _wait_timer(self) -> dict:
         """pgbouncer's own clock of the wait (SHOW STATS): the µs its clients spent waiting for a server and the
         transactions it served, both cumulative, so two samples give its mean wait per transaction."""
-        cur = self._admin.execute("SHOW STATS")
-        cols = [c.name for c in cur.description]
-        for row in cur.fetchall():
-            r = dict(zip(cols, row))
-            if r.get("database") == self._pg_db and "total_wait_time" in r:
-                return {"wait_us_total": int(r["total_wait_time"]), "xacts_total": int(r["total_xact_count"])}
-        return {}
+        r = self._admin_row("SHOW STATS")
+        if r is None or "total_wait_time" not in r:
+            return {}
+        return {"wait_us_total": int(r["total_wait_time"]), "xacts_total": int(r["total_xact_count"])}
 
     def _connect_admin(self) -> None:
         import psycopg
