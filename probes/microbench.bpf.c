@@ -111,3 +111,17 @@ int BPF_PROG(mb_kcast_read, struct pt_regs *regs, long id)
 	sink += r->r15 + r->bp;
 	return 0;
 }
+
+/* a call to a global (non-inlined) function: what moving a cold branch out of a program costs per call; such a
+ * function is verified once on its own instead of once per path into it */
+__noinline __u64 mb_callee(__u64 x)
+{
+	return x * 3 + 1;
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(mb_subprog_call, struct pt_regs *regs, long id)
+{
+	sink += mb_callee((__u64)id);
+	return 0;
+}
