@@ -21,7 +21,13 @@ from pathprof.errors import UserError
 from pathprof.topologies.guest.image import GuestImage
 
 # Seconds a KVM boot gets to print its first initramfs line before we decide KVM is unusable and retry with TCG.
-KVM_PROBE_S = 20.0
+# A working KVM reaches the initramfs in ~1 s; TCG needs ~3.5 s here. Where KVM fails (nested virtualisation
+# without the features a real kernel needs) the guest kernel spins early in boot with no output at all, so the
+# wait is the whole cost of finding out: paid once per boot of the machine (KVM_VERDICTS).
+KVM_PROBE_S = 10.0
+# KVM's failure to boot this image's kernel, remembered until the machine reboots (tmpfs), keyed by the boot,
+# qemu and the guest kernel; deleting the file forgets it, and GuestVM(accel="kvm") always tries.
+KVM_VERDICTS = Path(os.environ.get("PATHPROF_KVM_VERDICTS", "/run/pathprof/guest"))
 # Under TCG the plain qemu64 model (plus RDRAND for the CRNG) boots with ~15 % less emulated CPU than "max".
 TCG_CPU = "qemu64,+rdrand"
 # Kernel arguments that shorten boot under emulation: no speculative-execution mitigations to patch in, trust
@@ -38,6 +44,39 @@ def kvm_available() -> tuple[bool, str]:
         return False, f"/dev/kvm: {e.strerror}"
     os.close(fd)
     return True, "/dev/kvm opens"
+
+
+def _verdict_path(kernel: Path) -> Path:
+    import hashlib
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = "unknown-boot"
+    qemu = shutil.which("qemu-system-x86_64") or "qemu-system-x86_64"
+    parts = [boot, str(kernel), qemu]
+    for f in (kernel, Path(qemu)):
+        try:
+            parts.append(str(f.stat().st_mtime_ns))
+        except OSError:
+            parts.append("missing")
+    return KVM_VERDICTS / f"kvm-failed-{hashlib.sha256('|'.join(parts).encode()).hexdigest()[:20]}"
+
+
+def kvm_failed_before(kernel: Path) -> str | None:
+    """Why KVM did not boot this kernel earlier in this boot of the machine, or None (never tried, or it did)."""
+    try:
+        return _verdict_path(kernel).read_text().strip() or "no output from the guest's init"
+    except OSError:
+        return None
+
+
+def remember_kvm_failure(kernel: Path, why: str) -> None:
+    try:
+        path = _verdict_path(kernel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(why + "\n")
+    except OSError:
+        pass                        # not remembered: the next run finds out again
 
 
 def vhost_available() -> bool:
@@ -129,8 +168,11 @@ class GuestVM:
         accel = self.requested_accel
         if accel == "auto":
             ok, why = kvm_available()
-            accel = "kvm" if ok else "tcg"
-            self.accel_note = why if ok else f"TCG: {why}"
+            before = kvm_failed_before(self.image.kernel_path) if ok else None
+            accel = "kvm" if ok and not before else "tcg"
+            self.accel_note = why if accel == "kvm" else f"TCG: {why}" if not ok else \
+                (f"TCG: KVM did not boot a guest earlier in this boot of the machine ({before}); delete "
+                 f"{_verdict_path(self.image.kernel_path)} to try KVM again")
         elif accel == "kvm":
             ok, why = kvm_available()
             if not ok:
@@ -140,6 +182,7 @@ class GuestVM:
         self._launch(accel)
         if accel == "kvm" and self.requested_accel == "auto" and not self._kvm_boots():
             self._kill()
+            remember_kvm_failure(self.image.kernel_path, self.accel_note)
             self.accel_note = f"TCG: KVM did not boot a guest ({self.accel_note})"
             self._launch("tcg")
 
