@@ -1,11 +1,33 @@
 """Ctrl-C and SIGTERM during a run: one teardown path for both, and no signal lost on the way."""
 from __future__ import annotations
 
+import logging  # noqa: F401  (imported first: its fork hooks must run inside ours, see _forking)
 import os
 import signal
 from contextlib import contextmanager
 
 _interrupted = {"flag": False}
+# Inside a fork's hooks (pyroute2's helpers fork; logging takes and releases its lock around each fork) Python
+# swallows an exception and prints it as "Exception ignored ... Traceback": a Ctrl-C there only sets the flag, and
+# the next checkpoint (each set-up phase; the pgbench loop polls `interrupted`) raises. Our hooks are registered
+# after logging's, so ours run first before a fork and last after it.
+_forking = {"depth": 0, "hooked": False}
+
+
+def _hook_forks() -> None:
+    if _forking["hooked"]:
+        return
+    _forking["hooked"] = True
+
+    def before():
+        _forking["depth"] += 1
+
+    def after_in_parent():
+        _forking["depth"] = max(0, _forking["depth"] - 1)
+
+    def after_in_child():
+        _forking["depth"] = 0
+    os.register_at_fork(before=before, after_in_parent=after_in_parent, after_in_child=after_in_child)
 
 
 def interrupted() -> bool:
@@ -24,12 +46,14 @@ def sigterm_as_interrupt():
     """SIGTERM takes the same teardown path as Ctrl-C, and neither can be lost."""
     me = os.getpid()
     _interrupted["flag"] = False
+    _hook_forks()
 
     def handler(signum, frame):
         if os.getpid() != me:  # a forked helper (pyroute2's) must not run the parent's teardown
             os._exit(1)
         _interrupted["flag"] = True
-        raise KeyboardInterrupt
+        if not _forking["depth"]:
+            raise KeyboardInterrupt
     old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield

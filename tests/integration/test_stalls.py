@@ -80,7 +80,15 @@ def test_a_reply_relayed_by_a_pooler_closes_and_its_stall_is_the_poolers(tmp_pat
     gap = tiny["closure"]["cycle_us"] - full["closure"]["cycle_us"]
     blocked = (stage(tiny, "send_blocked.pgbouncer", "response")
                - stage(full, "send_blocked.pgbouncer", "response"))
+    devices = response_devices(tiny) - response_devices(full)
+    deltas = sorted(((stage(tiny, n, l) - stage(full, n, l), n, l) for n, l in
+                     {(x["name"], x["leg"]) for x in tiny["stages"] + full["stages"] if not x.get("parent")}),
+                    reverse=True)
     assert gap > 0, (tiny["closure"], full["closure"])
-    assert blocked >= 0.7 * gap, (blocked, gap, tiny["stages"])
+    # As through the nic path (above), the stall's segments cross the pooler's veth while the client waits: that
+    # device time (dev.<pooler's veth>, response) is carved out of the stall. Four runs (2026-11-26): blocked 13.7 /
+    # 13.7 / 13.7 / 14.3 ms of a 16.9 ... 18.3 ms gap (75 ... 83 %), the device 4.2 ... 6.5 ms; 68 % once in CI.
+    assert blocked + devices >= 0.85 * gap, (blocked, devices, gap, deltas[:6])
+    assert deltas[0][1:] == ("send_blocked.pgbouncer", "response") and blocked >= 0.5 * gap, (gap, deltas[:6])
     # the pooler's own processing of the parts is still named at full speed (not folded into a wire)
     assert stage(full, "hop.pgbouncer", "response") > 0, full["stages"]
