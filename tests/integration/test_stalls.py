@@ -28,6 +28,12 @@ def stage(doc: dict, name: str, leg: str) -> float:
     return sum(s["us_per_txn"] for s in doc["stages"] if s["name"] == name and s["leg"] == leg)
 
 
+def stage_deltas(tiny: dict, full: dict) -> list[tuple[float, str, str]]:
+    """Every top-level stage's move from the full-speed run to the stalled one, largest first: (µs, name, leg)."""
+    cells = {(x["name"], x["leg"]) for x in tiny["stages"] + full["stages"] if not x.get("parent")}
+    return sorted(((stage(tiny, n, l) - stage(full, n, l), n, l) for n, l in cells), reverse=True)
+
+
 def response_devices(doc: dict) -> float:
     return sum(s["us_per_txn"] for s in doc["stages"] if s["name"].startswith("dev.") and s["leg"] == "response")
 
@@ -56,9 +62,7 @@ def test_a_window_stall_is_a_stage_and_the_view_closes(tmp_path):
     blocked = stage(tiny, "send_blocked.backend", "response") - stage(full, "send_blocked.backend", "response")
     devices = response_devices(tiny) - response_devices(full)
     own = stage(tiny, "backend.execute", "server") - stage(full, "backend.execute", "server")
-    deltas = sorted(((stage(tiny, n, l) - stage(full, n, l), n, l) for n, l in
-                     {(x["name"], x["leg"]) for x in tiny["stages"] + full["stages"] if not x.get("parent")}),
-                    reverse=True)
+    deltas = stage_deltas(tiny, full)
     assert gap > 0, cycle
     # with the backend's own extra work (its many small sends): 87 / 89 / 95 % here, 78.5 % without it once in CI
     # (the stall with its device time alone, 58 + 20 %, against the former bound of 80 %)
@@ -81,9 +85,7 @@ def test_a_reply_relayed_by_a_pooler_closes_and_its_stall_is_the_poolers(tmp_pat
     blocked = (stage(tiny, "send_blocked.pgbouncer", "response")
                - stage(full, "send_blocked.pgbouncer", "response"))
     devices = response_devices(tiny) - response_devices(full)
-    deltas = sorted(((stage(tiny, n, l) - stage(full, n, l), n, l) for n, l in
-                     {(x["name"], x["leg"]) for x in tiny["stages"] + full["stages"] if not x.get("parent")}),
-                    reverse=True)
+    deltas = stage_deltas(tiny, full)
     assert gap > 0, (tiny["closure"], full["closure"])
     # As through the nic path (above), the stall's segments cross the pooler's veth while the client waits: that
     # device time (dev.<pooler's veth>, response) is carved out of the stall. Four runs (2026-11-26): blocked 13.7 /

@@ -169,10 +169,14 @@ class GuestVM:
         if accel == "auto":
             ok, why = kvm_available()
             before = kvm_failed_before(self.image.kernel_path) if ok else None
-            accel = "kvm" if ok and not before else "tcg"
-            self.accel_note = why if accel == "kvm" else f"TCG: {why}" if not ok else \
-                (f"TCG: KVM did not boot a guest earlier in this boot of the machine ({before}); delete "
-                 f"{_verdict_path(self.image.kernel_path)} to try KVM again")
+            if not ok:
+                accel, self.accel_note = "tcg", f"TCG: {why}"
+            elif before:
+                accel, self.accel_note = "tcg", (f"TCG: KVM did not boot a guest earlier in this boot of the machine "
+                                                 f"({before}); delete {_verdict_path(self.image.kernel_path)} to try "
+                                                 f"KVM again")
+            else:
+                accel, self.accel_note = "kvm", why
         elif accel == "kvm":
             ok, why = kvm_available()
             if not ok:
