@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lanes
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,6 +63,12 @@ def bpf_state() -> dict:
     """BPF objects no process holds: pathprof's programs and any link kept only by the kernel (a pin, a tc
     attachment) and pinned objects. A live run's programs and links are held by its fds, so concurrent runs
     of other engineers do not show here; a killed one's would only if something kept them."""
+    def listing(kind):
+        cp = subprocess.run(["bpftool", kind, "show", "-j"], capture_output=True, text=True)
+        return json.loads(cp.stdout or "[]") if cp.returncode == 0 else []
+    # Listed before and after the scan of who holds what: a program another lane loads during the scan is in
+    # the second listing only, one it closes during the scan in the first only; neither is an orphan.
+    progs_before, links_before = listing("prog"), listing("link")
     held_progs, held_links = set(), set()
     for fdinfo in Path("/proc").glob("[0-9]*/fdinfo/*"):
         try:
@@ -70,13 +77,12 @@ def bpf_state() -> dict:
             continue
         held_progs.update(int(x) for x in re.findall(r"^prog_id:\s*(\d+)", text, re.M))
         held_links.update(int(x) for x in re.findall(r"^link_id:\s*(\d+)", text, re.M))
-    def listing(kind):
-        cp = subprocess.run(["bpftool", kind, "show", "-j"], capture_output=True, text=True)
-        return json.loads(cp.stdout or "[]") if cp.returncode == 0 else []
-    progs = listing("prog")
-    ours = {p["id"]: p.get("name", "") for p in progs if p.get("name", "").startswith(("pp_", "nf_begin", "nf_end"))}
-    orphan_links = sorted(f"{l.get('type')}:{ours.get(l.get('prog_id'), l.get('prog_id'))}" for l in listing("link")
-                          if l.get("id") not in held_links and l.get("prog_id") in ours)
+    steady_progs = {p["id"] for p in progs_before} & {p["id"] for p in listing("prog")}
+    steady_links = {link["id"] for link in links_before} & {link["id"] for link in listing("link")}
+    ours = {p["id"]: p.get("name", "") for p in progs_before if p["id"] in steady_progs
+            and p.get("name", "").startswith(("pp_", "nf_begin", "nf_end"))}
+    orphan_links = sorted(f"{l.get('type')}:{ours.get(l.get('prog_id'), l.get('prog_id'))}" for l in links_before
+                          if l["id"] in steady_links and l.get("id") not in held_links and l.get("prog_id") in ours)
     orphan_progs = sorted(n for i, n in ours.items() if i not in held_progs)
     pinned = sorted(str(p) for p in Path("/sys/fs/bpf").rglob("*") if p.name not in ("maps.debug", "progs.debug"))
     return {"bpf_orphan_progs": orphan_progs, "bpf_orphan_links": orphan_links, "bpf_pinned": pinned}
@@ -84,7 +90,9 @@ def bpf_state() -> dict:
 
 def run_pathprof(*args, timeout=300, check=False, **kw) -> subprocess.CompletedProcess:
     env = dict(kw.pop("env", os.environ))
-    env["PATHPROF_RUNS"] = str(kw.pop("runs_dir", env.get("PATHPROF_RUNS", "/tmp/pp-test-runs")))
+    lane = os.environ.get("PYTEST_XDIST_WORKER")       # each lane its own default runs directory
+    default_runs = "/tmp/pp-test-runs" + (f"-{lane}" if lane else "")
+    env["PATHPROF_RUNS"] = str(kw.pop("runs_dir", env.get("PATHPROF_RUNS", default_runs)))
     cp = subprocess.run([*PATHPROF, *args], capture_output=True, text=True, timeout=timeout, env=env,
                         stdin=subprocess.DEVNULL, **kw)
     if check and cp.returncode != 0:
@@ -98,12 +106,29 @@ def runs_dir(tmp_path):
 
 
 def pytest_collection_modifyitems(config, items):
+    if getattr(config.option, "dist", "no") != "no":
+        lanes.group_and_order(items)
     if os.geteuid() == 0:
         return
     skip = pytest.mark.skip(reason="integration tests need root")
     for item in items:
         if "integration" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With two lanes (tests/lanes.py), a test runs beside the other lane's or alone, by its needs."""
+    lock = lanes.lane_lock(item.config)
+    if lock is None:
+        yield
+        return
+    with lock.hold(exclusive=lanes.exclusive_reason(item) is not None):
+        yield
+
+
+def pytest_sessionfinish(session):
+    lanes.remove_lock(session.config)
 
 
 # ---- real runs shared by several test modules (each is made once per session, when first asked for) ----------

@@ -1,0 +1,135 @@
+"""The suite in two lanes (scripts/test): two pytest-xdist workers, the second in network and mount namespaces of
+its own (tests/lane-python), so the built-in paths' fixed names (pp-loopback, pp-dk-host, ...) and each lane's
+root-namespace links and rules never meet. What the lanes still share is the machine: its two CPUs, the kernel's
+machine-wide objects (cgroups, loop devices, uprobes and their USDT semaphores, the journal directory that
+`pathprof cleanup` replays). A test that depends on those runs alone: it takes the lanes' lock exclusively, and
+the other lane waits between two of its tests.
+
+Which tests run alone is data (EXCLUSIVE below, each with its reason), plus any test that asks for a run made
+with the machine idle (`always_on_run`). Modules that read the same session-wide run (tests/conftest.py) form
+one group, run by one worker, so each such run is still made once.
+
+Without xdist (`pytest tests/...`, or PATHPROF_TEST_LANES=1 bash scripts/test) nothing here changes anything.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+# module file name, or "module::test name prefix" -> why it must have the machine to itself
+EXCLUSIVE = {
+    "test_backend_io.py": "cgroups and loop devices are machine-wide; a throttled device's timing; cleanup replay",
+    "test_faults.py::test_sigkill": "a killed run's journal waits for `cleanup`, which replays every dead journal",
+    "test_faults.py::test_cleanup": "`cleanup` replays every dead journal on the machine",
+    "test_foundation.py::test_sigkill": "a killed run's journal waits for `cleanup`, which replays every dead journal",
+    "test_rules_scale.py": "replays a killed run's journal with `cleanup`",
+    "test_foreign_load.py": "the same path alone and under a known load: the other lane would be a third load",
+    "test_probe_cpu.py": "the CPU the kernel counted against the probes' per-role CPU",
+    "test_cpu_reference.py": "the CPU view's reference is the machine's busy time",
+    "test_compare_real.py": "the CPU gap between two paths, run one after the other",
+    "test_sweep_real.py": "the knee of a client sweep is a timing ground truth",
+    "test_predict_real.py": "the machine's costs (wakeup onto an idle CPU) are measured by the runs",
+    "test_stalls.py": "a stall's share of the gap between two runs",
+    "test_loss.py": "the loss stages carry the gap against the clean link (two runs)",
+    "test_connect_loss.py": "a lossy -C run's setup split against pgbench's connection time, four runs compared",
+    "test_three_hosts.py": "three agents started one after another must overlap within a bound",
+    "test_poolwait.py": "the wait carries the gap between two pool sizes",
+    "test_probes_paths.py": "ground truths (2 ms of pg_sleep, saturated CPUs) and the CPU view's closure",
+    "test_conn_closure.py::test_listen_queue_overflow": "the kernel's machine-wide ListenDrops and SYN counters",
+    "test_uprobe_multi.py": "USDT semaphores are counted by every uprobe on the binary, the other lane's too",
+}
+IDLE_MACHINE_FIXTURES = ("always_on_run",)      # made after waiting for idle CPUs (tests/conftest.py)
+SHARED_RUN_FIXTURES = ("connect_run", "pgpool_children_run", "always_on_run")
+
+
+def exclusive_reason(item) -> str | None:
+    module = item.nodeid.split("::")[0].rsplit("/", 1)[-1]
+    name = item.nodeid.split("::", 1)[-1]
+    for key, why in EXCLUSIVE.items():
+        mod, _, prefix = key.partition("::")
+        if mod == module and name.startswith(prefix):
+            return why
+    if item.get_closest_marker("exclusive"):
+        return "marked exclusive"
+    if any(f in getattr(item, "fixturenames", ()) for f in IDLE_MACHINE_FIXTURES):
+        return "reads a run made with the machine idle"
+    return None
+
+
+def group_and_order(items) -> None:
+    """Give every test an xdist group (its module, or the modules sharing a session-wide run) and order the
+    groups: those with tests that run alone first, so they pass one after the other while the other lane has
+    not yet started, then the rest, largest first, which the two lanes share."""
+    import pytest
+
+    module_of = {it: it.nodeid.split("::")[0] for it in items}
+    parent = {m: m for m in module_of.values()}
+
+    def root(m):
+        while parent[m] != m:
+            m = parent[m]
+        return m
+    by_fixture: dict[str, str] = {}
+    for it in items:
+        for f in SHARED_RUN_FIXTURES:
+            if f in getattr(it, "fixturenames", ()):
+                first = by_fixture.setdefault(f, module_of[it])
+                parent[root(module_of[it])] = root(first)
+    groups: dict[str, list] = {}
+    for it in items:
+        groups.setdefault(root(module_of[it]), []).append(it)
+    alone = {g: sum(exclusive_reason(it) is not None for it in its) for g, its in groups.items()}
+    order = sorted(groups, key=lambda g: (alone[g] == 0, -len(groups[g]) if "integration" in g else 0))
+    items[:] = [it for g in order for it in groups[g]]
+    for g in order:
+        name = Path(g).stem
+        for it in groups[g]:
+            it.add_marker(pytest.mark.xdist_group(name=name))
+
+
+class LaneLock:
+    """A readers-writer lock between the lanes, on two flock(2)ed files: a test that may share the machine holds
+    it shared, one that must be alone holds it exclusively. The turnstile keeps a waiting exclusive test from
+    being overtaken by the other lane's next shared test."""
+
+    def __init__(self, path: Path):
+        self.rw = open(path, "a+")                       # noqa: SIM115 (held for the whole session)
+        self.turnstile = open(f"{path}.turnstile", "a+")  # noqa: SIM115
+
+    @contextmanager
+    def hold(self, exclusive: bool):
+        fcntl.flock(self.turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.rw, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(self.rw, fcntl.LOCK_UN)
+
+
+def lane_lock(config) -> LaneLock | None:
+    """The session's lock when this process is one of several xdist workers, else None."""
+    workerinput = getattr(config, "workerinput", None)
+    if not workerinput or int(workerinput.get("workercount", 1)) < 2:
+        return None
+    lock = getattr(config, "_pp_lane_lock", None)
+    if lock is None:
+        lock = LaneLock(Path("/tmp") / f"pp-test-lanes-{workerinput['testrunuid']}.lock")
+        config._pp_lane_lock = lock
+    return lock
+
+
+def in_lane_namespaces() -> bool:
+    return os.environ.get("PATHPROF_TEST_LANE_NS") == "1"
+
+
+def remove_lock(config) -> None:
+    lock = getattr(config, "_pp_lane_lock", None)
+    if lock is not None:
+        for f in (lock.rw, lock.turnstile):
+            Path(f.name).unlink(missing_ok=True)
+            f.close()
