@@ -105,9 +105,18 @@ def runs_dir(tmp_path):
     return tmp_path / "runs"
 
 
+def pytest_configure(config):
+    lanes.name_the_session(config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    return lanes.GroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    if getattr(config.option, "dist", "no") != "no":
-        lanes.group_and_order(items)
+    if lanes.session_id():                  # an xdist worker of a two-lane session: only workers collect
+        lanes.write_groups(lanes.group_and_order(items))
     if os.geteuid() == 0:
         return
     skip = pytest.mark.skip(reason="integration tests need root")
@@ -128,7 +137,7 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 def pytest_sessionfinish(session):
-    lanes.remove_lock(session.config)
+    lanes.remove_files(session.config)
 
 
 # ---- real runs shared by several test modules (each is made once per session, when first asked for) ----------
@@ -200,3 +209,4 @@ def always_on_run(tmp_path_factory):
         assert machine_state() == before
         return doc
     return _shared(tmp_path_factory, "always-on-runs", make)
+

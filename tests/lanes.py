@@ -7,13 +7,15 @@ the other lane waits between two of its tests.
 
 Which tests run alone is data (EXCLUSIVE below, each with its reason), plus any test that asks for a run made
 with the machine idle (`always_on_run`). Modules that read the same session-wide run (tests/conftest.py) form
-one group, run by one worker, so each such run is still made once.
+one group, run by one worker, so each such run is still made once (GroupScheduling: xdist's own `loadgroup`
+does not group with pytest 9).
 
 Without xdist (`pytest tests/...`, or PATHPROF_TEST_LANES=1 bash scripts/test) nothing here changes anything.
 """
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,6 +44,7 @@ EXCLUSIVE = {
 }
 IDLE_MACHINE_FIXTURES = ("always_on_run",)      # made after waiting for idle CPUs (tests/conftest.py)
 SHARED_RUN_FIXTURES = ("connect_run", "pgpool_children_run", "always_on_run")
+SESSION_ENV = "PATHPROF_TEST_LANES_SESSION"
 
 
 def exclusive_reason(item) -> str | None:
@@ -58,12 +61,11 @@ def exclusive_reason(item) -> str | None:
     return None
 
 
-def group_and_order(items) -> None:
-    """Give every test an xdist group (its module, or the modules sharing a session-wide run) and order the
-    groups: those with tests that run alone first, so they pass one after the other while the other lane has
-    not yet started, then the rest, largest first, which the two lanes share."""
-    import pytest
-
+def group_and_order(items) -> dict[str, str]:
+    """Order the tests by group (a module, or the modules sharing a session-wide run): groups with tests that run
+    alone first, so they pass one after the other before the lanes share the machine, then the rest, integration
+    modules with most tests first, unit tests last. Returns each module's group, for the scheduler
+    (GroupScheduling), which gets it in a file (write_groups): only workers collect, and each writes the same one."""
     module_of = {it: it.nodeid.split("::")[0] for it in items}
     parent = {m: m for m in module_of.values()}
 
@@ -83,10 +85,49 @@ def group_and_order(items) -> None:
     alone = {g: sum(exclusive_reason(it) is not None for it in its) for g, its in groups.items()}
     order = sorted(groups, key=lambda g: (alone[g] == 0, -len(groups[g]) if "integration" in g else 0))
     items[:] = [it for g in order for it in groups[g]]
-    for g in order:
-        name = Path(g).stem
-        for it in groups[g]:
-            it.add_marker(pytest.mark.xdist_group(name=name))
+    return {m: Path(root(m)).stem for m in parent}
+
+
+def write_groups(groups: dict[str, str]) -> None:
+    target = lanes_file(".groups.json")
+    tmp = target.with_name(f"{target.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(groups))
+    tmp.rename(target)
+
+
+def name_the_session(config) -> None:
+    """The controller names the session's files; the workers it starts inherit the name."""
+    if not hasattr(config, "workerinput") and getattr(config.option, "tx", None):
+        os.environ[SESSION_ENV] = str(os.getpid())
+
+
+def session_id() -> str | None:
+    return os.environ.get(SESSION_ENV)
+
+
+def lanes_file(suffix: str) -> Path:
+    return Path("/tmp") / f"pp-test-lanes-{session_id()}{suffix}"
+
+
+def GroupScheduling(config, log):     # noqa: N802 (a class made on demand: xdist is imported only when used)
+    from xdist.scheduler import LoadScopeScheduling
+
+    class _GroupScheduling(LoadScopeScheduling):
+        """xdist's scope scheduling with tests/lanes.py's groups as the scopes, in the order collected: a worker
+        takes a whole group, and the next group when it is almost done with its own."""
+
+        def __init__(self, config, log=None):
+            super().__init__(config, log)
+            config.option.loadscopereorder = False
+            self._groups: dict | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._groups is None:
+                f = lanes_file(".groups.json")
+                self._groups = json.loads(f.read_text()) if f.exists() else {}
+            module = nodeid.split("::", 1)[0]
+            return self._groups.get(module, module)
+    return _GroupScheduling(config, log)
 
 
 class LaneLock:
@@ -114,11 +155,11 @@ class LaneLock:
 def lane_lock(config) -> LaneLock | None:
     """The session's lock when this process is one of several xdist workers, else None."""
     workerinput = getattr(config, "workerinput", None)
-    if not workerinput or int(workerinput.get("workercount", 1)) < 2:
+    if not workerinput or int(workerinput.get("workercount", 1)) < 2 or not session_id():
         return None
     lock = getattr(config, "_pp_lane_lock", None)
     if lock is None:
-        lock = LaneLock(Path("/tmp") / f"pp-test-lanes-{workerinput['testrunuid']}.lock")
+        lock = LaneLock(lanes_file(".lock"))
         config._pp_lane_lock = lock
     return lock
 
@@ -127,9 +168,8 @@ def in_lane_namespaces() -> bool:
     return os.environ.get("PATHPROF_TEST_LANE_NS") == "1"
 
 
-def remove_lock(config) -> None:
-    lock = getattr(config, "_pp_lane_lock", None)
-    if lock is not None:
-        for f in (lock.rw, lock.turnstile):
-            Path(f.name).unlink(missing_ok=True)
-            f.close()
+def remove_files(config) -> None:
+    """The controller, when the session ends, removes the lock and group files."""
+    if not hasattr(config, "workerinput") and session_id():
+        for f in Path("/tmp").glob(f"pp-test-lanes-{session_id()}*"):
+            f.unlink(missing_ok=True)

@@ -1,0 +1,79 @@
+"""The suite's two lanes (tests/lanes.py): who runs alone, how modules are grouped and ordered, and the
+readers-writer lock between the lanes, on real flock(2)ed files with threads standing for the two workers."""
+import threading
+import time
+
+import lanes
+
+
+class FakeItem:
+    def __init__(self, nodeid, fixturenames=(), exclusive=False):
+        self.nodeid, self.fixturenames = nodeid, list(fixturenames)
+        self._exclusive = exclusive
+
+    def get_closest_marker(self, name):
+        return object() if name == "exclusive" and self._exclusive else None
+
+
+
+def test_who_runs_alone():
+    assert lanes.exclusive_reason(FakeItem("tests/integration/test_stalls.py::test_a_window_stall"))
+    assert lanes.exclusive_reason(FakeItem("tests/integration/test_faults.py::test_sigkill_during_teardown[x]"))
+    assert lanes.exclusive_reason(FakeItem("tests/integration/test_faults.py::test_link_down_mid_run")) is None
+    assert lanes.exclusive_reason(FakeItem("tests/integration/test_paths.py::test_pgpool")) is None
+    assert lanes.exclusive_reason(FakeItem("tests/integration/test_paths.py::test_pgpool", exclusive=True))
+    assert lanes.exclusive_reason(FakeItem("tests/integration/test_netem.py::test_x", ["always_on_run"]))
+
+
+def test_modules_sharing_a_session_run_are_one_group_and_lone_groups_come_first():
+    items = [FakeItem("tests/unit/test_a.py::t1"),
+             FakeItem("tests/integration/test_paths.py::t1"), FakeItem("tests/integration/test_paths.py::t2"),
+             FakeItem("tests/integration/test_conn_probe.py::t1", ["connect_run"]),
+             FakeItem("tests/integration/test_stalls.py::t1"),
+             FakeItem("tests/integration/test_conn_closure.py::t1", ["connect_run", "pgpool_children_run"]),
+             FakeItem("tests/integration/test_pooler_counters.py::t1", ["pgpool_children_run"])]
+    group_of = lanes.group_and_order(items)
+    groups = [group_of[it.nodeid.split("::")[0]] for it in items]
+    conn = {g for it, g in zip(items, groups) if "conn" in it.nodeid or "pooler" in it.nodeid}
+    assert len(conn) == 1, "modules reading one session-wide run must run on one worker"
+    assert groups[0] == "test_stalls", "the group with a test that runs alone comes first"
+    assert groups[-1] == "test_a", "unit tests last"
+    # each group's tests stay together, so a worker takes it whole
+    assert [g for i, g in enumerate(groups) if i == 0 or groups[i - 1] != g] == list(dict.fromkeys(groups))
+
+
+def _worker(lock, exclusive, events, name, hold_s, started=None):
+    def run():
+        if started:
+            started.wait(5)
+        with lock.hold(exclusive):
+            events.append(("in", name, time.monotonic()))
+            time.sleep(hold_s)
+            events.append(("out", name, time.monotonic()))
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def test_the_lock_shares_readers_and_a_writer_is_alone_and_not_overtaken(tmp_path):
+    path = tmp_path / "lanes.lock"
+    # two readers at once: both inside together
+    events: list = []
+    ts = [_worker(lanes.LaneLock(path), False, events, n, 0.3) for n in ("r1", "r2")]
+    for t in ts:
+        t.join(5)
+    ins = sorted(e[2] for e in events if e[0] == "in")
+    outs = sorted(e[2] for e in events if e[0] == "out")
+    assert ins[1] < outs[0], "two shared holders must overlap"
+
+    # a reader inside, a writer waiting, then a second reader: the writer goes before the second reader
+    events = []
+    r1 = _worker(lanes.LaneLock(path), False, events, "r1", 0.8)
+    time.sleep(0.25)
+    w = _worker(lanes.LaneLock(path), True, events, "w", 0.2)
+    time.sleep(0.25)
+    r2 = _worker(lanes.LaneLock(path), False, events, "r2", 0.1)
+    for t in (r1, w, r2):
+        t.join(5)
+    order = [(kind, name) for kind, name, _ in sorted(events, key=lambda e: e[2])]
+    assert order == [("in", "r1"), ("out", "r1"), ("in", "w"), ("out", "w"), ("in", "r2"), ("out", "r2")], order
