@@ -137,7 +137,18 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 def pytest_sessionfinish(session):
-    lanes.remove_files(session.config)
+    lanes.write_stats(session.config)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    text = lanes.summary(config)
+    if text:
+        terminalreporter.write_sep("-", "lanes")
+        terminalreporter.write_line(text)
+
+
+def pytest_unconfigure(config):
+    lanes.remove_files(config)
 
 
 # ---- real runs shared by several test modules (each is made once per session, when first asked for) ----------
@@ -157,7 +168,7 @@ def _run_json(*args, retry_s: float = 240, **kw) -> dict:
     return json.loads(cp.stdout)
 
 
-def _shared(tmp_path_factory, name: str, make):
+def _shared(request, tmp_path_factory, name: str, make):
     """A memo of real runs keyed by their settings: make(key, runs_dir) runs once per key and session."""
     if os.geteuid() != 0:
         pytest.skip("real runs need root")
@@ -166,24 +177,25 @@ def _shared(tmp_path_factory, name: str, make):
 
     def get(*key):
         if key not in done:
-            done[key] = make(key, root)
+            with lanes.alone(request.config):     # read by several modules as ground truth: made alone
+                done[key] = make(key, root)
         return done[key]
     return get
 
 
 @pytest.fixture(scope="session")
-def connect_run(tmp_path_factory):
+def connect_run(request, tmp_path_factory):
     """connect_run(topology, clients): a new connection per transaction (-C, extended protocol), default probe
     schedule, 3 s (one window, 0.75 .. 2.25 s). Read by test_conn_closure and test_conn_probe."""
     def make(key, root):
         topology, clients = key
         return _run_json("--topology", topology, "--clients", str(clients), "--connect", "--mode", "extended",
                          "--duration", "3", runs_dir=root)
-    return _shared(tmp_path_factory, "connect-runs", make)
+    return _shared(request, tmp_path_factory, "connect-runs", make)
 
 
 @pytest.fixture(scope="session")
-def pgpool_children_run(tmp_path_factory):
+def pgpool_children_run(request, tmp_path_factory):
     """pgpool_children_run(children, *more_args): pgpool with `children` children for 4 -C clients on 4 threads,
     extended, default probe schedule, 4 s. Read by test_conn_closure (the wait for a child) and
     test_pooler_counters."""
@@ -192,11 +204,11 @@ def pgpool_children_run(tmp_path_factory):
         return _run_json("--topology", "pgpool", "--clients", "4", "--threads", "4", "--option",
                          f"children={children}", "--connect", "--mode", "extended", "--duration", "4", *more,
                          runs_dir=root / f"children{children}{''.join(more)}")
-    return _shared(tmp_path_factory, "pgpool-children-runs", make)
+    return _shared(request, tmp_path_factory, "pgpool-children-runs", make)
 
 
 @pytest.fixture(scope="session")
-def always_on_run(tmp_path_factory):
+def always_on_run(request, tmp_path_factory):
     """always_on_run(topology, clients): probes always on (--probe-duty 100), 3 s, the machine restored
     afterwards. nic at 1 client is the base of test_netem and test_foreign_load and test_hops_probed's wire;
     pgpool at 16 clients is read by test_closure_pgpool and test_hops_probed."""
@@ -208,5 +220,5 @@ def always_on_run(tmp_path_factory):
                         runs_dir=root, timeout=600)
         assert machine_state() == before
         return doc
-    return _shared(tmp_path_factory, "always-on-runs", make)
+    return _shared(request, tmp_path_factory, "always-on-runs", make)
 

@@ -5,10 +5,10 @@ machine-wide objects (cgroups, loop devices, uprobes and their USDT semaphores, 
 `pathprof cleanup` replays). A test that depends on those runs alone: it takes the lanes' lock exclusively, and
 the other lane waits between two of its tests.
 
-Which tests run alone is data (EXCLUSIVE below, each with its reason), plus any test that asks for a run made
-with the machine idle (`always_on_run`). Modules that read the same session-wide run (tests/conftest.py) form
-one group, run by one worker, so each such run is still made once (GroupScheduling: xdist's own `loadgroup`
-does not group with pytest 9).
+Which tests run alone is data (EXCLUSIVE below, each with its reason). The session-wide runs several modules
+read (tests/conftest.py) are made alone too (`alone()`), while the tests that read them share the machine; the
+modules reading one such run form one group, taken by one worker, so the run is still made once
+(GroupScheduling: xdist's own `loadgroup` does not group under pytest 9).
 
 Without xdist (`pytest tests/...`, or PATHPROF_TEST_LANES=1 bash scripts/test) nothing here changes anything.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -42,7 +43,6 @@ EXCLUSIVE = {
     "test_conn_closure.py::test_listen_queue_overflow": "the kernel's machine-wide ListenDrops and SYN counters",
     "test_uprobe_multi.py": "USDT semaphores are counted by every uprobe on the binary, the other lane's too",
 }
-IDLE_MACHINE_FIXTURES = ("always_on_run",)      # made after waiting for idle CPUs (tests/conftest.py)
 SHARED_RUN_FIXTURES = ("connect_run", "pgpool_children_run", "always_on_run")
 SESSION_ENV = "PATHPROF_TEST_LANES_SESSION"
 
@@ -56,8 +56,6 @@ def exclusive_reason(item) -> str | None:
             return why
     if item.get_closest_marker("exclusive"):
         return "marked exclusive"
-    if any(f in getattr(item, "fixturenames", ()) for f in IDLE_MACHINE_FIXTURES):
-        return "reads a run made with the machine idle"
     return None
 
 
@@ -138,18 +136,58 @@ class LaneLock:
     def __init__(self, path: Path):
         self.rw = open(path, "a+")                       # noqa: SIM115 (held for the whole session)
         self.turnstile = open(f"{path}.turnstile", "a+")  # noqa: SIM115
+        self.mode: int | None = None                     # what this lane holds now
+        self.since = 0.0
+        self.seconds = {"waiting": 0.0, "alone": 0.0, "shared": 0.0}    # this lane's time, for the summary
+
+    def _take(self, mode: int) -> None:
+        t0 = time.monotonic()
+        fcntl.flock(self.turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.rw, mode)
+        finally:
+            fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+        self.mode, self.since = mode, time.monotonic()
+        self.seconds["waiting"] += self.since - t0
+
+    def _drop(self) -> None:
+        fcntl.flock(self.rw, fcntl.LOCK_UN)
+        self.seconds["alone" if self.mode == fcntl.LOCK_EX else "shared"] += time.monotonic() - self.since
+        self.mode = None
 
     @contextmanager
     def hold(self, exclusive: bool):
-        fcntl.flock(self.turnstile, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(self.rw, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        finally:
-            fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+        self._take(fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
             yield
         finally:
-            fcntl.flock(self.rw, fcntl.LOCK_UN)
+            self._drop()
+
+    @contextmanager
+    def alone(self):
+        """Inside a shared hold: the machine to this lane for a while (a run other tests read, made once). The
+        shared hold is dropped first and taken again after, so two lanes asking at once cannot deadlock."""
+        if self.mode != fcntl.LOCK_SH:
+            yield
+            return
+        self._drop()
+        self._take(fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            self._drop()
+            self._take(fcntl.LOCK_SH)
+
+
+@contextmanager
+def alone(config):
+    """The machine to this test alone while the block runs, when the suite runs in lanes; else nothing."""
+    lock = getattr(config, "_pp_lane_lock", None)
+    if lock is None:
+        yield
+    else:
+        with lock.alone():
+            yield
 
 
 def lane_lock(config) -> LaneLock | None:
@@ -166,6 +204,24 @@ def lane_lock(config) -> LaneLock | None:
 
 def in_lane_namespaces() -> bool:
     return os.environ.get("PATHPROF_TEST_LANE_NS") == "1"
+
+
+def write_stats(config) -> None:
+    lock = getattr(config, "_pp_lane_lock", None)
+    if lock is not None:
+        lanes_file(f".stats-{config.workerinput['workerid']}").write_text(json.dumps(lock.seconds))
+
+
+def summary(config) -> str | None:
+    """One line per lane: its time in tests beside the other lane, alone, and waiting for the lock."""
+    if hasattr(config, "workerinput") or not session_id():
+        return None
+    lines = []
+    for f in sorted(Path("/tmp").glob(f"pp-test-lanes-{session_id()}.stats-*")):
+        s = json.loads(f.read_text())
+        lines.append(f"lane {f.name.rsplit('-', 1)[-1]}: {s['shared']:.0f} s beside the other lane, "
+                     f"{s['alone']:.0f} s alone, {s['waiting']:.0f} s waiting")
+    return "\n".join(lines) or None
 
 
 def remove_files(config) -> None:

@@ -22,7 +22,6 @@ def test_who_runs_alone():
     assert lanes.exclusive_reason(FakeItem("tests/integration/test_faults.py::test_link_down_mid_run")) is None
     assert lanes.exclusive_reason(FakeItem("tests/integration/test_paths.py::test_pgpool")) is None
     assert lanes.exclusive_reason(FakeItem("tests/integration/test_paths.py::test_pgpool", exclusive=True))
-    assert lanes.exclusive_reason(FakeItem("tests/integration/test_netem.py::test_x", ["always_on_run"]))
 
 
 def test_modules_sharing_a_session_run_are_one_group_and_lone_groups_come_first():
@@ -77,3 +76,26 @@ def test_the_lock_shares_readers_and_a_writer_is_alone_and_not_overtaken(tmp_pat
         t.join(5)
     order = [(kind, name) for kind, name, _ in sorted(events, key=lambda e: e[2])]
     assert order == [("in", "r1"), ("out", "r1"), ("in", "w"), ("out", "w"), ("in", "r2"), ("out", "r2")], order
+
+
+def test_alone_inside_shared_holds_waits_for_the_other_lane_and_two_at_once_do_not_deadlock(tmp_path):
+    path = tmp_path / "lanes.lock"
+    events: list = []
+
+    def lane(name, hold_before, hold_alone):
+        lock = lanes.LaneLock(path)
+        with lock.hold(exclusive=False):
+            time.sleep(hold_before)
+            with lock.alone():
+                events.append(("in", name, time.monotonic()))
+                time.sleep(hold_alone)
+                events.append(("out", name, time.monotonic()))
+    ts = [threading.Thread(target=lane, args=("a", 0.1, 0.3)), threading.Thread(target=lane, args=("b", 0.1, 0.3))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(10)
+    assert not any(t.is_alive() for t in ts), "two lanes asking to be alone at once must not deadlock"
+    spans = sorted((t_in, next(t for k, n, t in events if k == "out" and n == name))
+                   for k, name, t_in in events if k == "in")
+    assert len(spans) == 2 and spans[0][1] <= spans[1][0], f"the two alone blocks overlapped: {spans}"
