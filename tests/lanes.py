@@ -23,7 +23,8 @@ from pathlib import Path
 
 # module file name, or "module::test name prefix" -> why it must have the machine to itself
 EXCLUSIVE = {
-    "test_backend_io.py": "cgroups and loop devices are machine-wide; a throttled device's timing; cleanup replay",
+    "test_backend_io.py::test_a_throttled": "cgroups and loop devices are machine-wide; a throttled device's timing",
+    "test_backend_io.py::test_a_killed": "cgroups and loop devices are machine-wide; `cleanup` replays the journal",
     "test_faults.py::test_sigkill": "a killed run's journal waits for `cleanup`, which replays every dead journal",
     "test_faults.py::test_cleanup": "`cleanup` replays every dead journal on the machine",
     "test_foundation.py::test_sigkill": "a killed run's journal waits for `cleanup`, which replays every dead journal",
@@ -39,7 +40,8 @@ EXCLUSIVE = {
     "test_connect_loss.py": "a lossy -C run's setup split against pgbench's connection time, four runs compared",
     "test_three_hosts.py": "three agents started one after another must overlap within a bound",
     "test_poolwait.py": "the wait carries the gap between two pool sizes",
-    "test_probes_paths.py": "ground truths (2 ms of pg_sleep, saturated CPUs) and the CPU view's closure",
+    "test_probes_paths.py::test_pg_sleep": "2 ms of pg_sleep, and every other stage within 50 µs of the base run",
+    "test_probes_paths.py::test_cpu_view_closes": "the CPU view's closure with both CPUs saturated by this run",
     "test_conn_closure.py::test_listen_queue_overflow": "the kernel's machine-wide ListenDrops and SYN counters",
     "test_uprobe_multi.py": "USDT semaphores are counted by every uprobe on the binary, the other lane's too",
 }
