@@ -34,7 +34,6 @@ EXCLUSIVE = {
     "test_cpu_reference.py": "the CPU view's reference is the machine's busy time",
     "test_compare_real.py": "the CPU gap between two paths, run one after the other",
     "test_sweep_real.py": "the knee of a client sweep is a timing ground truth",
-    "test_predict_real.py": "the machine's costs (wakeup onto an idle CPU) are measured by the runs",
     "test_stalls.py": "a stall's share of the gap between two runs",
     "test_loss.py": "the loss stages carry the gap against the clean link (two runs)",
     "test_connect_loss.py": "a lossy -C run's setup split against pgbench's connection time, four runs compared",
@@ -62,10 +61,13 @@ def exclusive_reason(item) -> str | None:
 
 
 def group_and_order(items) -> dict[str, str]:
-    """Order the tests by group (a module, or the modules sharing a session-wide run): groups with tests that run
-    alone first, so they pass one after the other before the lanes share the machine, then the rest, integration
-    modules with most tests first, unit tests last. Returns each module's group, for the scheduler
-    (GroupScheduling), which gets it in a file (write_groups): only workers collect, and each writes the same one."""
+    """Each test's scope for the scheduler (GroupScheduling; a worker takes a scope whole) and the order the
+    scopes go in. A module is a scope; modules reading one session-wide run are one. The tests of a module that
+    run alone are a scope of their own ("module:alone"), and those scopes go first: they pass one after the other
+    while the other lane waits, then the lanes share the rest (integration modules with most tests first, unit
+    tests last). Only where alone tests read a session-wide run does their group stay whole (the run is made
+    once per worker), first among the shared. The scheduler gets the scopes in a file (write_groups): only
+    workers collect, and each writes the same one."""
     module_of = {it: it.nodeid.split("::")[0] for it in items}
     parent = {m: m for m in module_of.values()}
 
@@ -82,10 +84,20 @@ def group_and_order(items) -> dict[str, str]:
     groups: dict[str, list] = {}
     for it in items:
         groups.setdefault(root(module_of[it]), []).append(it)
-    alone = {g: sum(exclusive_reason(it) is not None for it in its) for g, its in groups.items()}
-    order = sorted(groups, key=lambda g: (alone[g] == 0, -len(groups[g]) if "integration" in g else 0))
-    items[:] = [it for g in order for it in groups[g]]
-    return {m: Path(root(m)).stem for m in parent}
+    linked = {root(m) for m in by_fixture.values()}
+    order = sorted(groups, key=lambda g: (g not in linked, -len(groups[g]) if "integration" in g else 0))
+    scope_of, first, rest = {}, [], []
+    for g in order:
+        for it in groups[g]:
+            name = Path(g).stem
+            if exclusive_reason(it) is not None and g not in linked:
+                scope_of[it.nodeid] = f"{name}:alone"
+                first.append(it)
+            else:
+                scope_of[it.nodeid] = name
+                rest.append(it)
+    items[:] = first + rest
+    return scope_of
 
 
 def write_groups(groups: dict[str, str]) -> None:
@@ -125,8 +137,7 @@ def GroupScheduling(config, log):     # noqa: N802 (a class made on demand: xdis
             if self._groups is None:
                 f = lanes_file(".groups.json")
                 self._groups = json.loads(f.read_text()) if f.exists() else {}
-            module = nodeid.split("::", 1)[0]
-            return self._groups.get(module, module)
+            return self._groups.get(nodeid, nodeid.split("::", 1)[0])
     return _GroupScheduling(config, log)
 
 

@@ -31,14 +31,15 @@ def test_modules_sharing_a_session_run_are_one_group_and_lone_groups_come_first(
              FakeItem("tests/integration/test_stalls.py::t1"),
              FakeItem("tests/integration/test_conn_closure.py::t1", ["connect_run", "pgpool_children_run"]),
              FakeItem("tests/integration/test_pooler_counters.py::t1", ["pgpool_children_run"])]
-    group_of = lanes.group_and_order(items)
-    groups = [group_of[it.nodeid.split("::")[0]] for it in items]
-    conn = {g for it, g in zip(items, groups) if "conn" in it.nodeid or "pooler" in it.nodeid}
+    scope_of = lanes.group_and_order(items)
+    scopes = [scope_of[it.nodeid] for it in items]
+    conn = {scope_of[it.nodeid] for it in items if "conn" in it.nodeid or "pooler" in it.nodeid}
     assert len(conn) == 1, "modules reading one session-wide run must run on one worker"
-    assert groups[0] == "test_stalls", "the group with a test that runs alone comes first"
-    assert groups[-1] == "test_a", "unit tests last"
-    # each group's tests stay together, so a worker takes it whole
-    assert [g for i, g in enumerate(groups) if i == 0 or groups[i - 1] != g] == list(dict.fromkeys(groups))
+    assert scopes[0] == "test_stalls:alone", "the tests that run alone come first, in a scope of their own"
+    assert scopes[1] in conn, "then the groups around a session-wide run"
+    assert scopes[-1] == "test_a", "unit tests last"
+    # each scope's tests stay together, so a worker takes it whole
+    assert [g for i, g in enumerate(scopes) if i == 0 or scopes[i - 1] != g] == list(dict.fromkeys(scopes))
 
 
 def _worker(lock, exclusive, events, name, hold_s, started=None):
