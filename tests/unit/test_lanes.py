@@ -16,7 +16,11 @@ class FakeItem:
 
 
 
-def test_who_runs_alone():
+EXCLUSIVE = {"test_stalls.py": "a timing ground truth", "test_faults.py::test_sigkill": "cleanup replays"}
+
+
+def test_who_runs_alone(monkeypatch):
+    monkeypatch.setattr(lanes, "EXCLUSIVE", EXCLUSIVE)
     assert lanes.exclusive_reason(FakeItem("tests/integration/test_stalls.py::test_a_window_stall"))
     assert lanes.exclusive_reason(FakeItem("tests/integration/test_faults.py::test_sigkill_during_teardown[x]"))
     assert lanes.exclusive_reason(FakeItem("tests/integration/test_faults.py::test_link_down_mid_run")) is None
@@ -24,7 +28,8 @@ def test_who_runs_alone():
     assert lanes.exclusive_reason(FakeItem("tests/integration/test_paths.py::test_pgpool", exclusive=True))
 
 
-def test_modules_sharing_a_session_run_are_one_group_and_lone_groups_come_first():
+def test_modules_sharing_a_session_run_are_one_group_and_lone_groups_come_first(monkeypatch):
+    monkeypatch.setattr(lanes, "EXCLUSIVE", EXCLUSIVE)
     items = [FakeItem("tests/unit/test_a.py::t1"),
              FakeItem("tests/integration/test_paths.py::t1"), FakeItem("tests/integration/test_paths.py::t2"),
              FakeItem("tests/integration/test_conn_probe.py::t1", ["connect_run"]),
