@@ -3,6 +3,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import lanes
@@ -22,7 +23,6 @@ def wait_for_idle_cpus(busy_pct: float = 15.0, timeout_s: float = 20.0) -> float
     """Wait (bounded) until the CPUs are nearly idle over half a second, so that a run whose figures depend on
     the machine idling (wakeups onto idle CPUs) is not made while a previous test's processes still wind down.
     Returns the last busy share seen, %."""
-    import time
     end, busy = time.monotonic() + timeout_s, 100.0
     while time.monotonic() < end:
         t0, i0 = _cpu_times()
@@ -62,7 +62,23 @@ def machine_state() -> dict:
 def bpf_state() -> dict:
     """BPF objects no process holds: pathprof's programs and any link kept only by the kernel (a pin, a tc
     attachment) and pinned objects. A live run's programs and links are held by its fds, so concurrent runs
-    of other engineers do not show here; a killed one's would only if something kept them."""
+    of other engineers or the other lane do not show here; a killed one's would only if something kept them.
+    A run tearing down has moments where a program is held only by its perf-event attachment (no prog_id in
+    any fdinfo): an orphan must still be one half a second later, three times over."""
+    progs, links = _bpf_orphans()
+    for _ in range(3):
+        if not progs and not links:
+            break
+        time.sleep(0.5)
+        again_progs, again_links = _bpf_orphans()
+        progs = {i: n for i, n in progs.items() if i in again_progs}
+        links = {i: n for i, n in links.items() if i in again_links}
+    pinned = sorted(str(p) for p in Path("/sys/fs/bpf").rglob("*") if p.name not in ("maps.debug", "progs.debug"))
+    return {"bpf_orphan_progs": sorted(progs.values()), "bpf_orphan_links": sorted(links.values()),
+            "bpf_pinned": pinned}
+
+
+def _bpf_orphans() -> tuple[dict, dict]:
     def listing(kind):
         cp = subprocess.run(["bpftool", kind, "show", "-j"], capture_output=True, text=True)
         return json.loads(cp.stdout or "[]") if cp.returncode == 0 else []
@@ -81,11 +97,10 @@ def bpf_state() -> dict:
     steady_links = {link["id"] for link in links_before} & {link["id"] for link in listing("link")}
     ours = {p["id"]: p.get("name", "") for p in progs_before if p["id"] in steady_progs
             and p.get("name", "").startswith(("pp_", "nf_begin", "nf_end"))}
-    orphan_links = sorted(f"{l.get('type')}:{ours.get(l.get('prog_id'), l.get('prog_id'))}" for l in links_before
-                          if l["id"] in steady_links and l.get("id") not in held_links and l.get("prog_id") in ours)
-    orphan_progs = sorted(n for i, n in ours.items() if i not in held_progs)
-    pinned = sorted(str(p) for p in Path("/sys/fs/bpf").rglob("*") if p.name not in ("maps.debug", "progs.debug"))
-    return {"bpf_orphan_progs": orphan_progs, "bpf_orphan_links": orphan_links, "bpf_pinned": pinned}
+    orphan_links = {l["id"]: f"{l.get('type')}:{ours.get(l.get('prog_id'), l.get('prog_id'))}" for l in links_before
+                    if l["id"] in steady_links and l.get("id") not in held_links and l.get("prog_id") in ours}
+    orphan_progs = {i: n for i, n in ours.items() if i not in held_progs}
+    return orphan_progs, orphan_links
 
 
 def run_pathprof(*args, timeout=300, check=False, **kw) -> subprocess.CompletedProcess:
@@ -157,7 +172,6 @@ def pytest_unconfigure(config):
 def _run_json(*args, retry_s: float = 240, **kw) -> dict:
     """`pathprof run ARGS --json --no-live`, waiting while another run on the machine holds a built-in path's
     fixed namespaces ("already exists")."""
-    import time
     deadline = time.monotonic() + retry_s
     while True:
         cp = run_pathprof("run", *args, "--json", "--no-live", **kw)
