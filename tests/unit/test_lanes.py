@@ -105,3 +105,14 @@ def test_alone_inside_shared_holds_waits_for_the_other_lane_and_two_at_once_do_n
     spans = sorted((t_in, next(t for k, n, t in events if k == "out" and n == name))
                    for k, name, t_in in events if k == "in")
     assert len(spans) == 2 and spans[0][1] <= spans[1][0], f"the two alone blocks overlapped: {spans}"
+
+
+def test_every_alone_entry_names_a_module_and_a_test_that_exist():
+    """A renamed test would silently lose its entry and run beside the other lane."""
+    import re
+    from pathlib import Path
+    integration = Path(__file__).resolve().parent.parent / "integration"
+    for key in lanes.EXCLUSIVE:
+        module, _, prefix = key.partition("::")
+        text = (integration / module).read_text()
+        assert not prefix or re.search(rf"^def {re.escape(prefix)}", text, re.M), key
