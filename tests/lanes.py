@@ -214,10 +214,6 @@ def lane_lock(config) -> LaneLock | None:
     return lock
 
 
-def in_lane_namespaces() -> bool:
-    return os.environ.get("PATHPROF_TEST_LANE_NS") == "1"
-
-
 def write_stats(config) -> None:
     lock = getattr(config, "_pp_lane_lock", None)
     if lock is not None:
