@@ -131,7 +131,7 @@ def pytest_xdist_make_scheduler(config, log):
 
 def pytest_collection_modifyitems(config, items):
     if lanes.session_id():                  # an xdist worker of a two-lane session: only workers collect
-        lanes.write_groups(lanes.group_and_order(items))
+        lanes.write_scopes(lanes.scope_and_order(items))
     if os.geteuid() == 0:
         return
     skip = pytest.mark.skip(reason="integration tests need root")
@@ -235,4 +235,3 @@ def always_on_run(request, tmp_path_factory):
         assert machine_state() == before
         return doc
     return _shared(request, tmp_path_factory, "always-on-runs", make)
-

@@ -59,13 +59,13 @@ def exclusive_reason(item) -> str | None:
     return None
 
 
-def group_and_order(items) -> dict[str, str]:
+def scope_and_order(items) -> dict[str, str]:
     """Each test's scope for the scheduler (GroupScheduling; a worker takes a scope whole) and the order the
     scopes go in. A module is a scope; modules reading one session-wide run are one. The tests of a module that
     run alone are a scope of their own ("module:alone"), and those scopes go first: they pass one after the other
     while the other lane waits, then the lanes share the rest (integration modules with most tests first, unit
     tests last). Only where alone tests read a session-wide run does their group stay whole (the run is made
-    once per worker), first among the shared. The scheduler gets the scopes in a file (write_groups): only
+    once per worker), first among the shared. The scheduler gets the scopes in a file (write_scopes): only
     workers collect, and each writes the same one."""
     module_of = {it: it.nodeid.split("::")[0] for it in items}
     parent = {m: m for m in module_of.values()}
@@ -99,10 +99,10 @@ def group_and_order(items) -> dict[str, str]:
     return scope_of
 
 
-def write_groups(groups: dict[str, str]) -> None:
-    target = lanes_file(".groups.json")
+def write_scopes(scopes: dict[str, str]) -> None:
+    target = lanes_file(".scopes.json")
     tmp = target.with_name(f"{target.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(groups))
+    tmp.write_text(json.dumps(scopes))
     tmp.rename(target)
 
 
@@ -124,19 +124,19 @@ def GroupScheduling(config, log):     # noqa: N802 (a class made on demand: xdis
     from xdist.scheduler import LoadScopeScheduling
 
     class _GroupScheduling(LoadScopeScheduling):
-        """xdist's scope scheduling with tests/lanes.py's groups as the scopes, in the order collected: a worker
-        takes a whole group, and the next group when it is almost done with its own."""
+        """xdist's scope scheduling with scope_and_order's scopes, in the order collected: a worker takes a whole
+        scope, and the next one when it is almost done with its own."""
 
         def __init__(self, config, log=None):
             super().__init__(config, log)
             config.option.loadscopereorder = False
-            self._groups: dict | None = None
+            self._scopes: dict | None = None
 
         def _split_scope(self, nodeid: str) -> str:
-            if self._groups is None:
-                f = lanes_file(".groups.json")
-                self._groups = json.loads(f.read_text()) if f.exists() else {}
-            return self._groups.get(nodeid, nodeid.split("::", 1)[0])
+            if self._scopes is None:
+                f = lanes_file(".scopes.json")
+                self._scopes = json.loads(f.read_text()) if f.exists() else {}
+            return self._scopes.get(nodeid, nodeid.split("::", 1)[0])
     return _GroupScheduling(config, log)
 
 

@@ -1,7 +1,9 @@
 """The suite's two lanes (tests/lanes.py): who runs alone, how modules are grouped and ordered, and the
 readers-writer lock between the lanes, on real flock(2)ed files with threads standing for the two workers."""
+import re
 import threading
 import time
+from pathlib import Path
 
 import lanes
 
@@ -13,7 +15,6 @@ class FakeItem:
 
     def get_closest_marker(self, name):
         return object() if name == "exclusive" and self._exclusive else None
-
 
 
 EXCLUSIVE = {"test_stalls.py": "a timing ground truth", "test_faults.py::test_sigkill": "cleanup replays"}
@@ -36,7 +37,7 @@ def test_modules_sharing_a_session_run_are_one_group_and_lone_groups_come_first(
              FakeItem("tests/integration/test_stalls.py::t1"),
              FakeItem("tests/integration/test_conn_closure.py::t1", ["connect_run", "pgpool_children_run"]),
              FakeItem("tests/integration/test_pooler_counters.py::t1", ["pgpool_children_run"])]
-    scope_of = lanes.group_and_order(items)
+    scope_of = lanes.scope_and_order(items)
     scopes = [scope_of[it.nodeid] for it in items]
     conn = {scope_of[it.nodeid] for it in items if "conn" in it.nodeid or "pooler" in it.nodeid}
     assert len(conn) == 1, "modules reading one session-wide run must run on one worker"
@@ -47,10 +48,8 @@ def test_modules_sharing_a_session_run_are_one_group_and_lone_groups_come_first(
     assert [g for i, g in enumerate(scopes) if i == 0 or scopes[i - 1] != g] == list(dict.fromkeys(scopes))
 
 
-def _worker(lock, exclusive, events, name, hold_s, started=None):
+def _worker(lock, exclusive, events, name, hold_s):
     def run():
-        if started:
-            started.wait(5)
         with lock.hold(exclusive):
             events.append(("in", name, time.monotonic()))
             time.sleep(hold_s)
@@ -109,8 +108,6 @@ def test_alone_inside_shared_holds_waits_for_the_other_lane_and_two_at_once_do_n
 
 def test_every_alone_entry_names_a_module_and_a_test_that_exist():
     """A renamed test would silently lose its entry and run beside the other lane."""
-    import re
-    from pathlib import Path
     integration = Path(__file__).resolve().parent.parent / "integration"
     for key in lanes.EXCLUSIVE:
         module, _, prefix = key.partition("::")
