@@ -165,7 +165,8 @@ class ProbeSession:
         if self.config.level == "off" or self.started:
             return
         from pathprof.agent.probing.bpf import layout as L
-        from pathprof.agent.probing.bpf.libbpf import BpfObject, RingBuffer, num_possible_cpus
+        from pathprof.agent.probing.bpf.libbpf import BpfObject, num_possible_cpus
+        from pathprof.agent.probing.bpf.ringbuf import ring_reader
         ensure_tracefs()
         ports = sorted({int(p) for p in self.config.service_ports if p})
         if len(ports) > L.MAX_PORTS:
@@ -193,7 +194,7 @@ class ProbeSession:
                 self.main.attach(name)
             self._find_nf_hooks()
             if self.config.trace_sample:
-                self._ring = RingBuffer(self.main.maps["traces"].fd, self._spans.append)
+                self._ring = ring_reader(self.main.maps["traces"], C.sizeof(L.Trace), self._spans.append)
         except BaseException:
             self.close()
             raise

@@ -1,6 +1,8 @@
 """The pooler-wait pieces that need no kernel: explanations where a queue moves inside one hop, the pooler's own
 counters against the probes (Little's law), waterfall chains through a pooler, spec options for pool sizes and
 the pgpool workloads that cannot run."""
+import os
+
 import pandas as pd
 import pytest
 from fixtures_summaries import plus_stage, summary
@@ -138,15 +140,24 @@ def test_accept_queue_is_the_listening_socket_s_rx_queue(tmp_path, monkeypatch):
     from pathprof.topologies.services import pgpool
     net = tmp_path / "net"
     net.mkdir()
+    time_wait = "".join(f"  {i}: 0100007F:270F 0100007F:{i:04X} 06 00000000:00000000 03:00000000 00000000 0 0 0 1\n"
+                        for i in range(3, 3000))      # a -C run's TIME_WAITs: more than one read of the file
     (net / "tcp").write_text(
         "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
         "   0: 0100007F:270F 00000000:0000 0A 00000000:00000003 00:00000000 00000000   106        0 1 1\n"
         "   1: 0100007F:1538 00000000:0000 0A 00000000:00000009 00:00000000 00000000   106        0 2 1\n"
-        "   2: 0100007F:270F 0100007F:D431 01 00000000:00000005 00:00000000 00000000   106        0 3 1\n")
-    real_open = open
-    monkeypatch.setattr("builtins.open", lambda p, *a, **k: real_open(
-        str(p).replace("/proc/42/net", str(net)), *a, **k))
-    assert pgpool.accept_queue(42, 9999) == 3            # the listener on 9999 only, not its connections
+        "   2: 0100007F:270F 0100007F:D431 01 00000000:00000005 00:00000000 00000000   106        0 3 1\n" + time_wait)
+    (net / "tcp6").write_text(
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 00000000000000000000000001000000:270F 00000000000000000000000000000000:0000 0A 00000000:00000002 "
+        "00:00000000 00000000 106 0 4 1\n")
+    real_open, reads = os.open, []
+    real_read = os.read
+    monkeypatch.setattr(pgpool.os, "open", lambda p, *a: real_open(str(p).replace("/proc/42/net", str(net)), *a))
+    monkeypatch.setattr(pgpool.os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
+    assert pgpool.accept_queue(42, 9999) == 3 + 2        # the listeners on 9999 only, not their connections
+    assert len(reads) == 1 + 2      # tcp (300 KB): one, it stops after the listeners; tcp6: its lines, then the end
+    assert pgpool.accept_queue(43, 9999) == 0            # no such process: nothing waiting
 
 
 def _pgpool_meta(samples, services=1):

@@ -75,6 +75,10 @@ class Map(_Handle):
         return _lib.bpf_map__value_size(self._p())
 
     @property
+    def max_entries(self) -> int:
+        return _lib.bpf_map__max_entries(self._p())
+
+    @property
     def percpu(self) -> bool:
         return _lib.bpf_map__type(self._p()) in (5, 6, 10)   # PERCPU_HASH, PERCPU_ARRAY, LRU_PERCPU_HASH
 
