@@ -298,9 +298,17 @@ def run(netns: str | None, argv: list[str], out_dir: Path, on_progress: Callable
     (out_dir / "argv.txt").write_text(" ".join(argv) + "\n")
     stdout_f = open(out_dir / "stdout.txt", "w")
     extra = {"env": {**os.environ, **env}} if env else {}
-    p = proc.spawn(netns, argv, stdout=stdout_f, stderr=subprocess.PIPE, text=True, bufsize=1, cwd=out_dir, **extra)
     if on_start:
-        on_start(p.pid)
+        # held at a gate until on_start has followed its pid: pgbench's first connects come at once (32 clients
+        # through a pooler: its listen queue overflows, 1-3 s SYN waits), and a probe that began following it a
+        # few hundred ms late on a loaded machine never saw them start (-36 % closure beside another run)
+        extra.update(stdin=subprocess.PIPE)
+        p = proc.spawn(netns, [*GATE, *argv], stdout=stdout_f, stderr=subprocess.PIPE, text=True, bufsize=1,
+                       cwd=out_dir, **extra)
+        _through_gate(p, on_start)
+    else:
+        p = proc.spawn(netns, argv, stdout=stdout_f, stderr=subprocess.PIPE, text=True, bufsize=1, cwd=out_dir,
+                       **extra)
     pump = _StderrPump(p, out_dir / "stderr.txt", on_progress)
     try:
         _wait(p, _duration_of(argv), timeout_s, should_stop, path_broken)
@@ -319,6 +327,27 @@ def run(netns: str | None, argv: list[str], out_dir: Path, on_progress: Callable
         tail = " | ".join(x for x in pump.err_lines[-3:] if x)
         raise UserError(f"pgbench failed (exit {p.returncode}): {tail or 'no output'}")
     return result
+
+
+# `sh` reads one line from its stdin, then becomes pgbench (the same pid) with /dev/null as stdin; at end of file
+# (pathprof gone before opening the gate) it exits without running pgbench
+GATE = ["sh", "-c", 'read go && exec "$@" </dev/null', "pgbench"]
+
+
+def _through_gate(p: subprocess.Popen, on_start: Callable[[int], None]) -> None:
+    """on_start(pid) while the process waits at GATE, then let it through; if on_start fails, it never starts."""
+    opened = False
+    try:
+        on_start(p.pid)
+        p.stdin.write("go\n")
+        opened = True
+    finally:
+        try:
+            p.stdin.close()
+        except OSError:
+            pass
+        if not opened:
+            p.wait(timeout=10)
 
 
 class _StderrPump(threading.Thread):

@@ -63,6 +63,9 @@ def established(netns: str) -> list[dict]:
     return out
 
 
+LOOKS: list[tuple] = []      # the last established_most's looks: (s from the first, netns, sockets or error)
+
+
 def established_most(*netns: str, looks: int = 6) -> list[dict] | dict[str, list[dict]]:
     """Every established socket seen over ~1 s of looks (a socket seen in any look, with every process seen holding
     it): a run's first second can fall between its connections (seen once in a full suite: no socket at all in
@@ -71,15 +74,24 @@ def established_most(*netns: str, looks: int = 6) -> list[dict] | dict[str, list
     fullest look). A namespace still empty is looked at for as long as the run lasts (its namespaces gone: `ss`
     fails there, and the looks end). Several namespaces are looked at together: {netns: list}."""
     seen: dict[str, dict[tuple, dict]] = {ns: {} for ns in netns}
+    LOOKS.clear()
+    t0 = time.monotonic()
     for i in range(looks * 5):
         if i >= looks and all(seen.values()):
             break
-        try:
-            for ns in netns:
-                for sock in established(ns):
-                    kept = seen[ns].setdefault((sock["local"], sock["peer"]), {**sock, "procs": set()})
-                    kept["procs"] |= sock["procs"]
-        except AssertionError:
+        gone = False
+        for ns in netns:
+            try:
+                socks = established(ns)
+            except AssertionError as e:      # `ss` failed: the namespace gone (the run over), or a passing failure
+                LOOKS.append((round(time.monotonic() - t0, 2), ns, str(e)[-200:]))
+                gone = gone or ns not in sh(["ip", "netns", "list"])
+                continue
+            LOOKS.append((round(time.monotonic() - t0, 2), ns, len(socks)))
+            for sock in socks:
+                kept = seen[ns].setdefault((sock["local"], sock["peer"]), {**sock, "procs": set()})
+                kept["procs"] |= sock["procs"]
+        if gone:
             break
         time.sleep(0.2)
     best = {ns: list(socks.values()) for ns, socks in seen.items()}
@@ -229,7 +241,7 @@ def test_docker_dnat_target_container():
 
 def pooler_check(seen, pooler: str, server: str, n: int):
     ups = [s for s in seen["est"] if s["peer"] == server and pooler in s["procs"]]
-    assert len(ups) >= n, f"{pooler} holds {len(ups)} connections to {server}: {seen['est']}"
+    assert len(ups) >= n, f"{pooler} holds {len(ups)} connections to {server}: {seen['est']}; looks: {LOOKS}"
 
 
 def test_pgbouncer_session():
