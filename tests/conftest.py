@@ -182,8 +182,10 @@ def _run_json(*args, retry_s: float = 240, **kw) -> dict:
     return json.loads(cp.stdout)
 
 
-def _shared(request, tmp_path_factory, name: str, make):
-    """A memo of real runs keyed by their settings: make(key, runs_dir) runs once per key and session."""
+def _shared(request, tmp_path_factory, name: str, make, alone: bool = True):
+    """A memo of real runs keyed by their settings: make(key, runs_dir) runs once per key and session; with two
+    lanes made `alone` (the machine to itself: a run read by several modules as ground truth of a quiet machine)
+    or beside the other lane."""
     if os.geteuid() != 0:
         pytest.skip("real runs need root")
     done: dict = {}
@@ -191,7 +193,10 @@ def _shared(request, tmp_path_factory, name: str, make):
 
     def get(*key):
         if key not in done:
-            with lanes.alone(request.config):     # read by several modules as ground truth: made alone
+            if alone:
+                with lanes.alone(request.config):
+                    done[key] = make(key, root)
+            else:
                 done[key] = make(key, root)
         return done[key]
     return get
@@ -205,7 +210,7 @@ def connect_run(request, tmp_path_factory):
         topology, clients = key
         return _run_json("--topology", topology, "--clients", str(clients), "--connect", "--mode", "extended",
                          "--duration", "3", runs_dir=root)
-    return _shared(request, tmp_path_factory, "connect-runs", make)
+    return _shared(request, tmp_path_factory, "connect-runs", make, alone=False)
 
 
 @pytest.fixture(scope="session")
@@ -218,7 +223,7 @@ def pgpool_children_run(request, tmp_path_factory):
         return _run_json("--topology", "pgpool", "--clients", "4", "--threads", "4", "--option",
                          f"children={children}", "--connect", "--mode", "extended", "--duration", "4", *more,
                          runs_dir=root / f"children{children}{''.join(more)}")
-    return _shared(request, tmp_path_factory, "pgpool-children-runs", make)
+    return _shared(request, tmp_path_factory, "pgpool-children-runs", make, alone=False)
 
 
 @pytest.fixture(scope="session")

@@ -34,12 +34,9 @@ EXCLUSIVE = {
     "test_cpu_reference.py": "the CPU view's reference is the machine's busy time",
     "test_compare_real.py": "the CPU gap between two paths, run one after the other",
     "test_sweep_real.py": "the knee of a client sweep is a timing ground truth",
-    "test_loss.py": "the gap against the clean link; beside the other lane a lossy nic run once had no closure",
-    "test_connect_loss.py": "a lossy -C run's setup split against pgbench's connection time, four runs compared",
     "test_probes_paths.py::test_pg_sleep": "2 ms of pg_sleep, and every other stage within 50 µs of the base run",
     "test_probes_paths.py::test_cpu_view_closes": "the CPU view's closure with both CPUs saturated by this run",
     "test_conn_closure.py::test_listen_queue_overflow": "the kernel's machine-wide ListenDrops and SYN counters",
-    "test_conn_closure.py::test_setup_waits": "beside the other lane, pgpool's -C windowed run once closed at -29 %",
     "test_three_hosts.py": "three agents started one after another overlap within 15 %: 19 % beside the other lane",
     "test_uprobe_multi.py": "USDT semaphores are counted by every uprobe on the binary, the other lane's too",
 }
