@@ -221,6 +221,8 @@ def _measure(opts: AttachOptions, rd: RunDir, probes, source: DiscoveredSource, 
     try:
         with sigterm_as_interrupt():
             source.attach_probes(probes, ui, opts.probes)
+            if opts.start_at is not None:
+                probes.prepare_window()      # the window then opens at the moment, not after attaching
             late = start_at.late_note(start_at.wait(opts.start_at, ui))
             if late:
                 notes.append(late)

@@ -177,6 +177,8 @@ def _measure(opts: RunOptions, rd: RunDir, argv: list[str], probing: tuple, sour
 
     if opts.netns:
         ui.note(f"pgbench runs in --netns {opts.netns}")
+    if probes is not None and opts.start_at is not None:
+        probes.prepare_window()          # the window then opens at the moment, not after attaching
     late = start_at.late_note(start_at.wait(opts.start_at, ui))   # the probes attached, pgbench not started
     log_dir = rd.file("pgbench") / "log"
     try:
