@@ -46,7 +46,26 @@ const volatile __u16 svc_ports[PP_MAX_PORTS] = {};   /* host order, 0-terminated
 const volatile __u16 hop_ports[PP_MAX_PORTS] = {};   /* the service ports a hop listens on (not the postmaster) */
 const volatile __u32 max_closed = 0;   /* clients per pgbench thread (0: unknown): at most that many wait for it */
 
+/* the path's network namespaces (inode numbers), 0-terminated; none given: every namespace. The service ports
+ * alone match another PostgreSQL or pooler of the machine (a container's, another run's) on the same port */
+const volatile __u32 path_netns[PP_MAX_NETNS] = {};
+
 static __always_inline int is_svc_port(__u16 port) { return port_in(svc_ports, port); }
+
+static __always_inline int in_path_netns(const struct sock *sk)
+{
+	if (!path_netns[0])
+		return 1;
+	__u32 ino = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+#pragma unroll
+	for (int i = 0; i < PP_MAX_NETNS; i++) {
+		if (!path_netns[i])
+			break;
+		if (path_netns[i] == ino)
+			return 1;
+	}
+	return 0;
+}
 
 __u64 pm_accept_ts = 0;                /* last accept() return not yet followed by its fork */
 __u64 pm_on_ts = 0;                    /* postmaster switched in (single-threaded: one slot) */
@@ -347,7 +366,7 @@ int BPF_PROG(pc_tcp_state, const struct sock *sk, const int oldstate, const int 
 			cstat(PC_STAT_PENDING_FULL);
 		c->pend_key = key;
 	} else if (newstate == TCP_ESTABLISHED && oldstate == TCP_SYN_RECV && hop_ports[0] &&
-		   port_in(hop_ports, sk->__sk_common.skc_num)) {
+		   port_in(hop_ports, sk->__sk_common.skc_num) && in_path_netns(sk)) {
 		/* a hop's end of a new connection: in its accept queue until the hop takes it (hop_first_read) */
 		__u64 now = bpf_ktime_get_ns();
 		bpf_map_update_elem(&hop_est, &key, &now, BPF_ANY);

@@ -110,7 +110,8 @@ SEC("tp_btf/tcp_retransmit_skb")
 int BPF_PROG(pc_retransmit, const struct sock *sk, const struct sk_buff *skb)
 {
 	__u8 state = sk->__sk_common.skc_state;
-	if ((state != TCP_SYN_SENT && state != TCP_ESTABLISHED) || !is_svc_port(bpf_ntohs(sk->__sk_common.skc_dport)))
+	if ((state != TCP_SYN_SENT && state != TCP_ESTABLISHED) || !is_svc_port(bpf_ntohs(sk->__sk_common.skc_dport)) ||
+	    !in_path_netns(sk))
 		return 0;
 	__u64 key = (__u64)sk;
 	struct pc_pending *p = bpf_map_lookup_elem(&pending, &key);
@@ -135,7 +136,7 @@ int BPF_PROG(pc_retransmit_synack, const struct sock *sk, const struct request_s
 {
 	/* sk is the listener; the SYN-ACK went again on its timer (the client's ACK did not make it into the accept
 	 * queue, or the SYN-ACK was lost) or answering a retransmitted SYN */
-	if (!is_svc_port(sk->__sk_common.skc_num))
+	if (!is_svc_port(sk->__sk_common.skc_num) || !in_path_netns(sk))
 		return 0;
 	cstat(PC_STAT_SYNACK_RETRANS);
 	__u32 isn = BPF_CORE_READ((struct tcp_request_sock *)req, snt_isn);

@@ -205,12 +205,14 @@ def _shared(request, tmp_path_factory, name: str, make, alone=lambda key: True):
 @pytest.fixture(scope="session")
 def connect_run(request, tmp_path_factory):
     """connect_run(topology, clients): a new connection per transaction (-C, extended protocol), default probe
-    schedule, 3 s (one window, 0.75 .. 2.25 s). Read by test_conn_closure and test_conn_probe."""
+    schedule, 3 s (one window, 0.75 .. 2.25 s). Read by test_conn_closure and test_conn_probe. Made alone: beside
+    the other lane the -C closures drifted past their bounds (CI run 34: docker-dnat +5.07 %; unix, the steps
+    13.3 ms against pgbench's own 7.0 ms of connection time)."""
     def make(key, root):
         topology, clients = key
         return _run_json("--topology", topology, "--clients", str(clients), "--connect", "--mode", "extended",
                          "--duration", "3", runs_dir=root)
-    return _shared(request, tmp_path_factory, "connect-runs", make, alone=lambda key: False)
+    return _shared(request, tmp_path_factory, "connect-runs", make)
 
 
 @pytest.fixture(scope="session")

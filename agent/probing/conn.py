@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from pathprof.agent.probing.bpf.layout import HIST_WORDS, MAX_PORTS
+from pathprof.agent.probing.bpf.layout import HIST_WORDS, MAX_NETNS, MAX_PORTS
 from pathprof.errors import UserError
 
 ROLE_CLIENT = 1            # probes/conn.h enum pc_role
@@ -107,8 +107,10 @@ def libc_of(pid: int) -> str:
 
 class ConnProbe:
     def __init__(self, postmaster_pid: int, service_ports: list[int], client_pids_hint=None,
-                 clients_per_thread: int = 0, hop_ports: list[int] | None = None):
+                 clients_per_thread: int = 0, hop_ports: list[int] | None = None, netns: list[int] | None = None):
         self.pm_pid = int(postmaster_pid)
+        # the path's namespaces (inode numbers): retransmissions and hop accepts are counted there only
+        self.netns = [int(x) for x in netns or [] if x][:MAX_NETNS]
         # the ports hops listen on: their accept queues are timed (connect.hop_accept)
         self.hop_ports = sorted({int(p) for p in hop_ports or [] if p})[:MAX_PORTS]
         self.clients_per_thread = max(int(clients_per_thread or 0), 0)
@@ -134,7 +136,8 @@ class ConnProbe:
             self.obj = BpfObject(str(_probes_dir() / "conn.bpf.o"))
             self.obj.set_rodata(pm_pid=C.c_uint32(self.pm_pid), svc_ports=(C.c_uint16 * MAX_PORTS)(*self.ports),
                                 max_closed=C.c_uint32(self.clients_per_thread),
-                                hop_ports=(C.c_uint16 * MAX_PORTS)(*self.hop_ports))
+                                hop_ports=(C.c_uint16 * MAX_PORTS)(*self.hop_ports),
+                                path_netns=(C.c_uint32 * MAX_NETNS)(*self.netns))
             self.obj.load()
             for name, prog in self.obj.programs.items():
                 if prog.section.startswith("tp_btf/"):

@@ -226,7 +226,7 @@ def _conn_probe(opts, probes, pg, ui):
     w = opts.workload
     hops = [p for p in probes.config.service_ports if p and int(p) != int(pg.port)]   # a pooler's, a proxy's
     cp = ConnProbe(pg.pid, probes.config.service_ports, clients_per_thread=-(-w.clients // max(w.threads or 1, 1)),
-                   hop_ports=hops)
+                   hop_ports=hops, netns=list(probes.netns_names))
     try:
         cp.start()
     except UserError as e:
