@@ -147,7 +147,8 @@ def pytest_runtest_protocol(item, nextitem):
     if lock is None:
         yield
         return
-    with lock.hold(exclusive=lanes.exclusive_reason(item) is not None):
+    with lock.hold(exclusive=lanes.exclusive_reason(item) is not None,
+                   one_at_a_time=lanes.one_at_a_time_reason(item) is not None):
         yield
 
 
@@ -182,10 +183,11 @@ def _run_json(*args, retry_s: float = 240, **kw) -> dict:
     return json.loads(cp.stdout)
 
 
-def _shared(request, tmp_path_factory, name: str, make, alone=lambda key: True):
+def _shared(request, tmp_path_factory, name: str, make, alone=lambda key: True, batch=()):
     """A memo of real runs keyed by their settings: make(key, runs_dir) runs once per key and session; with two
     lanes made alone where `alone(key)` (the machine to itself: a run read as ground truth of a quiet machine)
-    or beside the other lane."""
+    or beside the other lane. With lanes, the first key made alone makes every key of `batch` that is made alone
+    too, in the same hold: each hold waits for the other lane's test to end (~20 s of the suite for five keys)."""
     if os.geteuid() != 0:
         pytest.skip("real runs need root")
     done: dict = {}
@@ -194,8 +196,11 @@ def _shared(request, tmp_path_factory, name: str, make, alone=lambda key: True):
     def get(*key):
         if key not in done:
             if alone(key):
+                laned = getattr(request.config, "_pp_lane_lock", None) is not None
+                more = [k for k in batch if laned and k != key and k not in done and alone(k)]
                 with lanes.alone(request.config):
-                    done[key] = make(key, root)
+                    for k in [key, *more]:
+                        done[k] = make(k, root)
             else:
                 done[key] = make(key, root)
         return done[key]
@@ -212,7 +217,11 @@ def connect_run(request, tmp_path_factory):
         topology, clients = key
         return _run_json("--topology", topology, "--clients", str(clients), "--connect", "--mode", "extended",
                          "--duration", "3", runs_dir=root)
-    return _shared(request, tmp_path_factory, "connect-runs", make)
+    return _shared(request, tmp_path_factory, "connect-runs", make, batch=CONNECT_RUNS)
+
+
+# every connect_run a test asks for (test_conn_closure, test_conn_probe): made in one hold of the machine
+CONNECT_RUNS = (("unix", 1), ("nic", 1), ("nic", 12), ("docker-dnat", 1), ("pgbouncer", 1))
 
 
 @pytest.fixture(scope="session")
