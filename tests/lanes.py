@@ -6,10 +6,11 @@ machine-wide objects (cgroups, loop devices, uprobes and their USDT semaphores, 
 the other lane waits between two of its tests.
 
 Which tests run alone is data (EXCLUSIVE below, each with its reason); those that need only one machine-wide
-object to themselves (ONE_AT_A_TIME) share the CPUs but never run beside another of their kind. The session-wide runs several modules
-read (tests/conftest.py) are made alone too (`alone()`), while the tests that read them share the machine; the
-modules reading one such run form one group, taken by one worker, so the run is still made once
-(GroupScheduling: xdist's own `loadgroup` does not group under pytest 9).
+object to themselves (ONE_AT_A_TIME) share the CPUs but never run beside another of their kind. The session-wide
+runs several modules read (tests/conftest.py) are made alone too where they are a quiet machine's ground truth
+(`alone()`), while the tests that read them share the machine; the modules reading one such run form one group,
+taken by one worker, so the run is still made once (GroupScheduling: xdist's own `loadgroup` does not group
+under pytest 9).
 
 Without xdist (`pytest tests/...`, or PATHPROF_TEST_LANES=1 bash scripts/test) nothing here changes anything.
 """
