@@ -7,12 +7,14 @@ from __future__ import annotations
 import ipaddress
 import subprocess
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from pathprof.agent.host import iptables_batch, proc
 from pathprof.agent.host.journal import Journal
+from pathprof.agent.host.signal_zone import deferred_signals
 from pathprof.errors import UserError
 from pathprof.topologies import impairments as netem
 from pathprof.topologies.spec import Topology
@@ -64,8 +66,11 @@ class BuildContext:
         return proc.run(self.hosts[host].netns, argv, **kw)
 
 
+@contextmanager
 def _ipr(netns: str | None):
-    return NetNS(netns) if netns else IPRoute()
+    """pyroute2's handle on a namespace (None: ours); a Ctrl-C inside waits for the block's end (signal_zone)."""
+    with deferred_signals(), (NetNS(netns) if netns else IPRoute()) as ipr:
+        yield ipr
 
 
 def _link_exists(netns: str | None, ifname: str) -> bool:
@@ -100,7 +105,7 @@ def build(topo: Topology, journal: Journal, state_dir: Path, progress: Callable[
             progress(f"namespace {h.netns}")
             journal.record("netns", name=h.netns)
             pr_netns.create(h.netns)
-            with NetNS(h.netns) as ns:
+            with _ipr(h.netns) as ns:
                 ns.link("set", index=ns.link_lookup(ifname="lo")[0], state="up")
     bridge_ns = {}
     for b in topo.bridges:
@@ -184,7 +189,7 @@ def _place_end(topo: Topology, end, bridge_ns: dict, hosts: dict) -> None:
     """Move a link end from the root namespace into its host, or onto its bridge, address it, bring it up."""
     target_ns = bridge_ns[end.bridge] if end.bridge else topo.netns_of(end.host)
     if target_ns:
-        with IPRoute() as ipr:
+        with _ipr(None) as ipr:
             ipr.link("set", index=ipr.link_lookup(ifname=end.ifname)[0], net_ns_fd=target_ns)
     with _ipr(target_ns) as ipr:
         idx = _lookup(ipr, end.ifname)
@@ -212,7 +217,7 @@ def _lookup(ipr, ifname: str, wait_s: float = 3.0) -> int:
 def _veth(topo: Topology, journal: Journal, link, bridge_ns: dict, hosts: dict) -> None:
     # Created in the root namespace, then moved: deleting either end later removes the pair.
     journal.record("link", name=link.a.ifname, netns=None)
-    with IPRoute() as ipr:
+    with _ipr(None) as ipr:
         ipr.link("add", ifname=link.a.ifname, kind="veth", peer={"ifname": link.b.ifname})
     for end in (link.a, link.b):
         ns = bridge_ns[end.bridge] if end.bridge else topo.netns_of(end.host)

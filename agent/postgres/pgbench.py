@@ -305,7 +305,12 @@ def run(netns: str | None, argv: list[str], out_dir: Path, on_progress: Callable
         extra.update(stdin=subprocess.PIPE)
         p = proc.spawn(netns, [*GATE, *argv], stdout=stdout_f, stderr=subprocess.PIPE, text=True, bufsize=1,
                        cwd=out_dir, **extra)
-        _through_gate(p, on_start)
+        try:
+            _through_gate(p, on_start)
+        except BaseException:           # interrupted once through the gate: pgbench must not outlive the run
+            proc.stop_process(p)
+            stdout_f.close()
+            raise
     else:
         p = proc.spawn(netns, argv, stdout=stdout_f, stderr=subprocess.PIPE, text=True, bufsize=1, cwd=out_dir,
                        **extra)

@@ -279,12 +279,7 @@ class ProbeSession:
             if not self.started or self._window is not None:
                 return
             w = {"attach_mono_ns": time.monotonic_ns(), "attach_realtime_ns": time.time_ns()}
-            if not self._detail:             # prepare_window attached them already
-                try:
-                    self._detail = self._attach_detail()
-                except BaseException:
-                    self._detach()
-                    raise
+            self._attach_detail_once()
             self.refresh_server()            # before the window starts: its spans land in the right role
             w["cpu0"] = cpu_times()
             w["start_mono_ns"], w["start_realtime_ns"] = time.monotonic_ns(), time.time_ns()
@@ -296,13 +291,18 @@ class ProbeSession:
         takes 0.1-0.5 s on a loaded machine, which made the window start that late (three agents' windows 19 %
         apart). Until the window opens they see no window and return at once."""
         with self._lock:
-            if not self.started or self._window is not None or self._detail:
-                return
-            try:
-                self._detail = self._attach_detail()
-            except BaseException:
-                self._detach()
-                raise
+            if self.started and self._window is None:
+                self._attach_detail_once()
+
+    def _attach_detail_once(self) -> None:
+        """The window's programs, unless prepare_window attached them already; none left attached on failure."""
+        if self._detail:
+            return
+        try:
+            self._detail = self._attach_detail()
+        except BaseException:
+            self._detach()
+            raise
 
     def begin_calibration(self) -> None:
         """bpf_stats on for a slice of the open window (pathprof.agent.probing.cost)."""

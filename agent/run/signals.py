@@ -6,6 +6,8 @@ import os
 import signal
 from contextlib import contextmanager
 
+from pathprof.agent.host import signal_zone
+
 _interrupted = {"flag": False}
 # Inside a fork's hooks (pyroute2's helpers fork; logging takes and releases its lock around each fork) Python
 # swallows an exception and prints it as "Exception ignored ... Traceback": a Ctrl-C there only sets the flag, and
@@ -52,7 +54,9 @@ def sigterm_as_interrupt():
         if os.getpid() != me:  # a forked helper (pyroute2's) must not run the parent's teardown
             os._exit(1)
         _interrupted["flag"] = True
-        if not _forking["depth"]:
+        if signal_zone.deferring():
+            signal_zone.defer()
+        elif not _forking["depth"]:
             raise KeyboardInterrupt
     old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
