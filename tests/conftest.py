@@ -147,8 +147,7 @@ def pytest_runtest_protocol(item, nextitem):
     if lock is None:
         yield
         return
-    with lock.hold(exclusive=lanes.exclusive_reason(item) is not None,
-                   one_at_a_time=lanes.one_at_a_time_reason(item) is not None):
+    with lock.hold(exclusive=lanes.exclusive_reason(item) is not None):
         yield
 
 

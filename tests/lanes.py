@@ -5,12 +5,10 @@ machine-wide objects (cgroups, loop devices, uprobes and their USDT semaphores, 
 `pathprof cleanup` replays). A test that depends on those runs alone: it takes the lanes' lock exclusively, and
 the other lane waits between two of its tests.
 
-Which tests run alone is data (EXCLUSIVE below, each with its reason); those that need only one machine-wide
-object to themselves (ONE_AT_A_TIME) share the CPUs but never run beside another of their kind. The session-wide
-runs several modules read (tests/conftest.py) are made alone too where they are a quiet machine's ground truth
-(`alone()`), while the tests that read them share the machine; the modules reading one such run form one group,
-taken by one worker, so the run is still made once (GroupScheduling: xdist's own `loadgroup` does not group
-under pytest 9).
+Which tests run alone is data (EXCLUSIVE below, each with its reason). The session-wide runs several modules read
+(tests/conftest.py) are made alone too where they are a quiet machine's ground truth (`alone()`), while the tests
+that read them share the machine; the modules reading one such run form one group, taken by one worker, so the
+run is still made once (GroupScheduling: xdist's own `loadgroup` does not group under pytest 9).
 
 Without xdist (`pytest tests/...`, or PATHPROF_TEST_LANES=1 bash scripts/test) nothing here changes anything.
 """
@@ -27,6 +25,12 @@ from pathlib import Path
 EXCLUSIVE = {
     "test_backend_io.py::test_a_throttled": "cgroups and loop devices are machine-wide; a throttled device's timing",
     "test_backend_io.py::test_a_killed": "cgroups and loop devices are machine-wide; `cleanup` replays the journal",
+    # `cleanup` replays every dead journal and sweeps cgroups no live journal names: beside the other lane's runs
+    # (CI runs 36, 39) it kept a killed run's names a live run of the other lane held, and stopped its postmaster
+    "test_faults.py::test_sigkill": "a killed run's journal waits for `cleanup`, which replays every dead journal",
+    "test_faults.py::test_cleanup": "`cleanup` replays every dead journal on the machine",
+    "test_foundation.py::test_sigkill": "a killed run's journal waits for `cleanup`, which replays every dead journal",
+    "test_rules_scale.py": "replays a killed run's journal with `cleanup`",
     "test_foreign_load.py": "the same path alone and under a known load: the other lane would be a third load",
     "test_probe_cpu.py": "the CPU the kernel counted against the probes' per-role CPU",
     "test_cpu_reference.py": "the CPU view's reference is the machine's busy time",
@@ -35,16 +39,6 @@ EXCLUSIVE = {
     "test_probes_paths.py::test_pg_sleep": "2 ms of pg_sleep, and every other stage within 50 µs of the base run",
     "test_probes_paths.py::test_cpu_view_closes": "the CPU view's closure with both CPUs saturated by this run",
     "test_uprobe_multi.py": "USDT semaphores are counted by every uprobe on the binary, the other lane's too",
-}
-# module file name, or "module::test name prefix" -> the machine-wide object it needs to itself: it runs beside
-# the other lane's tests, never beside another of these (a third flocked file). `pathprof cleanup` replays every
-# dead journal and sweeps leftovers; the other lane's runs are live (their journals and objects are kept) and its
-# namespaces, links and rules are not visible from this lane, so only another killed run's journal could meet it
-ONE_AT_A_TIME = {
-    "test_faults.py::test_sigkill": "a killed run's journal waits for `cleanup`, which replays every dead journal",
-    "test_faults.py::test_cleanup": "`cleanup` replays every dead journal on the machine",
-    "test_foundation.py::test_sigkill": "a killed run's journal waits for `cleanup`, which replays every dead journal",
-    "test_rules_scale.py": "replays a killed run's journal with `cleanup`",
 }
 SHARED_RUN_FIXTURES = ("connect_run", "pgpool_children_run", "always_on_run")
 SESSION_ENV = "PATHPROF_TEST_LANES_SESSION"
@@ -65,10 +59,6 @@ def exclusive_reason(item) -> str | None:
     if why is None and item.get_closest_marker("exclusive"):
         return "marked exclusive"
     return why
-
-
-def one_at_a_time_reason(item) -> str | None:
-    return _reason(item, ONE_AT_A_TIME)
 
 
 def scope_and_order(items) -> dict[str, str]:
@@ -160,7 +150,6 @@ class LaneLock:
     def __init__(self, path: Path):
         self.rw = open(path, "a+")                       # noqa: SIM115 (held for the whole session)
         self.turnstile = open(f"{path}.turnstile", "a+")  # noqa: SIM115
-        self.objects = open(f"{path}.objects", "a+")      # noqa: SIM115 (ONE_AT_A_TIME)
         self.mode: int | None = None                     # what this lane holds now
         self.since = 0.0
         self.seconds = {"waiting": 0.0, "alone": 0.0, "shared": 0.0}    # this lane's time, for the summary
@@ -181,22 +170,12 @@ class LaneLock:
         self.mode = None
 
     @contextmanager
-    def hold(self, exclusive: bool, one_at_a_time: bool = False):
-        """`one_at_a_time`: the objects lock too, taken first, while this lane holds nothing else (so a lane
-        waiting for it never holds what the other needs)."""
-        if one_at_a_time:
-            t0 = time.monotonic()
-            fcntl.flock(self.objects, fcntl.LOCK_EX)
-            self.seconds["waiting"] += time.monotonic() - t0
+    def hold(self, exclusive: bool):
+        self._take(fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
-            self._take(fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            try:
-                yield
-            finally:
-                self._drop()
+            yield
         finally:
-            if one_at_a_time:
-                fcntl.flock(self.objects, fcntl.LOCK_UN)
+            self._drop()
 
     @contextmanager
     def alone(self):

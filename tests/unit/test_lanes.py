@@ -106,35 +106,10 @@ def test_alone_inside_shared_holds_waits_for_the_other_lane_and_two_at_once_do_n
     assert len(spans) == 2 and spans[0][1] <= spans[1][0], f"the two alone blocks overlapped: {spans}"
 
 
-def test_one_at_a_time_tests_share_with_others_but_never_with_each_other(tmp_path):
-    path = tmp_path / "lanes.lock"
-    events: list = []
-
-    def lane(name, one, hold_s):
-        with lanes.LaneLock(path).hold(exclusive=False, one_at_a_time=one):
-            events.append(("in", name, time.monotonic()))
-            time.sleep(hold_s)
-            events.append(("out", name, time.monotonic()))
-
-    def spans(names):
-        return sorted((t, next(u for k, m, u in events if k == "out" and m == n)) for k, n, t in events
-                      if k == "in" and n in names)
-    ts = [threading.Thread(target=lane, args=a) for a in (("o1", True, 0.3), ("o2", True, 0.3), ("s", False, 0.5))]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(10)
-    assert not any(t.is_alive() for t in ts)
-    (a, b) = spans({"o1", "o2"})
-    assert a[1] <= b[0], f"two one-at-a-time tests overlapped: {a}, {b}"
-    (s,) = spans({"s"})
-    assert s[0] < a[1] and a[0] < s[1], f"a one-at-a-time test must share with an ordinary one: {a}, {s}"
-
-
 def test_every_alone_entry_names_a_module_and_a_test_that_exist():
     """A renamed test would silently lose its entry and run beside the other lane."""
     integration = Path(__file__).resolve().parent.parent / "integration"
-    for key in [*lanes.EXCLUSIVE, *lanes.ONE_AT_A_TIME]:
+    for key in lanes.EXCLUSIVE:
         module, _, prefix = key.partition("::")
         text = (integration / module).read_text()
         assert not prefix or re.search(rf"^def {re.escape(prefix)}", text, re.M), key
