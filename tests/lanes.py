@@ -38,6 +38,8 @@ EXCLUSIVE = {
     "test_sweep_real.py": "the knee of a client sweep is a timing ground truth",
     "test_probes_paths.py::test_pg_sleep": "2 ms of pg_sleep, and every other stage within 50 µs of the base run",
     "test_probes_paths.py::test_cpu_view_closes": "the CPU view's closure with both CPUs saturated by this run",
+    "test_three_hosts.py": "three agents load their probes before one moment: beside the other lane all three "
+                           "began ~0.6 s late and 14 % of each interval had no load (CI run 40)",
     "test_uprobe_multi.py": "USDT semaphores are counted by every uprobe on the binary, the other lane's too",
 }
 SHARED_RUN_FIXTURES = ("connect_run", "pgpool_children_run", "always_on_run")
