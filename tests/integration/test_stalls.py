@@ -67,11 +67,14 @@ def test_a_window_stall_is_a_stage_and_the_view_closes(tmp_path):
     # with the backend's own extra work (its many small sends): 87 / 89 / 95 % here, 78.5 % without it once in CI
     # (the stall with its device time alone, 58 + 20 %, against the former bound of 80 %)
     assert blocked + devices + own >= 0.85 * gap, (blocked, devices, own, gap, deltas[:6])
-    # the stall is the gap's largest part (58 ... 73 % of it). Beside another load its device time grows (each small
-    # segment crosses the veth slower): once in CI the server's device moved 7,974 µs against send_blocked's 7,767
-    # µs of a 12,186 µs gap. Either is the stall, seen from the backend or per skb; nothing else may lead
+    # the stall is the gap's largest part: send_blocked 58 ... 73 % of it on a quiet machine. Beside another load
+    # its device time grows (each small segment waits for a CPU to cross the veth, and that time is carved out of
+    # the stall as device time): in CI the server's device moved 7,974 µs against send_blocked's 7,767 µs of a
+    # 12,186 µs gap, and 13,574 against 13,454 µs of 27,855 (48 %). Either is the stall, seen from the backend or
+    # per skb: together most of the gap, each a large part of it, and nothing else may lead
     top = {deltas[0][1:], deltas[1][1:]}
-    assert ("send_blocked.backend", "response") in top and blocked >= 0.5 * gap, (gap, deltas[:6])
+    assert ("send_blocked.backend", "response") in top and blocked >= 0.3 * gap, (gap, deltas[:6])
+    assert blocked + devices >= 0.6 * gap, (blocked, devices, gap, deltas[:6])
     assert deltas[0][1:] == ("send_blocked.backend", "response") or (
         deltas[0][1].startswith("dev.") and deltas[0][2] == "response"), (gap, deltas[:6])
     assert not [s for s in tiny["stages"] if s["name"].startswith("send_blocked.") and s["leg"] != "response"]
