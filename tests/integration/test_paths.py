@@ -148,10 +148,11 @@ def run_path(topology: str, *args: str, clients: int = 4, observe=None) -> tuple
         deadline = time.monotonic() + 120
         while p.poll() is None and time.monotonic() < deadline:
             if pgbench_running(client_ns):
-                # 0.5 s, not 1: pgbench seen late on a loaded machine left the looks of a 2-s run to its end, where
-                # its sockets were going (CI, pgpool-3host, three times); the looks keep every socket they see and
-                # go on while a namespace is empty, so an early look loses nothing
-                time.sleep(0.5)
+                # 0.1 s, not 1 and then 0.5: pgbench seen late on a loaded machine left the looks of a 2-s run to its
+                # end, where its sockets were going (CI, pgpool-3host, three times; pgpool once more beside the other
+                # lane, its first `ss` taking 1.3 s); the looks keep every socket they see and go on while a
+                # namespace is empty, so an early look loses nothing
+                time.sleep(0.1)
                 try:
                     seen.update(observe(t) if observe else {})
                 except AssertionError as e:     # a command that failed: its message, not "never seen running"
