@@ -76,7 +76,10 @@ def test_two_runs_in_a_row_the_second_from_the_cache(tmp_path, cache_root):
         assert phase in setup and setup[phase] >= 0, (phase, setup)
     assert setup["total"] >= setup["pgbench"] >= 1.0       # pgbench ran its whole -T
     rep = run_pathprof("report", second["summary"]["run_dir"], check=True).stdout
-    assert "set-up" in rep and "initdb" in rep, rep   # the whole report when not (once in CI, cause unknown)
+    # the report names each phase that took 5 ms or more (a template copy can take less: CI run 44, "initdb" left
+    # out of a line that was right)
+    shown = [k for k, v in setup.items() if k not in ("total", "pgbench") and v >= 0.005]
+    assert "set-up" in rep and shown and all(k in rep for k in shown), (shown, rep)
     after = machine_state()      # loop devices and mounts are left out: other engineers' runs make their own
     assert {k: after[k] for k in ("netns", "links", "iptables")} == {k: before[k] for k in ("netns", "links",
                                                                                               "iptables")}
