@@ -303,17 +303,15 @@ def run(netns: str | None, argv: list[str], out_dir: Path, on_progress: Callable
         # through a pooler: its listen queue overflows, 1-3 s SYN waits), and a probe that began following it a
         # few hundred ms late on a loaded machine never saw them start (-36 % closure beside another run)
         extra.update(stdin=subprocess.PIPE)
-        p = proc.spawn(netns, [*GATE, *argv], stdout=stdout_f, stderr=subprocess.PIPE, text=True, bufsize=1,
-                       cwd=out_dir, **extra)
+    p = proc.spawn(netns, [*GATE, *argv] if on_start else argv, stdout=stdout_f, stderr=subprocess.PIPE, text=True,
+                   bufsize=1, cwd=out_dir, **extra)
+    if on_start:
         try:
             _through_gate(p, on_start)
         except BaseException:           # interrupted once through the gate: pgbench must not outlive the run
             proc.stop_process(p)
             stdout_f.close()
             raise
-    else:
-        p = proc.spawn(netns, argv, stdout=stdout_f, stderr=subprocess.PIPE, text=True, bufsize=1, cwd=out_dir,
-                       **extra)
     pump = _StderrPump(p, out_dir / "stderr.txt", on_progress)
     try:
         _wait(p, _duration_of(argv), timeout_s, should_stop, path_broken)

@@ -25,7 +25,7 @@ HEADER = 8
 class FixedRecordRing:
     """Drains a ring buffer map whose records are all `record_size` bytes (one C struct)."""
 
-    def __init__(self, map_fd: int, max_entries: int, record_size: int):
+    def __init__(self, map_fd: int, max_entries: int, record_size: int, sink=None):
         if max_entries & (max_entries - 1) or max_entries < mmap.PAGESIZE:
             raise ValueError(f"a ring buffer's size is a power of two of at least a page, not {max_entries}")
         self.size = max_entries
@@ -35,7 +35,7 @@ class FixedRecordRing:
         self._consumer = mmap.mmap(map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
         self._producer = mmap.mmap(map_fd, page + 2 * max_entries, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
         self.records = 0
-        self._sink = None
+        self._sink = sink        # consume() hands it each drain's records
 
     def drain(self) -> bytes:
         """Every record committed since the last drain, back to back (n x record_size bytes)."""
@@ -107,8 +107,6 @@ def ring_reader(bpf_map, record_size: int, sink):
     written); libbpf's reader, one callback a record, elsewhere."""
     import platform
     if platform.machine() in ("x86_64", "AMD64"):
-        ring = FixedRecordRing(bpf_map.fd, bpf_map.max_entries, record_size)
-        ring._sink = sink
-        return ring
+        return FixedRecordRing(bpf_map.fd, bpf_map.max_entries, record_size, sink)
     from pathprof.agent.probing.bpf.libbpf import RingBuffer
     return RingBuffer(bpf_map.fd, sink)
