@@ -419,9 +419,12 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 	 * together with the FIN that follows it at once (a hop woken late, Go's docker-proxy) it moves 6: the FIN
 	 * takes a sequence number of its own, and the socket is past ESTABLISHED; read after it, the FIN alone moves 1 */
 	int fin = tcp && sk->__sk_common.skc_state != PP_TCP_ESTABLISHED;
-	int terminate = moved == 5 || (fin && (moved == 6 || moved == 1));
+	int terminate = moved == 5 || (fin && moved == 6);
+	/* the peer's FIN alone, either way: a connection's end, no message. Upstream it is the backend exiting after
+	 * the client's Terminate, read by the hop while the client is already opening its next connection */
+	int closing = fin && moved == 1;
 	int off_path = conn_split && is_hop_role(t->role) &&
-		       ((s->setup_msg & PP_SETUP_READY) || (terminate && s->leg == PP_LEG_REQUEST));
+		       ((s->setup_msg & PP_SETUP_READY) || closing || (terminate && s->leg == PP_LEG_REQUEST));
 	if (conn_split && !is_hop_role(t->role)) {
 		/* a setup message read: left out at the next send; a client's read of more than the 1-byte SSL
 		 * refusal is the server's hello, which ends the setup */
@@ -593,6 +596,7 @@ static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 w
 			t->consume_ts = 0;
 			if (t->consume_setup) {   /* forwarding a setup message: the connection probe's time */
 				t->consume_setup = 0;
+				t->consume_leg = 0;   /* and a send that continues from it (no read, no sleep) is too */
 				stat_inc(PP_STAT_SETUP_SPANS);
 				return 0;
 			}
