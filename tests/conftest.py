@@ -147,7 +147,7 @@ def pytest_runtest_protocol(item, nextitem):
     if lock is None:
         yield
         return
-    with lock.hold(exclusive=lanes.exclusive_reason(item) is not None):
+    with lock.hold(lanes.hold_kind(item)):
         yield
 
 

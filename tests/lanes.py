@@ -2,13 +2,20 @@
 its own (tests/lane-python), so the built-in paths' fixed names (pp-loopback, pp-dk-host, ...) and each lane's
 root-namespace links and rules never meet. What the lanes still share is the machine: its two CPUs, the kernel's
 machine-wide objects (cgroups, loop devices, uprobes and their USDT semaphores, the journal directory that
-`pathprof cleanup` replays). A test that depends on those runs alone: it takes the lanes' lock exclusively, and
-the other lane waits between two of its tests.
+`pathprof cleanup` replays). Each test holds the lanes' two locks as it needs (LaneLock.hold):
 
-Which tests run alone is data (EXCLUSIVE below, each with its reason). The session-wide runs several modules read
-(tests/conftest.py) are made alone too where they are a quiet machine's ground truth (`alone()`), while the tests
-that read them share the machine; the modules reading one such run form one group, taken by one worker, so the
-run is still made once (GroupScheduling: xdist's own `loadgroup` does not group under pytest 9).
+  alone    (EXCLUSIVE)        the CPUs to itself: CPU accounting, timing ground truths. The other lane waits.
+  objects  (MACHINE_OBJECTS)  no live run in the other lane: `cleanup` replays every dead journal and sweeps what
+                              no live one names; cgroups, loop devices, USDT semaphores are machine-wide. The CPUs
+                              are shared: these tests go last among the integration tests, in one scope, and run
+                              beside the other lane's unit tests.
+  runs     (any other integration test)  beside the other lane.
+  unit     (tests/unit)       beside anything but an `alone` test.
+
+Which tests are which is data (the tables below, each entry with its reason). The session-wide runs several modules
+read (tests/conftest.py) are made alone too where they are a quiet machine's ground truth (`alone()`), while the
+tests that read them share the machine; the modules reading one such run form one group, taken by one worker, so
+the run is still made once (GroupScheduling: xdist's own `loadgroup` does not group under pytest 9).
 
 Without xdist (`pytest tests/...`, or PATHPROF_TEST_LANES=1 bash scripts/test) nothing here changes anything.
 """
@@ -24,13 +31,6 @@ from pathlib import Path
 # module file name, or "module::test name prefix" -> why it must have the machine to itself
 EXCLUSIVE = {
     "test_backend_io.py::test_a_throttled": "cgroups and loop devices are machine-wide; a throttled device's timing",
-    "test_backend_io.py::test_a_killed": "cgroups and loop devices are machine-wide; `cleanup` replays the journal",
-    # `cleanup` replays every dead journal and sweeps cgroups no live journal names: beside the other lane's runs
-    # (CI runs 36, 39) it kept a killed run's names a live run of the other lane held, and stopped its postmaster
-    "test_faults.py::test_sigkill": "a killed run's journal waits for `cleanup`, which replays every dead journal",
-    "test_faults.py::test_cleanup": "`cleanup` replays every dead journal on the machine",
-    "test_foundation.py::test_sigkill": "a killed run's journal waits for `cleanup`, which replays every dead journal",
-    "test_rules_scale.py": "replays a killed run's journal with `cleanup`",
     "test_foreign_load.py": "the same path alone and under a known load: the other lane would be a third load",
     "test_probe_cpu.py": "the CPU the kernel counted against the probes' per-role CPU",
     "test_cpu_reference.py": "the CPU view's reference is the machine's busy time",
@@ -40,8 +40,19 @@ EXCLUSIVE = {
     "test_probes_paths.py::test_cpu_view_closes": "the CPU view's closure with both CPUs saturated by this run",
     "test_three_hosts.py": "three agents load their probes before one moment: beside the other lane all three "
                            "began ~0.6 s late and 14 % of each interval had no load (CI run 40)",
+}
+# module file name, or "module::test name prefix" -> which machine-wide objects it must not share with a live run.
+# `cleanup` beside the other lane's runs (CI runs 36, 39) kept a killed run's names a live run of the other lane
+# held, and stopped its postmaster; unit tests make no run and no pp- object, so these run beside them.
+MACHINE_OBJECTS = {
+    "test_backend_io.py::test_a_killed": "cgroups and loop devices are machine-wide; `cleanup` replays the journal",
+    "test_faults.py::test_sigkill": "a killed run's journal waits for `cleanup`, which replays every dead journal",
+    "test_faults.py::test_cleanup": "`cleanup` replays every dead journal on the machine",
+    "test_foundation.py::test_sigkill": "a killed run's journal waits for `cleanup`, which replays every dead journal",
+    "test_rules_scale.py": "replays a killed run's journal with `cleanup`",
     "test_uprobe_multi.py": "USDT semaphores are counted by every uprobe on the binary, the other lane's too",
 }
+MACHINE_SCOPE = "machine-objects"
 SHARED_RUN_FIXTURES = ("connect_run", "pgpool_children_run", "always_on_run")
 SESSION_ENV = "PATHPROF_TEST_LANES_SESSION"
 
@@ -63,14 +74,25 @@ def exclusive_reason(item) -> str | None:
     return why
 
 
+def hold_kind(item) -> str:
+    """How a test holds the lanes' locks: "alone", "objects", "runs" or "unit" (see the module's docstring)."""
+    if exclusive_reason(item) is not None:
+        return "alone"
+    if _reason(item, MACHINE_OBJECTS) is not None:
+        return "objects"
+    return "runs" if "/integration/" in f"/{item.nodeid}" else "unit"
+
+
 def scope_and_order(items) -> dict[str, str]:
     """Each test's scope for the scheduler (GroupScheduling; a worker takes a scope whole) and the order the
     scopes go in. A module is a scope; modules reading one session-wide run are one. The tests of a module that
     run alone are a scope of their own ("module:alone"), and those scopes go first: they pass one after the other
     while the other lane waits, then the lanes share the rest (integration modules with most tests first, unit
-    tests last). Only where alone tests read a session-wide run does their group stay whole (the run is made
-    once per worker), first among the shared. The scheduler gets the scopes in a file (write_scopes): only
-    workers collect, and each writes the same one."""
+    tests last). The tests that must not share machine-wide objects with a live run are one scope (MACHINE_SCOPE)
+    between the integration modules and the unit tests: one lane takes it while the other goes on to the unit
+    tests. Only where alone tests read a session-wide run does their group stay whole (the run is made once per
+    worker), first among the shared. The scheduler gets the scopes in a file (write_scopes): only workers
+    collect, and each writes the same one."""
     module_of = {it: it.nodeid.split("::")[0] for it in items}
     parent = {m: m for m in module_of.values()}
 
@@ -89,17 +111,23 @@ def scope_and_order(items) -> dict[str, str]:
         groups.setdefault(root(module_of[it]), []).append(it)
     linked = {root(m) for m in by_fixture.values()}
     order = sorted(groups, key=lambda g: (g not in linked, -len(groups[g]) if "integration" in g else 0))
-    scope_of, first, rest = {}, [], []
+    scope_of, first, shared, machine, unit = {}, [], [], [], []
     for g in order:
         for it in groups[g]:
-            name = Path(g).stem
-            if exclusive_reason(it) is not None and g not in linked:
+            name, kind = Path(g).stem, hold_kind(it)
+            if g in linked:
+                scope_of[it.nodeid] = name
+                shared.append(it)
+            elif kind == "alone":
                 scope_of[it.nodeid] = f"{name}:alone"
                 first.append(it)
+            elif kind == "objects":
+                scope_of[it.nodeid] = MACHINE_SCOPE
+                machine.append(it)
             else:
                 scope_of[it.nodeid] = name
-                rest.append(it)
-    items[:] = first + rest
+                (unit if kind == "unit" else shared).append(it)
+    items[:] = first + shared + machine + unit
     return scope_of
 
 
@@ -145,22 +173,32 @@ def GroupScheduling(config, log):     # noqa: N802 (a class made on demand: xdis
 
 
 class LaneLock:
-    """A readers-writer lock between the lanes, on two flock(2)ed files: a test that may share the machine holds
-    it shared, one that must be alone holds it exclusively. The turnstile keeps a waiting exclusive test from
-    being overtaken by the other lane's next shared test."""
+    """The lanes' two locks, each a readers-writer lock on a flock(2)ed file: `rw` for the CPUs (an alone test
+    holds it exclusively, every other test shared) and `objects` for the machine-wide objects (a test of
+    MACHINE_OBJECTS holds it exclusively, every other integration test shared, a unit test not at all). The
+    turnstile keeps a waiting exclusive holder from being overtaken by the other lane's next shared one."""
+
+    MODES = {"alone": (fcntl.LOCK_EX, fcntl.LOCK_SH), "objects": (fcntl.LOCK_SH, fcntl.LOCK_EX),
+             "runs": (fcntl.LOCK_SH, fcntl.LOCK_SH), "unit": (fcntl.LOCK_SH, None)}
 
     def __init__(self, path: Path):
         self.rw = open(path, "a+")                       # noqa: SIM115 (held for the whole session)
+        self.objects = open(f"{path}.objects", "a+")     # noqa: SIM115
         self.turnstile = open(f"{path}.turnstile", "a+")  # noqa: SIM115
-        self.mode: int | None = None                     # what this lane holds now
+        self.mode: int | None = None                     # what this lane holds of rw now
+        self.objects_mode: int | None = None
+        self.kind = "runs"                               # the test's kind of hold (MODES)
         self.since = 0.0
         self.seconds = {"waiting": 0.0, "alone": 0.0, "shared": 0.0}    # this lane's time, for the summary
 
-    def _take(self, mode: int) -> None:
+    def _take(self, mode: int, objects_mode: int | None = None) -> None:
         t0 = time.monotonic()
         fcntl.flock(self.turnstile, fcntl.LOCK_EX)
         try:
             fcntl.flock(self.rw, mode)
+            if objects_mode is not None:
+                fcntl.flock(self.objects, objects_mode)
+                self.objects_mode = objects_mode
         finally:
             fcntl.flock(self.turnstile, fcntl.LOCK_UN)
         self.mode, self.since = mode, time.monotonic()
@@ -168,12 +206,17 @@ class LaneLock:
 
     def _drop(self) -> None:
         fcntl.flock(self.rw, fcntl.LOCK_UN)
+        if self.objects_mode is not None:
+            fcntl.flock(self.objects, fcntl.LOCK_UN)
+            self.objects_mode = None
         self.seconds["alone" if self.mode == fcntl.LOCK_EX else "shared"] += time.monotonic() - self.since
         self.mode = None
 
     @contextmanager
-    def hold(self, exclusive: bool):
-        self._take(fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    def hold(self, kind: str):
+        """kind: one of MODES (hold_kind)."""
+        self.kind = kind
+        self._take(*self.MODES[self.kind])
         try:
             yield
         finally:
@@ -181,18 +224,19 @@ class LaneLock:
 
     @contextmanager
     def alone(self):
-        """Inside a shared hold: the machine to this lane for a while (a run other tests read, made once). The
-        shared hold is dropped first and taken again after, so two lanes asking at once cannot deadlock."""
+        """Inside a shared hold: the machine to this lane for a while (a run other tests read, made once). What
+        the test holds is dropped first and taken again after: a lane never waits at the turnstile holding a lock,
+        so two lanes asking at once cannot deadlock."""
         if self.mode != fcntl.LOCK_SH:
             yield
             return
         self._drop()
-        self._take(fcntl.LOCK_EX)
+        self._take(*self.MODES["alone"])
         try:
             yield
         finally:
             self._drop()
-            self._take(fcntl.LOCK_SH)
+            self._take(*self.MODES[self.kind])
 
 
 @contextmanager

@@ -18,6 +18,7 @@ class FakeItem:
 
 
 EXCLUSIVE = {"test_stalls.py": "a timing ground truth", "test_faults.py::test_sigkill": "cleanup replays"}
+MACHINE_OBJECTS = {"test_rules_scale.py": "cleanup replays", "test_foundation.py::test_sigkill": "cleanup replays"}
 
 
 def test_who_runs_alone(monkeypatch):
@@ -27,6 +28,30 @@ def test_who_runs_alone(monkeypatch):
     assert lanes.exclusive_reason(FakeItem("tests/integration/test_faults.py::test_link_down_mid_run")) is None
     assert lanes.exclusive_reason(FakeItem("tests/integration/test_paths.py::test_pgpool")) is None
     assert lanes.exclusive_reason(FakeItem("tests/integration/test_paths.py::test_pgpool", exclusive=True))
+
+
+def test_how_each_test_holds_the_locks(monkeypatch):
+    monkeypatch.setattr(lanes, "EXCLUSIVE", EXCLUSIVE)
+    monkeypatch.setattr(lanes, "MACHINE_OBJECTS", MACHINE_OBJECTS)
+    kinds = {n: lanes.hold_kind(FakeItem(n)) for n in (
+        "tests/integration/test_stalls.py::t", "tests/integration/test_rules_scale.py::t",
+        "tests/integration/test_foundation.py::test_sigkill_mid_run", "tests/integration/test_foundation.py::test_up",
+        "tests/unit/test_lanes.py::t")}
+    assert list(kinds.values()) == ["alone", "objects", "objects", "runs", "unit"], kinds
+
+
+def test_the_tests_kept_from_live_runs_are_one_scope_between_the_integration_and_the_unit_tests(monkeypatch):
+    monkeypatch.setattr(lanes, "EXCLUSIVE", EXCLUSIVE)
+    monkeypatch.setattr(lanes, "MACHINE_OBJECTS", MACHINE_OBJECTS)
+    items = [FakeItem("tests/unit/test_a.py::t1"), FakeItem("tests/integration/test_rules_scale.py::t1"),
+             FakeItem("tests/integration/test_paths.py::t1"),
+             FakeItem("tests/integration/test_foundation.py::test_sigkill_x"),
+             FakeItem("tests/integration/test_foundation.py::test_up"), FakeItem("tests/integration/test_stalls.py::t")]
+    scope_of = lanes.scope_and_order(items)
+    assert [(it.nodeid.split("::")[0].rsplit("/", 1)[-1], scope_of[it.nodeid]) for it in items] == [
+        ("test_stalls.py", "test_stalls:alone"), ("test_foundation.py", "test_foundation"),
+        ("test_paths.py", "test_paths"), ("test_foundation.py", lanes.MACHINE_SCOPE),
+        ("test_rules_scale.py", lanes.MACHINE_SCOPE), ("test_a.py", "test_a")], scope_of
 
 
 def test_modules_sharing_a_session_run_are_one_group_and_lone_groups_come_first(monkeypatch):
@@ -48,9 +73,9 @@ def test_modules_sharing_a_session_run_are_one_group_and_lone_groups_come_first(
     assert [g for i, g in enumerate(scopes) if i == 0 or scopes[i - 1] != g] == list(dict.fromkeys(scopes))
 
 
-def _worker(lock, exclusive, events, name, hold_s):
+def _worker(lock, kind, events, name, hold_s):
     def run():
-        with lock.hold(exclusive):
+        with lock.hold(kind):
             events.append(("in", name, time.monotonic()))
             time.sleep(hold_s)
             events.append(("out", name, time.monotonic()))
@@ -63,7 +88,7 @@ def test_the_lock_shares_readers_and_a_writer_is_alone_and_not_overtaken(tmp_pat
     path = tmp_path / "lanes.lock"
     # two readers at once: both inside together
     events: list = []
-    ts = [_worker(lanes.LaneLock(path), False, events, n, 0.3) for n in ("r1", "r2")]
+    ts = [_worker(lanes.LaneLock(path), "runs", events, n, 0.3) for n in ("r1", "r2")]
     for t in ts:
         t.join(5)
     ins = sorted(e[2] for e in events if e[0] == "in")
@@ -72,15 +97,63 @@ def test_the_lock_shares_readers_and_a_writer_is_alone_and_not_overtaken(tmp_pat
 
     # a reader inside, a writer waiting, then a second reader: the writer goes before the second reader
     events = []
-    r1 = _worker(lanes.LaneLock(path), False, events, "r1", 0.8)
+    r1 = _worker(lanes.LaneLock(path), "runs", events, "r1", 0.8)
     time.sleep(0.25)
-    w = _worker(lanes.LaneLock(path), True, events, "w", 0.2)
+    w = _worker(lanes.LaneLock(path), "alone", events, "w", 0.2)
     time.sleep(0.25)
-    r2 = _worker(lanes.LaneLock(path), False, events, "r2", 0.1)
+    r2 = _worker(lanes.LaneLock(path), "runs", events, "r2", 0.1)
     for t in (r1, w, r2):
         t.join(5)
     order = [(kind, name) for kind, name, _ in sorted(events, key=lambda e: e[2])]
     assert order == [("in", "r1"), ("out", "r1"), ("in", "w"), ("out", "w"), ("in", "r2"), ("out", "r2")], order
+
+
+def _overlap(kind_a, kind_b, tmp_path) -> bool:
+    events: list = []
+    path = tmp_path / f"{kind_a}-{kind_b}.lock"
+    ts = [_worker(lanes.LaneLock(path), kind_a, events, "a", 0.2)]
+    time.sleep(0.03)
+    ts.append(_worker(lanes.LaneLock(path), kind_b, events, "b", 0.2))
+    for t in ts:
+        t.join(5)
+    at = {(k, n): t for k, n, t in events}
+    return at[("in", "b")] < at[("out", "a")]
+
+
+def test_a_test_kept_from_live_runs_shares_the_cpus_with_unit_tests_only(tmp_path):
+    assert _overlap("objects", "unit", tmp_path) and _overlap("unit", "objects", tmp_path)
+    assert not _overlap("objects", "runs", tmp_path) and not _overlap("runs", "objects", tmp_path)
+    assert not _overlap("objects", "objects", tmp_path)
+    assert not _overlap("alone", "unit", tmp_path) and not _overlap("unit", "alone", tmp_path)
+    assert _overlap("runs", "unit", tmp_path) and _overlap("runs", "runs", tmp_path)
+
+
+def test_alone_inside_a_run_while_the_other_lane_waits_to_keep_runs_out_does_not_deadlock(tmp_path):
+    """One lane inside a test that holds the objects shared asks to be alone (a session run) while the other
+    waits for the objects exclusively: the first drops what it holds before it waits, so both get through."""
+    path = tmp_path / "lanes.lock"
+    done: list = []
+
+    def runs_then_alone():
+        lock = lanes.LaneLock(path)
+        with lock.hold("runs"):
+            time.sleep(0.3)
+            with lock.alone():
+                time.sleep(0.1)
+        done.append("runs")
+
+    def objects():
+        lock = lanes.LaneLock(path)
+        time.sleep(0.1)
+        with lock.hold("objects"):
+            time.sleep(0.1)
+        done.append("objects")
+    ts = [threading.Thread(target=runs_then_alone), threading.Thread(target=objects)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(5)
+    assert sorted(done) == ["objects", "runs"], done
 
 
 def test_alone_inside_shared_holds_waits_for_the_other_lane_and_two_at_once_do_not_deadlock(tmp_path):
@@ -89,7 +162,7 @@ def test_alone_inside_shared_holds_waits_for_the_other_lane_and_two_at_once_do_n
 
     def lane(name, hold_before, hold_alone):
         lock = lanes.LaneLock(path)
-        with lock.hold(exclusive=False):
+        with lock.hold("runs"):
             time.sleep(hold_before)
             with lock.alone():
                 events.append(("in", name, time.monotonic()))
@@ -109,7 +182,7 @@ def test_alone_inside_shared_holds_waits_for_the_other_lane_and_two_at_once_do_n
 def test_every_alone_entry_names_a_module_and_a_test_that_exist():
     """A renamed test would silently lose its entry and run beside the other lane."""
     integration = Path(__file__).resolve().parent.parent / "integration"
-    for key in lanes.EXCLUSIVE:
+    for key in [*lanes.EXCLUSIVE, *lanes.MACHINE_OBJECTS]:
         module, _, prefix = key.partition("::")
         text = (integration / module).read_text()
         assert not prefix or re.search(rf"^def {re.escape(prefix)}", text, re.M), key
