@@ -214,6 +214,9 @@ def _record_observed(opts: AttachOptions, rd: RunDir, presult, capabilities, sou
     rd.update(observed=observed, cpu=cpu, probes=meta)
 
 
+INTERVAL_OVER = "interval over: reading the probes"
+
+
 def _measure(opts: AttachOptions, rd: RunDir, probes, source: DiscoveredSource, ui: Reporter,
              leaving: LeavingConnections, notes: list):
     """Probes on, always on, for the duration; their result. The probes are closed on every way out."""
@@ -233,6 +236,7 @@ def _measure(opts: AttachOptions, rd: RunDir, probes, source: DiscoveredSource, 
                 _watch(probes, source.path, opts.duration_s, ui, feed, tick=leaving.look)
             finally:
                 feed.close()            # a status.json write in flight reads the probes' maps
+            ui.phase(INTERVAL_OVER)     # whoever drives the load may stop it now (another host's agents too)
             return m.read()
     finally:
         probes.close()

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -19,7 +20,8 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_merge_hosts import PP, _attach, _done  # noqa: E402
+from pathprof.agent.run.attach import INTERVAL_OVER  # noqa: E402
+from test_merge_hosts import PP, _attach  # noqa: E402
 
 CLI, POOL, DB = "pp-pb3-cli", "pp-pb3-pool", "pp-pb3-db"
 POOLER, SERVER = "198.18.12.2:6432", "198.18.12.3:5432"
@@ -29,7 +31,9 @@ CLIENTS = 8
 # each began when its own probes were ready, 2 ... 13 % of a 4 s interval apart (sampled messages outside the
 # common interval), and the merged latency closure once reached +5.6 % (bench/hosts, 2 clients); with it 0.0 ...
 # 7.7 % in 6 runs (each agent's windows open and close in ~0.1-0.2 s on this loaded machine), closure -0.5 ... +0.2 %
-START_IN_S = 6.0          # three agents loading their probes at once took up to ~4 s here
+# three agents loading their probes at once took up to ~4 s here before their verification got faster (50 ms a
+# probe); alone, now, 3.5-4.4 s. Beside another full load (a 16-client run) they needed 7.4-9.0 s: alone
+START_IN_S = 5.0
 # Was 15: 11.8 % once in a full suite and 18.9 % beside the other lane, each agent's window opening 0.1-0.45 s
 # late while it attached its programs after the moment. They are attached before it now (prepare_window) and the
 # window opens at it: 0.1-0.4 % alone, 5.4 % once beside the other lane (2026-11-26)
@@ -52,6 +56,29 @@ def _wait_clients(n: int, timeout: float = 90.0) -> None:
     raise AssertionError(f"pgbench did not connect {n} clients to the pooler")
 
 
+class Agent:
+    """An attach agent whose stderr is read as it comes: the moment it says its interval is over."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc, self.err, self.over = proc, [], threading.Event()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.err.append(line)
+            if INTERVAL_OVER in line:
+                self.over.set()
+        self.over.set()                          # it exited: nothing more to wait for
+
+    def result(self) -> dict:
+        out = self.proc.stdout.read()
+        self.proc.wait(timeout=60)
+        self.reader.join(10)
+        assert self.proc.returncode == 0, "".join(self.err)[-2000:]
+        return json.loads(out)
+
+
 def _three_agents(runs: Path) -> tuple[dict, dict, dict]:
     """The built path with pgbench running and no probes of its own; the three agents' reports."""
     load = subprocess.Popen([*PP, "run", "-t", "pgbouncer-3host", "--probes", "off", "-c", str(CLIENTS), "-j", "2",
@@ -63,15 +90,17 @@ def _three_agents(runs: Path) -> tuple[dict, dict, dict]:
         time.sleep(0.5)
         start = time.time() + START_IN_S
         at = ["--start-at", f"{start:.3f}"]      # one interval for the three
-        agents = [_attach(["--netns", CLI, "--remote", POOLER, *at], runs, seconds=INTERVAL_S),
-                  _attach(["--netns", POOL, "--port", "6432", *at], runs, seconds=INTERVAL_S),
-                  _attach(["--netns", DB, "--port", "5432", *at], runs, seconds=INTERVAL_S)]
-        # the load is needed for the interval only: stopped once it is over, the three agents read their results
-        # on CPUs pgbench no longer saturates (a late agent's notes say so, and the common-interval check catches it)
-        time.sleep(max(0.0, start + INTERVAL_S + 1.0 - time.time()))
+        agents = [Agent(_attach(["--netns", CLI, "--remote", POOLER, *at], runs, seconds=INTERVAL_S)),
+                  Agent(_attach(["--netns", POOL, "--port", "6432", *at], runs, seconds=INTERVAL_S)),
+                  Agent(_attach(["--netns", DB, "--port", "5432", *at], runs, seconds=INTERVAL_S))]
+        # the load is needed for the intervals only: stopped once all three say theirs is over (not at a fixed
+        # time: beside the other lane all three once began ~0.6 s late, CI run 40), they read their results on
+        # CPUs pgbench no longer saturates
+        for a in agents:
+            assert a.over.wait(START_IN_S + INTERVAL_S + 60), "".join(a.err)[-2000:]
         load.send_signal(signal.SIGINT)          # the run stops early and tears its path down
         stopped = True
-        return tuple(_done(a) for a in agents)
+        return tuple(a.result() for a in agents)
     finally:
         if not stopped:                          # once: a second SIGINT would cut its teardown short
             load.send_signal(signal.SIGINT)
@@ -115,10 +144,11 @@ def test_three_hosts_merge_through_the_pooler(tmp_path):
                   ("wire.pgbench", "response"), ("hop.pgbouncer", "request"), ("hop.pgbouncer", "response"),
                   ("backend.execute", "server"), ("client.pgbench", "client")):
         assert names.get(stage, 0) > 0, (stage, sorted(names))
+    print("began late:", [n for n in c["notes"] + p["notes"] + s["notes"] if "--start-at" in n])
     outside = {x["name"]: x["outside_common_pct"] for x in d["hosts"]}
     print("3-host merged:", d["closure"], "outside the common interval (%):", outside)
     assert all(v <= OUTSIDE_PCT for v in outside.values()), outside
-    print("began late:", [n for n in c["notes"] + p["notes"] + s["notes"] if "--start-at" in n])
+
     assert d["closure"]["latency_basis"] == "cycle"
     assert abs(d["closure"]["latency_error_pct"]) <= CLOSURE_PCT, d["closure"]
     assert abs(d["closure"]["cpu_error_pct"]) <= CLOSURE_PCT, d["closure"]

@@ -73,6 +73,18 @@ def test_modules_sharing_a_session_run_are_one_group_and_lone_groups_come_first(
     assert [g for i, g in enumerate(scopes) if i == 0 or scopes[i - 1] != g] == list(dict.fromkeys(scopes))
 
 
+def test_the_machine_objects_scope_waits_while_the_other_lane_has_integration_tests():
+    queue = [lanes.MACHINE_SCOPE, "test_a", "test_b"]
+    first = {lanes.MACHINE_SCOPE: "tests/integration/test_faults.py::test_sigkill_x",
+             "test_a": "tests/unit/test_a.py::t", "test_b": "tests/unit/test_b.py::t"}
+    busy = ["tests/integration/test_loss.py::t1", "tests/unit/test_c.py::t"]
+    assert lanes.next_scope(queue, first, busy) == "test_a", "a unit scope while the other lane runs a path"
+    assert lanes.next_scope(queue, first, ["tests/unit/test_c.py::t"]) == lanes.MACHINE_SCOPE
+    assert lanes.next_scope(queue, first, []) == lanes.MACHINE_SCOPE
+    assert lanes.next_scope([lanes.MACHINE_SCOPE], first, busy) == lanes.MACHINE_SCOPE, "no unit scope left"
+    assert lanes.next_scope(["test_b", lanes.MACHINE_SCOPE], first, busy) == "test_b"
+
+
 def _worker(lock, kind, events, name, hold_s):
     def run():
         with lock.hold(kind):
