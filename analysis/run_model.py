@@ -391,6 +391,7 @@ class Closure:
     stages_sum_us: float | None = None
     connection_setup_us: float | None = None
     connection_measured_us: float | None = None
+    connection_measured_in_windows_us: float | None = None   # pgbench's, scaled to the windows (conn_view)
     connection_error_pct: float | None = None
     gap: Gap | None = None
     execute_split: ExecuteSplit | None = None

@@ -50,12 +50,19 @@ def test_tcp_handshake_only_on_tcp(runs):
 
 @pytest.mark.parametrize("topology", ["unix", "tcp"])
 def test_steps_add_up_to_pgbench_connection_time(runs, topology):
+    """The steps against pgbench's connection time, pgbench's figure scaled from the whole run to the window (the
+    steps are the window's): beside the other lane a window once ran at 120 TPS and the rest of the run at 210,
+    and the steps came out +39 % against the whole run's figure (CI run 49), +2 % against the window's. One
+    client to a thread: connect.thread_wait is its close and libpq's work before the next connect, both inside
+    pgbench's figure."""
     doc = runs[topology]
-    measured_us = doc["connection_time_ms"] * 1000.0
+    cl = doc["closure"]
+    measured_us = doc["connection_time_ms"] * 1000.0 * doc["tps_whole_run"] / doc["tps_in_windows"]
+    assert cl["connection_measured_in_windows_us"] == pytest.approx(measured_us, rel=1e-3), cl
     total = sum(names(doc).values())
-    assert abs(total - measured_us) <= measured_us * TOLERANCE_PCT / 100, (total, measured_us, doc["closure"])
-    # the closure the report prints (its own basis: connect and finish as pgbench times them) is within bounds too
-    assert abs(doc["closure"]["connection_error_pct"]) <= TOLERANCE_PCT, doc["closure"]
+    assert abs(total - measured_us) <= measured_us * TOLERANCE_PCT / 100, (total, measured_us, cl)
+    # the closure the report prints (its own basis: the steps but connect.thread_wait) is within bounds too
+    assert abs(cl["connection_error_pct"]) <= TOLERANCE_PCT, cl
 
 
 @pytest.mark.parametrize("topology", ["unix", "tcp"])
