@@ -193,15 +193,17 @@ def hop_in_both_views(r: dict, hop: str) -> None:
 
 def test_docker_bridge():
     def observe(t):
-        return {"est": established("pp-dk-host")}
+        return {"est": established_most("pp-dk-host")}
     r, seen = run_path("docker-bridge", observe=observe)
     assert r["tps"] > 0
     assert any(s["peer"] == "198.18.0.2:5432" and "pgbench" in s["procs"] for s in seen["est"])
 
 
 def docker_observe(t):
-    return {"est": established("pp-dk-host"), "listen": listening("pp-dk-host"), "dnat": dnat_packets("pp-dk-host"),
-            "conntrack": sh(["conntrack", "-L", "-p", "tcp"], "pp-dk-host")}
+    # ~1 s of looks, not one: a single look 0.1 s after pgbench appeared found none of its connections yet beside
+    # the other lane (CI run 50, --target container); the counters and tables are read after them
+    return {"est": established_most("pp-dk-host"), "listen": listening("pp-dk-host"),
+            "dnat": dnat_packets("pp-dk-host"), "conntrack": sh(["conntrack", "-L", "-p", "tcp"], "pp-dk-host")}
 
 
 def test_docker_dnat_userland_proxy_on():
@@ -234,7 +236,7 @@ def test_docker_dnat_userland_proxy_off():
 def test_docker_dnat_target_container():
     r, seen = run_path("docker-dnat", "--target", "container", observe=docker_observe)
     assert r["tps"] > 0
-    assert any(s["peer"] == "198.18.0.2:5432" and "pgbench" in s["procs"] for s in seen["est"])
+    assert any(s["peer"] == "198.18.0.2:5432" and "pgbench" in s["procs"] for s in seen["est"]), (seen["est"], LOOKS)
     assert seen["dnat"] == 0
 
 
@@ -340,7 +342,7 @@ def test_user_topology_with_command_proxy(tmp_path):
         address = "127.0.0.1"
         port = 7432
     '''))
-    r, seen = run_path(str(path), clients=2, observe=lambda t: {"est": established("pp-tc-ucli")})
+    r, seen = run_path(str(path), clients=2, observe=lambda t: {"est": established_most("pp-tc-ucli")})
     assert r["tps"] > 0
     ups = [s for s in seen["est"] if s["peer"] == "198.18.41.2:5432"]
     assert len(ups) >= 2, seen["est"]
