@@ -21,7 +21,7 @@ def _meta(doc: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def lossy(tmp_path_factory):
-    cp = run_pathprof("run", *LOSSY, "--duration", "4", "--probe-duty", "100", "--json",
+    cp = run_pathprof("run", *LOSSY, "--duration", "3", "--probe-duty", "100", "--json",
                       runs_dir=tmp_path_factory.mktemp("runs"), check=True, timeout=600)
     doc = json.loads(cp.stdout)
     return doc, _meta(doc)

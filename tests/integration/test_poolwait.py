@@ -22,7 +22,7 @@ def _entry(pool: int, mode: str = "transaction") -> str:
 def compared(tmp_path_factory):
     runs_dir = tmp_path_factory.mktemp("runs")
     cp = run_pathprof("compare", _entry(CLIENTS), _entry(1), _entry(2), _entry(2, "statement"),
-                      "--clients", str(CLIENTS), "--mode", "extended", "--duration", "4", "--probe-duty", "100",
+                      "--clients", str(CLIENTS), "--mode", "extended", "--duration", "3", "--probe-duty", "100",
                       "--trace-sample", "10", "--json", runs_dir=runs_dir, check=True, timeout=600)
     doc = json.loads(cp.stdout)
     return doc, doc["runs"][:3]

@@ -18,7 +18,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "stall"
 
 def run(topology: str, runs_dir) -> dict:
     cp = run_pathprof("run", "--topology", topology, "--clients", "1", "--mode", "extended", "--script",
-                      f"@{BENCH / 'big_result.sql'}", "--duration", "4", "--probe-duty", "100", "--json", "--no-live",
+                      f"@{BENCH / 'big_result.sql'}", "--duration", "3", "--probe-duty", "100", "--json", "--no-live",
                       runs_dir=runs_dir)
     assert cp.returncode == 0, cp.stderr[-3000:]
     return json.loads(cp.stdout)
