@@ -129,6 +129,19 @@ def test_a_poolers_own_queries_are_not_a_transactions(connect_run):
     assert 0.9 <= wait["count_per_txn"] <= 1.1, wait       # the SET's round trip, once per transaction
 
 
+@pytest.mark.parametrize("topology", ["pgbouncer", "nic"])
+def test_the_rest_of_the_terminates_send_is_the_clients(connect_run, topology):
+    """Nobody answers the Terminate: after its delivery (inside pgbench's send, on a veth or loopback) the rest of
+    the send (the softirq finishing, the pooler it woke running first on pgbench's CPU) is pgbench's own time up to
+    connect.thread_wait, which starts at the send's end. In no stage it left pgbouncer -C at -3.4 % (~13 µs of a
+    ~440-µs cycle, 2026-11-26); now a third client.pgbench span per transaction (after the hello, after the
+    result, after the Terminate's delivery)."""
+    doc = connect_run(topology, 1)
+    client = stages(doc, "client")["client.pgbench"]
+    assert 2.9 <= client["count_per_txn"] <= 3.1, (client, doc["run_dir"])
+    assert abs(doc["closure"]["latency_error_pct"]) <= CLOSURE_PCT, (doc["closure"], doc["run_dir"])
+
+
 def test_clients_waiting_for_a_free_pgpool_child_is_a_named_setup_step(pgpool_children_run):
     """pgpool-II with fewer children than clients under -C: a child serves one client connection at a time, so the
     other clients' connections wait in pgpool's accept queue for a free child. That wait is connect.hop_accept (the
