@@ -58,7 +58,10 @@ def test_retransmissions_counted_as_the_kernel_counts_them(compared, which):
     assert abs(r["count"] - kernel) <= max(3, 0.15 * kernel), r
     assert {row["leg"] for row in r["by_leg"]} == {"request", "response"}
     assert r["wait_share_pct"] > 50, r
-    assert "tcp_retransmits" not in clean or clean["tcp_retransmits"]["count"] <= 2
+    # a clean link retransmits next to nothing: 3 tail-loss probes once beside the other lane (CI run 53; a loaded
+    # CPU delays the ACKs past the probe timer) against ~10 times as many on the lossy link
+    assert "tcp_retransmits" not in clean or clean["tcp_retransmits"]["count"] <= max(2, 0.1 * kernel), (
+        clean["tcp_retransmits"], kernel)
 
 
 @pytest.mark.parametrize("which", PATHS, ids=IDS)

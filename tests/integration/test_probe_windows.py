@@ -35,7 +35,9 @@ def test_windowed_run_records_windows_and_closes(runs_dir):
     for w in p["windows"]:
         assert w["attach_mono_ns"] <= w["start_mono_ns"] < w["end_mono_ns"] <= w["detached_mono_ns"]
         assert w["start_realtime_ns"] < w["end_realtime_ns"] and 0 < w["busy_ns"] <= w["total_ns"]
-        assert 0.9e9 < w["elapsed_ns"] < 1.2e9
+        # the window ends on its schedule; it opens once its programs are attached, ~0.1 s late beside the other
+        # lane (CI run 53: 0.894 s): its figures are divided by its own length, so only a window far off is wrong
+        assert 0.75e9 < w["elapsed_ns"] < 1.2e9
     i, o = p["in_windows"], p["outside_windows"]
     assert p["log_clock"] == "realtime"
     assert 0 < i["txns"] < o["txns"] and i["txns"] + o["txns"] <= doc["transactions"]
