@@ -675,11 +675,17 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 	/* --connect: pgbench's Terminate ('X' + length: 5 bytes). Its trip is its wire stage (send start -> delivered
 	 * inside this send); nobody answers it, so the rest of the send (the softirq finishing, a receiver it woke on
 	 * this CPU running first) is pgbench's own, up to where connect.thread_wait starts: this send's end */
-	if (conn_split && ret == 5 && t->role == PP_ROLE_PGBENCH && sk->sk_protocol == IPPROTO_TCP_NUM &&
-	    t->cont_ts > t->send_ts && t->cont_ts >= ws) {
+	if (conn_split && ret == 5 && t->role == PP_ROLE_PGBENCH) {
+		/* the delivery: TCP's in this send (cont_ts after its start), AF_UNIX's is where its send was taken
+		 * to start (the receiver's sk_data_ready) */
+		__u64 at = 0;
+		if (sk->sk_protocol == IPPROTO_TCP_NUM && t->cont_ts > t->send_ts)
+			at = t->cont_ts;
+		else if (sk->__sk_common.skc_family == AF_UNIX_NUM && was_sending)
+			at = t->send_ts;
 		__u64 now = bpf_ktime_get_ns();
-		if (now > t->cont_ts)
-			span(PP_ST_PROC, t->role, PP_LEG_CLIENT, t->hop, t->cont_ts, now - t->cont_ts, t->send_seq);
+		if (at >= ws && now > at)
+			span(PP_ST_PROC, t->role, PP_LEG_CLIENT, t->hop, at, now - at, t->send_seq);
 	}
 	if (send_at_start && !is_hop_role(t->role) && sk->sk_protocol == IPPROTO_TCP_NUM)
 		return 0;                     /* closed at its start (pp_tcp_send) */
