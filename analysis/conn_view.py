@@ -248,9 +248,8 @@ def add_connection_setup(summary: dict, rd) -> None:
     total = sum(s["us_per_conn"] for s in setup if s["name"] not in NOT_IN_PGBENCH_CONNECTION_TIME)
     closure = summary.setdefault("closure", {})
     closure["connection_setup_us"] = round(total, 2)
-    measured_ms = res.connection_time_ms
-    closure["connection_measured_us"] = None if measured_ms is None else measured_ms * 1000.0
-    reference = None if measured_ms is None else measured_ms * 1000.0
+    measured_us = None if res.connection_time_ms is None else res.connection_time_ms * 1000.0
+    closure["connection_measured_us"] = reference = measured_us
     scale = windows_scale(run, res) if txns_in else None
     if reference and scale:
         reference *= scale
