@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
 # Sets up a Debian 12 machine for pathprof, as root: system packages, a virtualenv with pathprof installed,
 # the BPF probes built. Idempotent and quick on a second call (it only does what is missing).
+#   setup.sh         what a run on the host paths needs (the demo: docker-dnat), nothing more
+#   setup.sh --all   everything the test suite needs too: the poolers, qemu and the cached guest image,
+#                    bpftrace, chromium and prometheus for the report/metrics tests, the test extras
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+all=0
+case "${1:-}" in
+    --all) all=1 ;;
+    "") ;;
+    -h|--help) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup.sh: unknown option '$1' (use --all, or nothing)" >&2; exit 2 ;;
+esac
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "setup.sh: run as root (it installs packages and pathprof needs root to run)" >&2
     exit 2
 fi
 
-PKGS=(postgresql-15 postgresql-contrib pgbouncer pgpool2 docker.io iptables nftables conntrack iproute2
-      clang llvm libbpf-dev libbpf1 bpftool bpftrace make debootstrap qemu-system-x86 qemu-utils e2fsprogs
-      python3 python3-venv procps util-linux kmod chromium prometheus)
+PKGS=(postgresql-15 postgresql-contrib docker.io iptables nftables conntrack iproute2
+      clang llvm libbpf-dev libbpf1 bpftool make python3 python3-venv procps util-linux kmod)
+if [ $all = 1 ]; then
+    PKGS+=(pgbouncer pgpool2 bpftrace debootstrap qemu-system-x86 qemu-utils e2fsprogs chromium prometheus)
+fi
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -40,10 +53,17 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.pathprof-installed
 want=$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+have=$(cat "$stamp" 2>/dev/null || true)
+# The stamp is "<hash> <what>": the test extras once installed serve a plain set-up too.
+if [ "$have" != "$want test" ] && { [ $all = 1 ] || [ "$have" != "$want core" ]; }; then
     echo "setup.sh: installing pathprof into .venv" >&2
-    .venv/bin/pip install -q --disable-pip-version-check -e '.[test]' >&2
-    echo "$want" > "$stamp"
+    if [ $all = 1 ]; then
+        .venv/bin/pip install -q --disable-pip-version-check -e '.[test]' >&2
+        echo "$want test" > "$stamp"
+    else
+        .venv/bin/pip install -q --disable-pip-version-check -e . >&2
+        echo "$want core" > "$stamp"
+    fi
 fi
 
 if [ -f probes/Makefile ]; then
@@ -51,9 +71,9 @@ if [ -f probes/Makefile ]; then
 fi
 
 # The kvm-tap guest image (Debian 12 + PostgreSQL on a qemu disk; a minute or two to build, then cached under
-# /var/cache/pathprof/guest): built once per machine here, like the probes, so that neither the test suite nor a
-# first kvm-tap run pays for it. A failed build is not fatal here: whoever needs the image builds it then.
-if [ -x .venv/bin/python ]; then
+# /var/cache/pathprof/guest): the suite's set-up builds it once per machine; a plain set-up leaves it to the
+# first guest path asked for, which builds it with its progress. A failed build is not fatal here.
+if [ $all = 1 ] && [ -x .venv/bin/python ]; then
     .venv/bin/python -c 'from pathprof.topologies.guest import GuestImage; GuestImage().ensure()' >&2 \
         || echo "setup.sh: the guest image was not built (see above); the kvm-tap path builds it on first use" >&2
 fi
