@@ -61,10 +61,13 @@ def test_the_pooler_wait_carries_the_gap(compared):
     record("poolwait move / pool-of-1 cycle", wait / one["closure"]["cycle_us"], "> 0.3")
     record("poolwait move / gap", wait / gap, ">= 0.7 (gap > 0)")
     assert wait > 0.3 * one["closure"]["cycle_us"] and wait >= 0.7 * max(gap, 0.0), (one["tps"], full["tps"], expl)
-    top = max(expl["causes"], key=lambda c: abs(c["delta_us_per_txn"]))
+    # the largest move that added time is the pooler's. Not the largest in size: on a loaded machine the queue in
+    # the pooler replaced more run-queue waiting than it added (scheduler -413 µs against the pooler's wait, with
+    # the helpers' builds beside a CI run, 2026-11-27)
+    top = max(expl["causes"], key=lambda c: c["delta_us_per_txn"])
     assert top["name"] == "hop pgbouncer", expl["causes"]
     # ranked unless the pool's queue replaced more waiting elsewhere than the gap (a loaded machine's small gaps)
-    assert expl["ranked"] or expl["verdict"] == "smaller than its parts", expl
+    assert expl["ranked"] or expl["verdict"] in ("smaller than its parts", "within noise"), expl
     if expl["ranked"]:
         assert expl["causes"][0]["name"] == "hop pgbouncer" and abs(expl["unexplained_pct"]) <= 30, expl
 
