@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import machine_state, run_pathprof
+from conftest import machine_state, run_pathprof, wait_for_idle_cpus
 from truth import record
 
 pytestmark = pytest.mark.integration
@@ -33,7 +33,12 @@ def test_foreign_cpu_load_removes_idle_exits_and_is_explained_on_latency(runs_di
         # the ground truth needs wakeups that find an idle CPU; a previous test still winding down, or the
         # scheduler keeping the 1-client ping-pong on one CPU, can take them away (2 runs in ~6 on 2026-11-25):
         # one more run alone, then the premise is asserted below
+        busy = wait_for_idle_cpus()
         alone = _run(runs_dir)
+        assert _per_txn(alone, "idle_exit") > 2 * _per_txn(alone, "wakeup"), (
+            f"premise: the run alone found the CPUs busy (idle_exit {_per_txn(alone, 'idle_exit'):.2f} µs against "
+            f"wakeup {_per_txn(alone, 'wakeup'):.2f} µs per transaction; the CPUs were {busy:.0f} % busy before "
+            "it): something else loads this machine", alone["stages"])
     before = machine_state()
     n = os.cpu_count() or 2
     # bounded in time by the loop itself, and killed (the whole loop, not a wrapper around it) when done
