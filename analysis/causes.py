@@ -27,6 +27,8 @@ A line item (`softirq.net`, `wire.backend`, `hop.docker-proxy.sys`) answers "whe
   probes              pathprof's own BPF programs (the CPU basis leaves them out of the gap: they are not the
                       system's; explain.py)
   foreign load        `other`: CPU of processes that are not the run's
+  cpu speed           not an item's cause but a share of many (analysis/speed.py): every stage's own CPU work
+                      faster or slower by one ratio; taken out of the items before they are grouped here
 
 Everything here is a pure function of an explanation's items.
 """
@@ -116,6 +118,10 @@ def group(items: list[dict], gap: float, base_hops: set[str], other_hops: set[st
         d = c["delta_us_per_txn"]
         out.append({"name": c["name"], "delta_us_per_txn": round(d, 3),
                     "share_pct": round(d / gap * 100.0, 1) if gap else None, "items": c["items"]})
-    out.sort(key=lambda c: (-(c["share_pct"] if c["share_pct"] is not None else 0.0),
-                            -abs(c["delta_us_per_txn"])))
-    return out
+    return rank(out)
+
+
+def rank(causes: list[dict]) -> list[dict]:
+    """Causes by share of the gap, then (shares equal or absent) by the size of their move."""
+    return sorted(causes, key=lambda c: (-(c["share_pct"] if c["share_pct"] is not None else 0.0),
+                                         -abs(c["delta_us_per_txn"])))

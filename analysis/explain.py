@@ -19,9 +19,12 @@ import statistics
 from pathlib import Path
 from typing import Iterable
 
-from pathprof.analysis.causes import group, hop_names
+from pathprof.analysis.causes import group, hop_names, rank
 from pathprof.analysis.gap import divisor_caveat, divisor_caveat_text
 from pathprof.analysis.run_model import Summary
+from pathprof.analysis.speed import cause as speed_cause
+from pathprof.analysis.speed import public as speed_public
+from pathprof.analysis.speed import residual_items, speed_factor, speed_words
 
 # Below this many µs per transaction two runs are "the same" and shares would only amplify noise.
 _MIN_GAP_US = 1e-6
@@ -254,13 +257,23 @@ def _explain_on(baseline: Summary, other: Summary, basis: str, noise_pct: float)
 
     base_tps, other_tps = _num(baseline.tps), _num(other.tps)
     tps_delta = (other_tps - base_tps) / base_tps * 100.0 if base_tps else 0.0
-    causes = group(items, gap if abs(gap) > _MIN_GAP_US else 0.0, hop_names(baseline), hop_names(other))
+    # one speed ratio shared by every stage's own CPU work is one cause, not a share of each stage's (speed.py)
+    factor = speed_factor(a, b, basis, gap if abs(gap) > _MIN_GAP_US else 0.0)
+    causes = group(residual_items(items, factor), gap if abs(gap) > _MIN_GAP_US else 0.0, hop_names(baseline),
+                   hop_names(other))
+    if factor:
+        causes = rank([speed_cause(factor), *causes])
+        for it in items:       # the factor's part of each item; the rest of it is its cause's
+            if it["name"] in factor["items"]:
+                it["speed_us_per_txn"] = round(factor["items"][it["name"]], 3)
     verdict = _verdict(items, causes, gap, tps_delta, noise_pct)
     if verdict:                  # not rankable: keep the moves, drop the shares that would mislead
         for row in (*items, *causes):
             row["share_pct"] = None
         items.sort(key=lambda it: -abs(it["delta_us_per_txn"]))
         causes.sort(key=lambda c: -abs(c["delta_us_per_txn"]))
+        if factor:
+            factor["share_pct"] = None
     return {
         "run": _distinct_label(baseline, other),
         "baseline": run_label(baseline),
@@ -273,6 +286,7 @@ def _explain_on(baseline: Summary, other: Summary, basis: str, noise_pct: float)
         "unexplained_pct": round(unexplained, 1) if not verdict else None,
         "ranked": not verdict,
         "verdict": verdict,
+        "speed_factor": speed_public(factor),
         "io_stages": _io_moves(baseline, other) if basis == "cpu" and split else [],
         "divisor_caveats": ([divisor_caveat(s, run_label(s), gap) for s in (baseline, other)
                              if s.closure.connect_divisors] if basis != "cpu" else []),
@@ -324,6 +338,8 @@ def _item_phrase(name: str) -> str:
 
 def _cause_phrase(cause: dict) -> str:
     name = str(cause.get("name", "?"))
+    if name == "cpu speed" and cause.get("ratio") is not None:   # its band and origins: the report's speed line
+        return f"every stage's own CPU work {speed_words(_num(cause['ratio']))} (× {_num(cause['ratio']):.2f})"
     if name.startswith("hop "):
         hop = name[4:]
         extra = [i for i in cause.get("items") or [] if not (str(i).startswith("hop.") or str(i).endswith("." + hop))]
@@ -397,9 +413,10 @@ def _explain_sentence(expl: dict) -> str:
     parts = []
     for i, c in enumerate(shown):
         if i == 0:
-            delta = {it["name"]: _num(it["delta_us_per_txn"]) for it in items}
-            under = sorted((n for n in c.get("items") or [] if abs(delta.get(n, 0.0)) >= 0.05),
-                           key=lambda n: -abs(delta[n]))[:3]
+            # an item's part in its cause: its delta less what a common speed factor took of it
+            delta = {it["name"]: _num(it["delta_us_per_txn"]) - _num(it.get("speed_us_per_txn")) for it in items}
+            under = [] if c.get("ratio") is not None else sorted(
+                (n for n in c.get("items") or [] if abs(delta.get(n, 0.0)) >= 0.05), key=lambda n: -abs(delta[n]))[:3]
             detail = (": " + ", ".join(f"{n} {delta[n]:+,.1f}" for n in under)) if len(under) > 1 else ""
             parts.append(f"{_cause_phrase(c)} causes {_fmt_pct(_num(c['share_pct']))} of that "
                          f"({_num(c['delta_us_per_txn']):+,.1f} {unit}{detail})")
