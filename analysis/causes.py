@@ -21,7 +21,8 @@ A line item (`softirq.net`, `wire.backend`, `hop.docker-proxy.sys`) answers "whe
   backend I/O         backend.wal_flush, .data_read, .dirty_write, .wal_buffers_full (deep runs, when both have
                       backend.execute's exclusive parts): the WAL's fsync, reads on misses, write-outs
   backend             backend.* (execute or its other parts, user/sys CPU), postmaster.*, pg_aux.*
-  client              client.pgbench and pgbench's CPU
+  client              client.<client> and the client's CPU (<client>.user/.sys): pgbench, or the program
+                      `attach` found (analysis.client)
   connection setup    connect.* (new connection per transaction), and connwait.* (a reply waiting while its
                       pgbench thread is blocked opening another client's connection)
   probes              pathprof's own BPF programs (the CPU basis leaves them out of the gap: they are not the
@@ -72,6 +73,8 @@ def cause_of(name: str, hops: set[str]) -> str:
         return "backend"
     if name.startswith(("client.", "pgbench.")):
         return "client"
+    if name.endswith((".user", ".sys")) and name.split(".")[0] not in ("kernel", "hop"):
+        return "client"       # the CPU of a client pathprof attached to, by its program's name (analysis.client)
     if name.startswith(("connect.", "connwait.")):
         return "connection setup"
     if name == "probes":

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterable
 
 from pathprof.analysis.causes import group, hop_names, rank
+from pathprof.analysis.client import client_of
 from pathprof.analysis.gap import divisor_caveat, divisor_caveat_text
 from pathprof.analysis.run_model import Summary
 from pathprof.analysis.speed import cause as speed_cause
@@ -261,6 +262,9 @@ def _explain_on(baseline: Summary, other: Summary, basis: str, noise_pct: float)
     factor = speed_factor(a, b, basis, gap if abs(gap) > _MIN_GAP_US else 0.0)
     causes = group(residual_items(items, factor), gap if abs(gap) > _MIN_GAP_US else 0.0, hop_names(baseline),
                    hop_names(other))
+    for c in causes:      # the client by its program's name: pgbench, or what `attach` found (analysis.client)
+        if c["name"] == "client":
+            c["process"] = "/".join(dict.fromkeys((client_of(baseline), client_of(other))))
     if factor:
         causes = rank([speed_cause(factor), *causes])
         for it in items:       # the factor's part of each item; the rest of it is its cause's
@@ -345,7 +349,7 @@ def _cause_phrase(cause: dict) -> str:
         extra = [i for i in cause.get("items") or [] if not (str(i).startswith("hop.") or str(i).endswith("." + hop))]
         return f"the {hop} hop" + (" (with the network work of its second connection)" if extra else "")
     return {"scheduler": "the scheduler", "backend": "the backend", "backend I/O": "the server's I/O",
-            "client": "the client (pgbench)",
+            "client": f"the client ({cause.get('process') or 'pgbench'})",
             "network stack": "the network stack", "devices": "the device path",
             "foreign load": "other processes' CPU load", "probes": "pathprof's probes",
             "link impairment": "the delay or rate limit put on the link"}.get(name, name)

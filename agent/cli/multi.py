@@ -206,10 +206,11 @@ def export(a) -> int:
 
 
 def _export_openmetrics(rd, output: str | None) -> int:
+    from pathprof.analysis.client import client_of
     from pathprof.analysis.export.openmetrics import render, stage_histograms
     run_id = rd.run.run_id or rd.path.name
     summary = {**rd.summary().doc, "run_id": run_id}
-    text = render([summary], {run_id: stage_histograms(rd.read_frame("stages.parquet"))})
+    text = render([summary], {run_id: stage_histograms(rd.read_frame("stages.parquet"), client_of(rd.run))})
     if output:
         Path(output).write_text(text)
         print(output)
