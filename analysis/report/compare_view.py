@@ -50,6 +50,14 @@ def _share_text(share) -> str:
     return "–" if share is None else f"{_num(share):.1f} %"
 
 
+def own_share(item: dict, expl: dict):
+    """An item's share of the gap under its cause: of its own part when a common speed factor took the rest."""
+    if item.get("speed_us_per_txn") is None or item.get("share_pct") is None or not expl.get("gap_us_per_txn"):
+        return item.get("share_pct")
+    own = _num(item.get("delta_us_per_txn")) - _num(item["speed_us_per_txn"])
+    return round(own / _num(expl["gap_us_per_txn"]) * 100.0, 1)
+
+
 def explanation_view(expl: dict, max_items: int = 8):
     """The sentence, then the causes ranked by share of the measured gap with the items that moved under each,
     then the remainder. An unranked gap (within noise, smaller than its parts) lists the moves by size, no shares."""
@@ -61,7 +69,7 @@ def explanation_view(expl: dict, max_items: int = 8):
     # under each cause, an item's own part: its delta less what a common speed factor took of it (speed.py)
     delta = {it["name"]: _num(it.get("delta_us_per_txn")) - _num(it.get("speed_us_per_txn"))
              for it in expl.get("items") or []}
-    share = {it["name"]: it.get("share_pct") for it in expl.get("items") or []}
+    share = {it["name"]: own_share(it, expl) for it in expl.get("items") or []}
     causes = [c for c in expl.get("causes") or [] if abs(_num(c.get("delta_us_per_txn"))) >= 0.05]
     top = max((abs(_num(c.get("share_pct"))) for c in causes), default=0.0)
     shown = 0

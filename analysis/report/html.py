@@ -13,6 +13,7 @@ from pathlib import Path
 from pathprof import __version__
 from pathprof.analysis.explain import _num, cpu_totals, explain_text, measured_cpu_us, run_label
 from pathprof.analysis.report import charts
+from pathprof.analysis.report.compare_view import own_share
 from pathprof.analysis.report.palette import hops_of, qdisc_aware_cause
 from pathprof.analysis.report.parts import CSS, SCRIPT, cause_legend, diagrams, waterfalls
 from pathprof.analysis.report.render import CLOSURE_WARN_PCT, LEG_ORDER
@@ -238,7 +239,7 @@ def _explanation_table(e: dict) -> str:
     unit = "CPU µs/txn" if e.get("basis") == "cpu" else "µs/txn"
     # an item's own part under its cause: its delta less what a common speed factor took of it (speed.py)
     delta = {it["name"]: _num(it["delta_us_per_txn"]) - _num(it.get("speed_us_per_txn")) for it in e.get("items") or []}
-    share = {it["name"]: it.get("share_pct") for it in e.get("items") or []}
+    share = {it["name"]: own_share(it, e) for it in e.get("items") or []}
 
     def pct(x):
         return "–" if x is None else f"{_num(x):.1f} %"
