@@ -16,8 +16,6 @@ def summarize(rd: RunDir) -> dict:
     probes = run.probes
     basis = _basis(run, out)
     stages, cpu = rd.read_frame("stages.parquet"), rd.read_frame("cpu.parquet")
-    from pathprof.analysis.losses import add_to_summary as add_losses
-    add_losses(out, probes, stages, cpu)
     w = run.workload
     if basis["txns"] and (stages is not None or cpu is not None):
         clients = w.clients or 1
@@ -40,6 +38,8 @@ def summarize(rd: RunDir) -> dict:
         from pathprof.analysis.conn_view import add_connection_setup
         add_connection_setup(out, rd)     # no latency view to fold it into (probes off, no transactions)
     out.update(probe_cost_share(out))
+    from pathprof.analysis.losses import add_to_summary as add_losses
+    add_losses(out, probes, stages, cpu)          # after the views: each loss checked against their closure
     _add_checks(out, run)
     from pathprof.analysis.served import add_served_by
     add_served_by(out, rd)
