@@ -2,14 +2,17 @@
 
 A CPU that never idles (foreign load beside a 1-client run), another frequency, warmer caches or another kernel
 change the speed of *all* on-CPU work at once: `backend.execute`, `client.<client>`, the network stack's `wire.*`,
-the devices, every hop's processing all shrink by about the same ratio. Split stage by
-stage that one change reads as five causes (backend, client, network stack, devices, scheduler), each a share of
-the gap. So before the items are grouped into causes, the ratio of each own-work item (other / baseline) is
-taken; when those ratios agree — their interquartile band is narrow and lies on one side of 1 — their median is
-a common factor, its part of every own-work item (baseline × (factor − 1)) is the cause "cpu speed", and only what
-remains of each item goes to its usual cause. Waits (wakeups, idle exits, run queues, queues behind other work,
-I/O, locks, pool waits, retransmissions, delays) are not own work: a factor never touches them. One stage moving
-alone leaves the median at ~1, and two groups of stages moving by different ratios spread the band: no factor.
+the devices, every hop's processing all shrink by about the same ratio. Split stage by stage that one change
+reads as five causes (backend, client, network stack, devices, scheduler), each a share of the gap. So before the
+items are grouped into causes, the ratio of each own-work item (other / baseline) is taken; when those ratios
+agree — their interquartile band is narrow and lies on one side of 1 — their median is a common factor, its part
+of every own-work item (baseline × (factor − 1)) is the cause "cpu speed", and only what remains of each item goes
+to its usual cause. A speed moves the processes' own code and the kernel's network work alike, where a change of
+path (TCP instead of a unix socket, a NAT rule) moves only the kernel's: so the factor must show in both groups
+(their medians beyond MIN_MOVE on the same side), or it is the path, not the CPU. Waits (wakeups, idle exits, run
+queues, queues behind other work, I/O, locks, pool waits, retransmissions, delays) are not own work: a factor
+never touches them. One stage moving alone leaves the median at ~1, and two groups of stages moving by different
+ratios spread the band: no factor.
 
 Pure functions of two runs' per-stage (latency basis) or per-component (CPU basis) totals."""
 from __future__ import annotations
@@ -44,6 +47,14 @@ WHY = {"faster": "CPU idle states, frequency, cache warmth, or another kernel",
        "slower": "CPU caches or frequency shared with other work, idle states, or another kernel"}
 
 
+def _group(name: str, basis: str) -> str:
+    """"process" (a process's own code: backend.execute, client.*, hop.*; CPU view: *.user) or "kernel" (the
+    network stack, devices, netfilter; CPU view: *.sys, softirq.net, netfilter)."""
+    if basis == "cpu":
+        return "process" if name.endswith(".user") else "kernel"
+    return "kernel" if name.startswith(("wire.", "dev.", "netfilter.", "softirq.")) else "process"
+
+
 def own_work(name: str, basis: str) -> bool:
     """Whether an item is on-CPU work whose duration scales with the speed of the CPU it ran on."""
     if basis == "cpu":
@@ -68,6 +79,10 @@ def speed_factor(a: dict[str, float], b: dict[str, float], basis: str, gap: floa
     low, ratio, high = _quartiles(sorted(voters.values()))
     if abs(ratio - 1.0) < MIN_MOVE or low <= 1.0 <= high or (high - low) > MAX_BAND * ratio:
         return None
+    for group in ("process", "kernel"):       # both moved, the same way: the CPU, not the path
+        moved = [r for n, r in voters.items() if _group(n, basis) == group]
+        if not moved or (statistics.median(moved) - 1.0) * (1.0 if ratio > 1.0 else -1.0) < MIN_MOVE:
+            return None
     base = sum(a[n] for n in both)
     delta = base * (ratio - 1.0)
     return {"ratio": round(ratio, 3), "low": round(low, 3), "high": round(high, 3), "stages_n": len(voters),

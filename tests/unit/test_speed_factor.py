@@ -111,3 +111,20 @@ def test_cpu_basis_factor_over_components():
     assert e["basis"] == "cpu"
     assert e["speed_factor"]["ratio"] == pytest.approx(0.8) and e["speed_factor"]["stages_n"] == 5
     assert e["causes"][0]["name"] == "cpu speed" and e["causes"][0]["share_pct"] == pytest.approx(100.0, abs=0.1)
+
+
+def test_a_path_that_moves_only_the_kernels_work_is_not_a_cpu_speed():
+    """unix socket -> TCP: the kernel's network work grows (sys CPU, softirq, netfilter), the processes' own code
+    does not: the ratios agree within a narrow band above 1, but the user-space work did not move, so no factor."""
+    cpu = {"pgbench.user": 3.0, "backend.user": 5.0, "pgbench.sys": 4.6, "backend.sys": 5.1, "softirq.net": 4.0,
+           "netfilter": 1.5, "kernel.sys": 2.0}
+    tcp = {n: (v if n.endswith(".user") else v * 1.3) for n, v in cpu.items()}
+    assert speed_factor(cpu, tcp, "cpu", sum(tcp.values()) - sum(cpu.values())) is None
+    # the same ratios on the user-space work too: that is a CPU speed
+    slow = {n: v * 1.3 for n, v in cpu.items()}
+    assert speed_factor(cpu, slow, "cpu", sum(slow.values()) - sum(cpu.values()))["ratio"] == pytest.approx(1.3)
+    # latency view: the wires and devices of a path moving alone are not a CPU speed either
+    stages = {n: (v * 1.3 if n.startswith(("wire.", "dev.", "netfilter.")) else v) for n, v in OWN.items()}
+    extra = {f"dev.pp-x{i}": 2.0 for i in range(4)}        # more kernel voters than process ones
+    assert speed_factor({**OWN, **extra}, {**stages, **{n: v * 1.3 for n, v in extra.items()}}, "latency",
+                        5.0) is None
