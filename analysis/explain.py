@@ -15,9 +15,7 @@ Sign conventions (shared with analysis.summary):
 from __future__ import annotations
 
 import math
-import statistics
 from pathlib import Path
-from typing import Iterable
 
 from pathprof.analysis.causes import group, hop_names, rank
 from pathprof.analysis.client import client_of
@@ -435,103 +433,3 @@ def _explain_sentence(expl: dict) -> str:
         # Nothing dominates: say so rather than inventing a culprit.
         return f"{head}; no single cause accounts for it: " + ", ".join(parts)
     return f"{head}; " + ", ".join(parts)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Host differences (listed first by `pathprof diff`): a gap between machines is not a gap between paths.
-
-def _dig(summary: dict, *paths: str):
-    """First non-empty value among dotted key paths, so both the summary layout and the run.json layout work."""
-    for path in paths:
-        cur = summary
-        for key in path.split("."):
-            cur = cur.get(key) if isinstance(cur, dict) else None
-            if cur is None:
-                break
-        if cur not in (None, ""):
-            return cur
-    return None
-
-
-_HOST_FIELDS = [
-    ("kernel", ("host.kernel", "kernel")),
-    ("CPUs", ("host.cpus", "cpu_count", "cpus")),
-    ("OS", ("host.os",)),
-    ("machine", ("host.machine",)),
-    ("pathprof version", ("pathprof_version", "versions.pathprof")),
-    ("PostgreSQL version", ("postgres_version", "postgres.version", "versions.postgres")),
-    ("pgbench version", ("pgbench_version", "pgbench.version", "versions.pgbench")),
-    ("accelerator", ("accelerator", "host.accelerator")),
-    ("probe level", ("probe_level", "probes.level", "probes")),
-    ("hostname", ("host.hostname", "hostname")),
-    # Workload differences are not host differences, but they invalidate a path comparison just the same.
-    ("clients", ("clients", "workload.clients")),
-    ("threads", ("threads", "workload.threads")),
-    ("mode", ("workload.mode",)),
-    ("script", ("workload.script",)),
-    ("new connection per transaction", ("workload.connect",)),
-]
-
-
-def host_differences(a: dict | Summary, b: dict | Summary) -> list[str]:
-    """Human lines such as "kernel: 6.1.0-18-amd64 → 6.18.0" for every machine/version/workload fact that differs.
-    A fact missing on one side is reported ("unknown"), since it may hide a difference. Read by the dotted paths
-    above (they name the document's own layout and older ones), over the document as it was written."""
-    a, b = Summary.of(a).doc, Summary.of(b).doc
-    out = []
-    for label, paths in _HOST_FIELDS:
-        va, vb = _dig(a, *paths), _dig(b, *paths)
-        if va is None and vb is None:
-            continue
-        if str(va) != str(vb):
-            out.append(f"{label}: {va if va is not None else 'unknown'} → {vb if vb is not None else 'unknown'}")
-    return out
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Repeats: is a gap real or noise?
-
-def spread(summaries: Iterable[dict | Summary]) -> dict:
-    """TPS spread of repeated runs of one configuration: n, mean, min, max, stdev (sample; 0 for one run)."""
-    tps = [_num(Summary.of(s).tps) for s in summaries]
-    if not tps:
-        return {"n": 0, "mean": 0.0, "min": 0.0, "max": 0.0, "stdev": 0.0}
-    return {
-        "n": len(tps),
-        "mean": statistics.fmean(tps),
-        "min": min(tps),
-        "max": max(tps),
-        "stdev": statistics.stdev(tps) if len(tps) > 1 else 0.0,
-    }
-
-
-def cause_spread(expl: dict, repeats: list[dict]) -> dict:
-    """With --repeat: each cause's (and item's) delta over the pairwise explanations of the repeats (k-th
-    baseline run vs k-th other run), as `spread` {min, max} of µs per transaction; a cause whose spread covers
-    zero is marked `uncertain` (it may not have moved at all). Returns expl, updated."""
-    def ranges(rows_of):
-        out: dict[str, list[float]] = {}
-        for e in repeats:
-            for row in rows_of(e):
-                out.setdefault(row["name"], []).append(_num(row.get("delta_us_per_txn")))
-        return out
-    for rows, key in ((expl.get("causes") or [], "causes"), (expl.get("items") or [], "items")):
-        seen = ranges(lambda e, key=key: e.get(key) or [])
-        for row in rows:
-            vals = seen.get(row["name"], [])
-            if len(vals) >= 2:
-                row["spread"] = {"min": round(min(vals), 3), "max": round(max(vals), 3), "n": len(vals)}
-                row["uncertain"] = min(vals) <= 0.0 <= max(vals)
-    return expl
-
-
-def is_real_gap(base_runs: list[dict | Summary], other_runs: list[dict | Summary]) -> bool:
-    """True when the TPS gap exceeds the run-to-run spread: the two sets' [min, max] ranges do not overlap.
-
-    With fewer than two runs on a side there is no measure of noise, so the gap is *not shown* to be real
-    (False); the caller should say "run with --repeat" rather than "noise".
-    """
-    if len(base_runs) < 2 or len(other_runs) < 2:
-        return False
-    a, b = spread(base_runs), spread(other_runs)
-    return a["max"] < b["min"] or b["max"] < a["min"]

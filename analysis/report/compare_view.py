@@ -109,7 +109,7 @@ def explanation_view(expl: dict, max_items: int = 8):
 
 
 def compare_view(summaries: list[dict | Summary], explanations: list[dict], spreads: dict[str, dict] | None = None):
-    """Side-by-side table, then each run's explanation versus the baseline. `spreads` (label → explain.spread())
+    """Side-by-side table, then each run's explanation versus the baseline. `spreads` (label → repeats.spread())
     adds a TPS spread column for --repeat runs."""
     if not summaries:
         return Text("no runs to compare")
