@@ -10,7 +10,7 @@ from pathprof.analysis.run_model import Probes
 MEANINGS = {
     "wire_unpaired": ("messages", "arrived without their sender's send start being seen (sent by a thread pathprof "
                       "does not follow, or delivered from another CPU's softirq)",
-                      "their wire stage is missing, so the legs are short by about that share of wire.* time"),
+                      "their wire stage is missing (about that share of wire.* time)"),
     "proc_unpaired": ("sends", "had no read before them to pair with (a hop sending again after it slept without "
                       "reading, or a read the probes did not see)",
                       "the work before those sends may be in no stage"),
