@@ -128,3 +128,14 @@ def test_a_path_that_moves_only_the_kernels_work_is_not_a_cpu_speed():
     extra = {f"dev.pp-x{i}": 2.0 for i in range(4)}        # more kernel voters than process ones
     assert speed_factor({**OWN, **extra}, {**stages, **{n: v * 1.3 for n, v in extra.items()}}, "latency",
                         5.0) is None
+
+
+def test_the_reports_say_it_in_one_line():
+    from pathprof.analysis.report.compare_view import explanation_view
+    from pathprof.analysis.report.html import _explanation_table
+    from pathprof.analysis.report.text import render_to_string
+    e = explain(_alone(), _scaled({n: 0.65 for n in OWN}, dict(WAITS, **{"idle_exit.backend": 0.5})))
+    text = render_to_string(explanation_view(e))
+    lines = [line for line in text.splitlines() if line.startswith("speed: ")]
+    assert len(lines) == 1 and "35 % faster (× 0.65, interquartile 0.65–0.65 over 8 stages" in lines[0], text
+    assert "× 0.65 (interquartile 0.65–0.65) over 8 stages" in _explanation_table(e)
