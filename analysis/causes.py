@@ -21,12 +21,15 @@ A line item (`softirq.net`, `wire.backend`, `hop.docker-proxy.sys`) answers "whe
   backend I/O         backend.wal_flush, .data_read, .dirty_write, .wal_buffers_full (deep runs, when both have
                       backend.execute's exclusive parts): the WAL's fsync, reads on misses, write-outs
   backend             backend.* (execute or its other parts, user/sys CPU), postmaster.*, pg_aux.*
-  client              client.pgbench and pgbench's CPU
+  client              client.<client> and the client's CPU (<client>.user/.sys): pgbench, or the program
+                      `attach` found (analysis.client)
   connection setup    connect.* (new connection per transaction), and connwait.* (a reply waiting while its
                       pgbench thread is blocked opening another client's connection)
   probes              pathprof's own BPF programs (the CPU basis leaves them out of the gap: they are not the
                       system's; explain.py)
   foreign load        `other`: CPU of processes that are not the run's
+  cpu speed           not an item's cause but a share of many (analysis/speed.py): every stage's own CPU work
+                      faster or slower by one ratio; taken out of the items before they are grouped here
 
 Everything here is a pure function of an explanation's items.
 """
@@ -70,6 +73,8 @@ def cause_of(name: str, hops: set[str]) -> str:
         return "backend"
     if name.startswith(("client.", "pgbench.")):
         return "client"
+    if name.endswith((".user", ".sys")) and name.split(".")[0] not in ("kernel", "hop"):
+        return "client"       # the CPU of a client pathprof attached to, by its program's name (analysis.client)
     if name.startswith(("connect.", "connwait.")):
         return "connection setup"
     if name == "probes":
@@ -116,6 +121,10 @@ def group(items: list[dict], gap: float, base_hops: set[str], other_hops: set[st
         d = c["delta_us_per_txn"]
         out.append({"name": c["name"], "delta_us_per_txn": round(d, 3),
                     "share_pct": round(d / gap * 100.0, 1) if gap else None, "items": c["items"]})
-    out.sort(key=lambda c: (-(c["share_pct"] if c["share_pct"] is not None else 0.0),
-                            -abs(c["delta_us_per_txn"])))
-    return out
+    return rank(out)
+
+
+def rank(causes: list[dict]) -> list[dict]:
+    """Causes by share of the gap, then (shares equal or absent) by the size of their move."""
+    return sorted(causes, key=lambda c: (-(c["share_pct"] if c["share_pct"] is not None else 0.0),
+                                         -abs(c["delta_us_per_txn"])))

@@ -15,13 +15,15 @@ Sign conventions (shared with analysis.summary):
 from __future__ import annotations
 
 import math
-import statistics
 from pathlib import Path
-from typing import Iterable
 
-from pathprof.analysis.causes import group, hop_names
+from pathprof.analysis.causes import group, hop_names, rank
+from pathprof.analysis.client import client_of
 from pathprof.analysis.gap import divisor_caveat, divisor_caveat_text
 from pathprof.analysis.run_model import Summary
+from pathprof.analysis.speed import cause as speed_cause
+from pathprof.analysis.speed import public as speed_public
+from pathprof.analysis.speed import residual_items, speed_factor, speed_words
 
 # Below this many µs per transaction two runs are "the same" and shares would only amplify noise.
 _MIN_GAP_US = 1e-6
@@ -254,13 +256,26 @@ def _explain_on(baseline: Summary, other: Summary, basis: str, noise_pct: float)
 
     base_tps, other_tps = _num(baseline.tps), _num(other.tps)
     tps_delta = (other_tps - base_tps) / base_tps * 100.0 if base_tps else 0.0
-    causes = group(items, gap if abs(gap) > _MIN_GAP_US else 0.0, hop_names(baseline), hop_names(other))
+    # one speed ratio shared by every stage's own CPU work is one cause, not a share of each stage's (speed.py)
+    factor = speed_factor(a, b, basis, gap if abs(gap) > _MIN_GAP_US else 0.0)
+    causes = group(residual_items(items, factor), gap if abs(gap) > _MIN_GAP_US else 0.0, hop_names(baseline),
+                   hop_names(other))
+    for c in causes:      # the client by its program's name: pgbench, or what `attach` found (analysis.client)
+        if c["name"] == "client":
+            c["process"] = "/".join(dict.fromkeys((client_of(baseline), client_of(other))))
+    if factor:
+        causes = rank([speed_cause(factor), *causes])
+        for it in items:       # the factor's part of each item; the rest of it is its cause's
+            if it["name"] in factor["items"]:
+                it["speed_us_per_txn"] = round(factor["items"][it["name"]], 3)
     verdict = _verdict(items, causes, gap, tps_delta, noise_pct)
     if verdict:                  # not rankable: keep the moves, drop the shares that would mislead
         for row in (*items, *causes):
             row["share_pct"] = None
         items.sort(key=lambda it: -abs(it["delta_us_per_txn"]))
         causes.sort(key=lambda c: -abs(c["delta_us_per_txn"]))
+        if factor:
+            factor["share_pct"] = None
     return {
         "run": _distinct_label(baseline, other),
         "baseline": run_label(baseline),
@@ -273,6 +288,7 @@ def _explain_on(baseline: Summary, other: Summary, basis: str, noise_pct: float)
         "unexplained_pct": round(unexplained, 1) if not verdict else None,
         "ranked": not verdict,
         "verdict": verdict,
+        "speed_factor": speed_public(factor),
         "io_stages": _io_moves(baseline, other) if basis == "cpu" and split else [],
         "divisor_caveats": ([divisor_caveat(s, run_label(s), gap) for s in (baseline, other)
                              if s.closure.connect_divisors] if basis != "cpu" else []),
@@ -324,12 +340,14 @@ def _item_phrase(name: str) -> str:
 
 def _cause_phrase(cause: dict) -> str:
     name = str(cause.get("name", "?"))
+    if name == "cpu speed" and cause.get("ratio") is not None:   # its band and origins: the report's speed line
+        return f"every stage's own CPU work {speed_words(_num(cause['ratio']))} (× {_num(cause['ratio']):.2f})"
     if name.startswith("hop "):
         hop = name[4:]
         extra = [i for i in cause.get("items") or [] if not (str(i).startswith("hop.") or str(i).endswith("." + hop))]
         return f"the {hop} hop" + (" (with the network work of its second connection)" if extra else "")
     return {"scheduler": "the scheduler", "backend": "the backend", "backend I/O": "the server's I/O",
-            "client": "the client (pgbench)",
+            "client": f"the client ({cause.get('process') or 'pgbench'})",
             "network stack": "the network stack", "devices": "the device path",
             "foreign load": "other processes' CPU load", "probes": "pathprof's probes",
             "link impairment": "the delay or rate limit put on the link"}.get(name, name)
@@ -397,9 +415,10 @@ def _explain_sentence(expl: dict) -> str:
     parts = []
     for i, c in enumerate(shown):
         if i == 0:
-            delta = {it["name"]: _num(it["delta_us_per_txn"]) for it in items}
-            under = sorted((n for n in c.get("items") or [] if abs(delta.get(n, 0.0)) >= 0.05),
-                           key=lambda n: -abs(delta[n]))[:3]
+            # an item's part in its cause: its delta less what a common speed factor took of it
+            delta = {it["name"]: _num(it["delta_us_per_txn"]) - _num(it.get("speed_us_per_txn")) for it in items}
+            under = [] if c.get("ratio") is not None else sorted(
+                (n for n in c.get("items") or [] if abs(delta.get(n, 0.0)) >= 0.05), key=lambda n: -abs(delta[n]))[:3]
             detail = (": " + ", ".join(f"{n} {delta[n]:+,.1f}" for n in under)) if len(under) > 1 else ""
             parts.append(f"{_cause_phrase(c)} causes {_fmt_pct(_num(c['share_pct']))} of that "
                          f"({_num(c['delta_us_per_txn']):+,.1f} {unit}{detail})")
@@ -414,103 +433,3 @@ def _explain_sentence(expl: dict) -> str:
         # Nothing dominates: say so rather than inventing a culprit.
         return f"{head}; no single cause accounts for it: " + ", ".join(parts)
     return f"{head}; " + ", ".join(parts)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Host differences (listed first by `pathprof diff`): a gap between machines is not a gap between paths.
-
-def _dig(summary: dict, *paths: str):
-    """First non-empty value among dotted key paths, so both the summary layout and the run.json layout work."""
-    for path in paths:
-        cur = summary
-        for key in path.split("."):
-            cur = cur.get(key) if isinstance(cur, dict) else None
-            if cur is None:
-                break
-        if cur not in (None, ""):
-            return cur
-    return None
-
-
-_HOST_FIELDS = [
-    ("kernel", ("host.kernel", "kernel")),
-    ("CPUs", ("host.cpus", "cpu_count", "cpus")),
-    ("OS", ("host.os",)),
-    ("machine", ("host.machine",)),
-    ("pathprof version", ("pathprof_version", "versions.pathprof")),
-    ("PostgreSQL version", ("postgres_version", "postgres.version", "versions.postgres")),
-    ("pgbench version", ("pgbench_version", "pgbench.version", "versions.pgbench")),
-    ("accelerator", ("accelerator", "host.accelerator")),
-    ("probe level", ("probe_level", "probes.level", "probes")),
-    ("hostname", ("host.hostname", "hostname")),
-    # Workload differences are not host differences, but they invalidate a path comparison just the same.
-    ("clients", ("clients", "workload.clients")),
-    ("threads", ("threads", "workload.threads")),
-    ("mode", ("workload.mode",)),
-    ("script", ("workload.script",)),
-    ("new connection per transaction", ("workload.connect",)),
-]
-
-
-def host_differences(a: dict | Summary, b: dict | Summary) -> list[str]:
-    """Human lines such as "kernel: 6.1.0-18-amd64 → 6.18.0" for every machine/version/workload fact that differs.
-    A fact missing on one side is reported ("unknown"), since it may hide a difference. Read by the dotted paths
-    above (they name the document's own layout and older ones), over the document as it was written."""
-    a, b = Summary.of(a).doc, Summary.of(b).doc
-    out = []
-    for label, paths in _HOST_FIELDS:
-        va, vb = _dig(a, *paths), _dig(b, *paths)
-        if va is None and vb is None:
-            continue
-        if str(va) != str(vb):
-            out.append(f"{label}: {va if va is not None else 'unknown'} → {vb if vb is not None else 'unknown'}")
-    return out
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Repeats: is a gap real or noise?
-
-def spread(summaries: Iterable[dict | Summary]) -> dict:
-    """TPS spread of repeated runs of one configuration: n, mean, min, max, stdev (sample; 0 for one run)."""
-    tps = [_num(Summary.of(s).tps) for s in summaries]
-    if not tps:
-        return {"n": 0, "mean": 0.0, "min": 0.0, "max": 0.0, "stdev": 0.0}
-    return {
-        "n": len(tps),
-        "mean": statistics.fmean(tps),
-        "min": min(tps),
-        "max": max(tps),
-        "stdev": statistics.stdev(tps) if len(tps) > 1 else 0.0,
-    }
-
-
-def cause_spread(expl: dict, repeats: list[dict]) -> dict:
-    """With --repeat: each cause's (and item's) delta over the pairwise explanations of the repeats (k-th
-    baseline run vs k-th other run), as `spread` {min, max} of µs per transaction; a cause whose spread covers
-    zero is marked `uncertain` (it may not have moved at all). Returns expl, updated."""
-    def ranges(rows_of):
-        out: dict[str, list[float]] = {}
-        for e in repeats:
-            for row in rows_of(e):
-                out.setdefault(row["name"], []).append(_num(row.get("delta_us_per_txn")))
-        return out
-    for rows, key in ((expl.get("causes") or [], "causes"), (expl.get("items") or [], "items")):
-        seen = ranges(lambda e, key=key: e.get(key) or [])
-        for row in rows:
-            vals = seen.get(row["name"], [])
-            if len(vals) >= 2:
-                row["spread"] = {"min": round(min(vals), 3), "max": round(max(vals), 3), "n": len(vals)}
-                row["uncertain"] = min(vals) <= 0.0 <= max(vals)
-    return expl
-
-
-def is_real_gap(base_runs: list[dict | Summary], other_runs: list[dict | Summary]) -> bool:
-    """True when the TPS gap exceeds the run-to-run spread: the two sets' [min, max] ranges do not overlap.
-
-    With fewer than two runs on a side there is no measure of noise, so the gap is *not shown* to be real
-    (False); the caller should say "run with --repeat" rather than "noise".
-    """
-    if len(base_runs) < 2 or len(other_runs) < 2:
-        return False
-    a, b = spread(base_runs), spread(other_runs)
-    return a["max"] < b["min"] or b["max"] < a["min"]

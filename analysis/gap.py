@@ -10,19 +10,21 @@ unpaired-event counters say why (a send with no read before it, a delivery with 
 of a summary document."""
 from __future__ import annotations
 
+from pathprof.analysis.client import client_of
 from pathprof.analysis.run_model import Stage, Summary
 
 ARRIVAL = ("queued", "wakeup", "idle_exit")     # exactly one of them per message, at its receiver
 PROCESSING = {"hop": "its processing up to the forward", "backend": "the backend's execute up to its reply",
-              "client": "pgbench's work up to its next transaction"}
+              "client": "the client's work up to its next transaction"}
 STAT_MEANING = {"proc_unpaired": "a send with no read before it to pair with",
                 "wire_unpaired": "a delivery whose send start was not seen",
                 "window_edge": "a message begun before a measurement window opened",
                 "hold_stale": "a held request the hop never forwarded"}
 
 
-def _links(stages: list[Stage]) -> dict[tuple[str, str], dict[str, float]]:
-    """{(leg, receiver): {"wire": count/txn, "arrival": count/txn, "processing": count/txn}}"""
+def _links(stages: list[Stage], client: str = "pgbench") -> dict[tuple[str, str], dict[str, float]]:
+    """{(leg, receiver): {"wire": count/txn, "arrival": count/txn, "processing": count/txn}}; `client` is the
+    client's name in the stage names (analysis.client)."""
     out: dict[tuple[str, str], dict[str, float]] = {}
     for s in stages:
         if s.parent or s.count_per_txn is None or "." not in str(s.name):
@@ -33,8 +35,8 @@ def _links(stages: list[Stage]) -> dict[tuple[str, str], dict[str, float]]:
             link = "wire"
         elif kind in ARRIVAL:
             link = "arrival"
-        elif kind == "hop" or (kind, who) in (("backend", "execute"), ("client", "pgbench")):
-            link, who = "processing", ("backend" if kind == "backend" else "pgbench" if kind == "client" else who)
+        elif kind == "hop" or (kind, who) in (("backend", "execute"), ("client", client)):
+            link, who = "processing", ("backend" if kind == "backend" else client if kind == "client" else who)
         else:
             continue
         d = out.setdefault((leg, who), {})
@@ -59,7 +61,8 @@ def locate_gap(summary: dict | Summary, threshold_pct: float = 5.0) -> dict | No
                 "statement": ("the stages add up to more than the cycle: a span is counted twice, or the "
                               "measurement windows saw slower transactions than the run as a whole"),
                 "evidence": None}
-    links = _links(summary.stages)
+    client = client_of(summary)
+    links = _links(summary.stages, client)
     worst = None
     for (leg, who), d in links.items():
         # deliveries are the anchor: one wire per message that arrived (a link counted more often than that is
@@ -78,7 +81,7 @@ def locate_gap(summary: dict | Summary, threshold_pct: float = 5.0) -> dict | No
                               "message) or outside the measurement windows, not a broken chain"),
                 "evidence": evidence or None}
     _, leg, who, link, count, expected = worst
-    role = who if who == "backend" else "client" if who == "pgbench" else "hop"
+    role = who if who == "backend" else "client" if who == client else "hop"
     interval = {"wire": f"between the sender's send and the data being ready at {who} (wire.{who})",
                 "arrival": f"between the data being ready at {who} and {who} reading it (its wakeup or queue)",
                 "processing": f"at {who}, between reading the message and its next send ({PROCESSING[role]})"}[link]

@@ -34,6 +34,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
+from pathprof.analysis.client import client_of
 from pathprof.analysis.mva import Centre, solve
 from pathprof.analysis.predict_inputs import LEARN_IDLE_EVENTS_PER_TXN, machine_value, wal_device
 from pathprof.analysis.predict_text import assumptions_of, limited_by
@@ -73,6 +74,7 @@ class Base:
     delays: dict[str, float] = field(default_factory=dict)    # named fixed delays (for the assumptions)
     notes: list[str] = field(default_factory=list)
     links: dict[str, int] = field(default_factory=dict)        # link or interface name -> directions it delays
+    client: str = "pgbench"             # the client's name in stage and component names (analysis.client)
     cpu_scale: float = 1.0
     receivers: int = 2                  # processes woken per transaction (wakeups onto idle CPUs)
     idle_priced: bool = True            # the run showed what a wakeup onto an idle CPU costs
@@ -96,7 +98,7 @@ def _path_work(summary: Summary) -> float:
     names = summary.stages
     own = sum(float(s.us_per_txn) for s in names if s.parent is None
               and (s.name.startswith(PATH_WORK) or s.name.startswith("hop.")
-                   or s.name in ("backend.execute", "client.pgbench")))
+                   or s.name in ("backend.execute", f"client.{client_of(summary)}")))
     io = sum(float(s.us_per_txn) for s in names if s.part and s.name in
              ("backend.wal_flush", "backend.data_read", "backend.lock_wait"))
     return max(own - io, 0.0)
@@ -140,7 +142,8 @@ def base_from_run(summary: dict | Summary, progress_tps: list[float] | None = No
     # fewer clients than CPUs cannot fill the pool: such a run is anchored on its latency
     regime = "cpu-bound" if own_cpus >= SATURATED * ncpu and clients >= ncpu_host else "latency-bound"
     b = Base(clients=clients, ncpu=ncpu, cpu=comps, hops=hops, think_us=0.0, idle_us=0.0,
-             wal_us=wal, regime=regime, measured_tps=measured_tps(summary), machine=dict(machine or {}))
+             wal_us=wal, regime=regime, measured_tps=measured_tps(summary), machine=dict(machine or {}),
+             client=client_of(summary))
     b.round_trips = max([float(s.count_per_txn or 0) for s in summary.stages
                          if s.name == "wire.backend" and s.leg == "request"] or [1.0]) or 1.0
     if b.regime != "cpu-bound":
@@ -297,7 +300,7 @@ def _centres(b: Base, clients: int) -> list[Centre]:
         d = b.hop_us.get(h, b.cpu.get(f"hop.{h}.user", 0.0) + b.cpu.get(f"hop.{h}.sys", 0.0))
         if d > 0:
             cs.append(Centre(f"hop.{h}", d, overlaps=True))
-    client = b.cpu.get("pgbench.user", 0.0) + b.cpu.get("pgbench.sys", 0.0)
+    client = b.cpu.get(f"{b.client}.user", 0.0) + b.cpu.get(f"{b.client}.sys", 0.0)
     if client > 0:
         cs.append(Centre("client", client, servers=min(clients, max(int(b.ncpu + 0.5), 1)), overlaps=True))
     if b.lock_us > 0:   # its service (execution, WAL flush) is counted elsewhere; the waiting for it is added

@@ -96,6 +96,7 @@ class Workload:
     connect: bool | None = None
     scale: int | None = None
     rate: float | None = None
+    client: str | None = None   # the client's name in stage names (analysis.client); None: pgbench (run, run --dsn)
     doc: dict = _doc_field()
 
 

@@ -14,6 +14,8 @@ from pathprof.errors import UserError
 # 1.1: merged runs (scope, hosts, clock_offsets, links); 1.2: busy_ns from the no-HZ idle time (cpu, windows and
 # in_windows `busy_source` "nohz", with busy_tick_ns and asleep_ns) and the CPU component `idle` (idle.wakeups).
 # A run without busy_source is tick-sampled and has no `idle` row: it reads and closes as it was recorded.
+# workload.client (attach: the client's program, analysis.client) is optional within 1.2: a reader that does not
+# know it names the client `pgbench`, as every run before it did.
 SCHEMA = "pathprof-run/1.2"
 SCHEMA_MAJOR = 1
 

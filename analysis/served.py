@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from pathprof.analysis.client import client_of
 from pathprof.analysis.rundir import RunDir
 
 MAX_SPANS = 100_000      # chaining is a Python walk (~5 µs a span with the chains built, every report pays it):
@@ -20,7 +21,7 @@ LISTED = 20              # transactions listed one by one in the document; the t
 
 def _hop_pids(txn: dict, backend_roles: set[str]) -> dict[str, int]:
     """{hop: pid} of the hop processes that worked on the transaction: the pid of a span that is not a wire trip
-    (a wire span carries its sender's pid), on a row that is neither pgbench nor a backend."""
+    (a wire span carries its sender's pid), on a row that is neither the client nor a backend."""
     out: dict[str, int] = {}
     for s in txn["spans"]:
         if s["pid"] is None or s["stage"].startswith("wire.") or s["role"] in backend_roles:
@@ -29,7 +30,7 @@ def _hop_pids(txn: dict, backend_roles: set[str]) -> dict[str, int]:
     return out
 
 
-def served_by(traces) -> dict | None:
+def served_by(traces, client: str = "pgbench") -> dict | None:
     """{transactions, backends: [{pid, transactions, via: {hop: [pids]}}], listed: [{txn, backend_pid,
     via: {hop: pid}}], spans_read, spans} or None when no sampled transaction is complete."""
     from pathprof.analysis.report.waterfall import transactions
@@ -45,7 +46,7 @@ def served_by(traces) -> dict | None:
     via: dict[int, dict[str, set]] = {}
     listed = []
     for t in sorted(txns, key=lambda t: t["t0_ns"]):
-        hops = _hop_pids(t, {"pgbench", "backend"})
+        hops = _hop_pids(t, {client, "backend"})
         for hop, pid in hops.items():
             via.setdefault(t["backend_pid"], {}).setdefault(hop, set()).add(pid)
         if len(listed) < LISTED:
@@ -60,7 +61,7 @@ def served_by(traces) -> dict | None:
 def add_served_by(out: dict, rd: RunDir) -> None:
     if not rd.file("traces.parquet").exists():
         return
-    doc = served_by(rd.read_frame("traces.parquet"))
+    doc = served_by(rd.read_frame("traces.parquet"), client_of(rd.run))
     if doc:
         out["served_by"] = doc
 

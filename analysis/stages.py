@@ -98,6 +98,8 @@ a tick (TCP retransmission and loss-probe timers), kept as busy_tick_ns.
 from __future__ import annotations
 
 import pandas as pd
+from pathprof.analysis.client import DEFAULT as DEFAULT_CLIENT
+from pathprof.analysis.client import PROBE_ROLE, label
 from pathprof.analysis.histogram import merge, quantile
 
 LAT_KINDS = ("wire", "wakeup", "idle_exit", "runqueue", "recv", "queued", "proc", "netfilter", "dev", "qdisc", "delay",
@@ -116,26 +118,31 @@ LEG_ORDER = {"request": 0, "server": 1, "response": 2, "client": 3, "": 4}
 CPU_BOUND_SHARE = 0.9   # busy >= 90 % of all CPUs: throughput is CPU-limited
 
 
-def _label(role: str, hop: str) -> str:
-    return hop if hop else role
+def _label(role: str, hop: str, client: str = DEFAULT_CLIENT) -> str:
+    return hop if hop else label(role, client)
 
 
-def stage_name(kind: str, role: str, hop: str = "", hook: str = "", netns: str = "", dev: str = "") -> str:
-    """The stable name of a stages.parquet row (see the module docstring)."""
+def stage_name(kind: str, role: str, hop: str = "", hook: str = "", netns: str = "", dev: str = "",
+               client: str = DEFAULT_CLIENT) -> str:
+    """The stable name of a stages.parquet row (see the module docstring); the client's role is named `client`
+    (pgbench, or the program `attach` found: analysis.client)."""
     if kind == "proc":
         if hop:
             return f"hop.{hop}"
-        return {"backend": "backend.execute", "pgbench": "client.pgbench"}.get(role, f"hop.{role}")
+        if role == PROBE_ROLE:
+            return f"client.{client}"
+        return {"backend": "backend.execute"}.get(role, f"hop.{role}")
     if kind == "netfilter":
         return f"netfilter.{hook}" + (f".{netns}" if netns and netns != "root" else "")
     if kind in ("dev", "qdisc", "delay"):
         return f"{kind}.{dev}"
     if kind in USDT_NAMES:
         return USDT_NAMES[kind]
-    return f"{kind}.{_label(role, hop)}"
+    return f"{kind}.{_label(role, hop, client)}"
 
 
-def latency_view(stages: pd.DataFrame, txns: int, measured_mean_us: float, cycle_us: float | None = None) -> dict:
+def latency_view(stages: pd.DataFrame, txns: int, measured_mean_us: float, cycle_us: float | None = None,
+                 client: str = DEFAULT_CLIENT) -> dict:
     """Mean µs per transaction per stage (+ p50/p99 per occurrence) and the closure.
 
     The stages tile each connection's timeline, so their sum is the per-connection cycle time
@@ -152,7 +159,7 @@ def latency_view(stages: pd.DataFrame, txns: int, measured_mean_us: float, cycle
            "netfilter_packets_per_txn": 0.0, "scheduler": []}
     if stages is None or not len(stages) or not txns:
         return out
-    rows, excl = _collect(stages, txns, out)
+    rows, excl = _collect(stages, txns, out, client)
     _wire_exclusive(rows)
     out["stages"] = [_stage_item(e, txns, excl) for e in rows.values()]
     if excl:
@@ -167,7 +174,7 @@ def latency_view(stages: pd.DataFrame, txns: int, measured_mean_us: float, cycle
     return out
 
 
-def _collect(stages: pd.DataFrame, txns: int, out: dict) -> tuple[dict, dict]:
+def _collect(stages: pd.DataFrame, txns: int, out: dict, client: str = DEFAULT_CLIENT) -> tuple[dict, dict]:
     """Time stages summed by (name, leg); counters (netfilter packets, run-queue waits, retransmissions) into
     `out`; the backend's exclusive wait and I/O ns by kind."""
     df = stages.fillna({"hop": "", "hook": "", "netns": "", "dev": "", "leg": "", "role": ""})
@@ -179,12 +186,13 @@ def _collect(stages: pd.DataFrame, txns: int, out: dict) -> tuple[dict, dict]:
             out["netfilter_packets_per_txn"] += r.count / txns
             continue
         if kind == "sched_runq":
-            out["scheduler"].append({"role": _label(r.role, r.hop), "runq_us_mean": r.sum_ns / r.count / 1e3,
+            out["scheduler"].append({"role": _label(r.role, r.hop, client), "runq_us_mean": r.sum_ns / r.count / 1e3,
                                      "wakeups_per_txn": r.count / txns})
             continue
         if kind == "retx_count":      # retransmissions, not time: counted per outgoing leg and kind
             out.setdefault("tcp_retransmits", []).append({"leg": r.leg, "kind": r.hook or "other",
-                                                          "sender": _label(r.role, r.hop), "count": int(r.count)})
+                                                          "sender": _label(r.role, r.hop, client),
+                                                          "count": int(r.count)})
             continue
         if kind == "setup_retx":      # -C: inside the connection probe's steps, moved out there (conn_view)
             out.setdefault("setup_retx", []).append({"where": r.hook, "sum_ns": int(r.sum_ns), "count": int(r.count)})
@@ -197,7 +205,7 @@ def _collect(stages: pd.DataFrame, txns: int, out: dict) -> tuple[dict, dict]:
             continue
         if kind in USDT_NAMES and r.role != "backend":
             continue                  # the walwriter's or checkpointer's own I/O is not on a transaction's path
-        name = stage_name(kind, r.role, r.hop, r.hook, r.netns, r.dev)
+        name = stage_name(kind, r.role, r.hop, r.hook, r.netns, r.dev, client)
         key = (name, r.leg)
         e = rows.setdefault(key, {"name": name, "leg": r.leg, "kind": kind, "sum_ns": 0, "count": 0, "hists": []})
         e["sum_ns"] += int(r.sum_ns)
@@ -255,7 +263,8 @@ def _execute_other(stages: list[dict]) -> dict:
 
 
 def cpu_view(cpu: pd.DataFrame, txns: int, busy_ns: int, elapsed_ns: int, ncpu: int, *,
-             clients: int | None = None, latency_us: float | None = None, probe_us: float | None = None) -> dict:
+             clients: int | None = None, latency_us: float | None = None, probe_us: float | None = None,
+             client: str = DEFAULT_CLIENT) -> dict:
     """CPU µs per transaction per component, closure against the CPUs' busy time, regime, predicted TPS.
 
     busy_ns: CPU time not idle/iowait over the measured interval (all CPUs; the no-HZ idle time where the run
@@ -276,7 +285,7 @@ def cpu_view(cpu: pd.DataFrame, txns: int, busy_ns: int, elapsed_ns: int, ncpu: 
         out["regime"] = "cpu-bound" if busy_ns / elapsed_ns >= CPU_BOUND_SHARE * ncpu else "latency-bound"
     if cpu is None or not len(cpu) or not txns:
         return out
-    comp_ns, comp_host = _components(cpu)
+    comp_ns, comp_host = _components(cpu, client)
     probe_ns = _carve_probes(comp_ns, (probe_us or 0.0) * 1e3 * txns)
     comps = [{"component": n, "us_per_txn": round(ns / txns / 1e3, 3), **({"host": comp_host[n]} if n in comp_host
                                                                          else {})}
@@ -310,7 +319,7 @@ def tick_closure_pct(cv: dict, txns: int, busy_tick_ns: float) -> float | None:
     return round((total_ns - busy_tick_ns) / busy_tick_ns * 100.0, 2)
 
 
-def _components(cpu: pd.DataFrame) -> tuple[dict[str, float], dict[str, str]]:
+def _components(cpu: pd.DataFrame, client: str = DEFAULT_CLIENT) -> tuple[dict[str, float], dict[str, str]]:
     """CPU ns per component name, and (a merged run's table has a `host` column) the host of each: a name that
     several hosts have is named per host (`softirq.net@host`), except `other` (untracked tasks), summed."""
     df = cpu.fillna({"role": "", "hop": "", "where": ""})
@@ -318,7 +327,7 @@ def _components(cpu: pd.DataFrame) -> tuple[dict[str, float], dict[str, str]]:
     rows = []
     for r, host in zip(df.itertuples(index=False), hosts):
         if r.comp in ("user", "sys"):
-            name = f"hop.{r.hop}.{r.comp}" if r.hop else f"{r.role or 'kernel'}.{r.comp}"
+            name = f"hop.{r.hop}.{r.comp}" if r.hop else f"{label(r.role, client) or 'kernel'}.{r.comp}"
         elif r.comp == "softirq":
             name = "softirq.net"
         elif r.comp == "idle":

@@ -2,6 +2,7 @@
 run model (RunDir.run), the document is written as the dict `--json` prints (analysis.run_model.Summary reads it)."""
 from __future__ import annotations
 
+from pathprof.analysis.client import client_of
 from pathprof.analysis.run_model import LoadResult, Probes, RunMeta, WindowFigures, load
 from pathprof.analysis.rundir import RunDir
 
@@ -15,8 +16,6 @@ def summarize(rd: RunDir) -> dict:
     probes = run.probes
     basis = _basis(run, out)
     stages, cpu = rd.read_frame("stages.parquet"), rd.read_frame("cpu.parquet")
-    from pathprof.analysis.losses import add_to_summary as add_losses
-    add_losses(out, probes, stages, cpu)
     w = run.workload
     if basis["txns"] and (stages is not None or cpu is not None):
         clients = w.clients or 1
@@ -30,7 +29,7 @@ def summarize(rd: RunDir) -> dict:
         if probes.cost and probes.cost.run_time_ns is not None:
             out["probe_cost_ns_per_txn"] = probes.cost.run_time_ns / basis["txns"]
         if cpu is not None and basis["busy"]:
-            _add_cpu_view(out, cpu, basis, clients, probes)
+            _add_cpu_view(out, cpu, basis, clients, probes, client_of(run))
     busy, elapsed, ncpu = basis["busy"], basis["elapsed"], basis["ncpu"]
     if out["regime"] is None and busy and elapsed:
         # Without probes the regime still follows from busy time: near all CPUs busy means CPU-bound.
@@ -39,6 +38,8 @@ def summarize(rd: RunDir) -> dict:
         from pathprof.analysis.conn_view import add_connection_setup
         add_connection_setup(out, rd)     # no latency view to fold it into (probes off, no transactions)
     out.update(probe_cost_share(out))
+    from pathprof.analysis.losses import add_to_summary as add_losses
+    add_losses(out, probes, stages, cpu)          # after the views: each loss checked against their closure
     _add_checks(out, run)
     from pathprof.analysis.served import add_served_by
     add_served_by(out, rd)
@@ -55,7 +56,8 @@ def _headline(run: RunMeta, rd: RunDir) -> dict:
         "clients": w.clients,
         "threads": w.threads,
         "duration_s": w.duration_s,
-        "workload": {"mode": w.mode, "script": w.script, "connect": w.connect, "scale": w.scale, "rate": w.rate},
+        "workload": {"mode": w.mode, "script": w.script, "connect": w.connect, "scale": w.scale, "rate": w.rate,
+                     "client": client_of(run)},
         "tps": res.tps,
         "transactions": res.transactions,
         "failed": res.failed,
@@ -135,7 +137,7 @@ def _add_latency_view(out: dict, rd: RunDir, stages, basis: dict, cycle_us: floa
     """The stages per transaction and their closure against the cycle; retransmissions, disk, -C setup."""
     from pathprof.analysis import stages as views
     run, txns, mean_ms = rd.run, basis["txns"], basis["mean_ms"]
-    lv = views.latency_view(stages, txns, mean_ms * 1000.0, cycle_us=cycle_us)
+    lv = views.latency_view(stages, txns, mean_ms * 1000.0, cycle_us=cycle_us, client=client_of(run))
     out["stages"] = lv["stages"]
     out["closure"]["latency_error_pct"] = lv.get("closure_error_pct")
     out["closure"]["latency_basis"] = lv.get("closure_basis")
@@ -162,7 +164,7 @@ def _add_latency_view(out: dict, rd: RunDir, stages, basis: dict, cycle_us: floa
         _add_connection_setup(out, rd, lv.get("setup_retx"), txns)
 
 
-def _add_cpu_view(out: dict, cpu, basis: dict, clients: int, probes: Probes) -> None:
+def _add_cpu_view(out: dict, cpu, basis: dict, clients: int, probes: Probes, client: str) -> None:
     """CPU per transaction per component, its closure against busy time, the regime and the model's TPS."""
     from pathprof.analysis import stages as views
     txns, busy, mean_ms = basis["txns"], basis["busy"], basis["mean_ms"]
@@ -170,7 +172,7 @@ def _add_cpu_view(out: dict, cpu, basis: dict, clients: int, probes: Probes) -> 
                         # the stages' cycle (they tile it), else pgbench's mean latency
                         latency_us=(out["closure"].get("stages_sum_us")
                                     or (mean_ms * 1000.0 if mean_ms else None)),
-                        probe_us=(out["probe_cost_ns_per_txn"] or 0.0) / 1e3)
+                        probe_us=(out["probe_cost_ns_per_txn"] or 0.0) / 1e3, client=client)
     out["cpu"] = cv["components"]
     # What the components close against (busy CPU over the same transactions): explanations use it.
     out["cpu_us_per_txn"] = busy / 1e3 / txns

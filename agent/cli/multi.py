@@ -47,7 +47,8 @@ def _median_run(runs: list[dict]) -> dict:
 
 def compare(a) -> int:
     from pathprof.agent.cli.variants import apply, parse_variant
-    from pathprof.analysis.explain import cause_spread, explain, is_real_gap, spread
+    from pathprof.analysis.explain import explain
+    from pathprof.analysis.repeats import cause_spread, is_real_gap, spread
     from pathprof.analysis.run_model import Summary
     from pathprof.topologies import spec
     if len(a.topologies) < 2:
@@ -159,7 +160,8 @@ def sweep(a) -> int:
 
 
 def diff(a) -> int:
-    from pathprof.analysis.explain import explain, host_differences
+    from pathprof.analysis.explain import explain
+    from pathprof.analysis.host_diff import host_differences
     from pathprof.analysis.rundir import RunDir
     sa, sb = RunDir.open(a.run_a).summary(), RunDir.open(a.run_b).summary()
     expl = explain(sa, sb)
@@ -206,10 +208,11 @@ def export(a) -> int:
 
 
 def _export_openmetrics(rd, output: str | None) -> int:
+    from pathprof.analysis.client import client_of
     from pathprof.analysis.export.openmetrics import render, stage_histograms
     run_id = rd.run.run_id or rd.path.name
     summary = {**rd.summary().doc, "run_id": run_id}
-    text = render([summary], {run_id: stage_histograms(rd.read_frame("stages.parquet"))})
+    text = render([summary], {run_id: stage_histograms(rd.read_frame("stages.parquet"), client_of(rd.run))})
     if output:
         Path(output).write_text(text)
         print(output)

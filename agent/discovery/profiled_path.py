@@ -51,8 +51,14 @@ def ns_labels(table: SocketTable, path: DiscoveredPath) -> dict:
     return out
 
 
+def client_name(table: SocketTable, path: DiscoveredPath) -> str:
+    """The name the client's stages go by (analysis.client): the comm of the client processes found."""
+    from pathprof.analysis.client import name_of
+    return name_of([table.procs[c].comm for c in path.clients if c in table.procs])
+
+
 def probe_config(table: SocketTable, path: DiscoveredPath, level: str, trace_sample: int, window_s: float,
-                 period_s: float):
+                 period_s: float, client: str = "pgbench"):
     from pathprof.agent.probing.session import ProbeConfig
     refs = list(dict.fromkeys(table.ns_ref(ns) for ns in path.namespaces)) or [None]
     binary = f"/proc/{path.postmaster}/exe" if path.postmaster else ""   # also right inside a container
@@ -60,12 +66,13 @@ def probe_config(table: SocketTable, path: DiscoveredPath, level: str, trace_sam
                        trace_sample=trace_sample, window_s=window_s, period_s=period_s,
                        hop_slots=len({h.name for h in path.hops}) + 1,
                        tap_hop=any(h.role == "qemu" for h in path.hops), netns_labels=ns_labels(table, path),
-                       devices=len(refs) > 1 or any(h.role == "qemu" for h in path.hops))
+                       devices=len(refs) > 1 or any(h.role == "qemu" for h in path.hops), client=client)
 
 
 def track(probes, path: DiscoveredPath, clients: bool = True) -> None:
     """Follow the server (backends and auxiliary processes by kind), each hop with its children, and the
-    clients found in front of it (followed as the client role, `pgbench` in the tables)."""
+    clients found in front of it (followed as the client role, `pgbench` in the raw tables: the report names it
+    after the clients' program, run.json workload.client)."""
     server = ForeignServer(path.postmaster) if path.postmaster else None
     recorder.track_path(probes, server, [ForeignHop(h.name, h.role, h.pid) for h in path.hops])
     if clients:

@@ -193,10 +193,12 @@ def cpu_frame(now: dict, base: dict, hops: dict, asleep_ns: float | None = None)
     return pd.DataFrame(rows)
 
 
-def trace_frame(raw: list[bytes], hops: dict) -> pd.DataFrame:
+def trace_frame(raw: list[bytes], hops: dict, client: str = "pgbench") -> pd.DataFrame:
     """Ring-buffer span records (struct pp_trace) -> the traces table pathprof.analysis.export.files reads:
-    ts_ns, dur_ns, pid, tid, role, stage, txn (the per-socket message number), leg."""
+    ts_ns, dur_ns, pid, tid, role, stage, txn (the per-socket message number), leg. The client's spans are named
+    after `client` (role and stage: `client.sysbench`), as the report names its stages (analysis.client)."""
     from pathprof.agent.probing.bpf import layout as L
+    from pathprof.analysis.client import label
     from pathprof.analysis.stages import stage_name
     hop_names = {v: k for k, v in hops.items()}
     cols = ("ts_ns", "dur_ns", "pid", "tid", "role", "stage", "txn", "leg")
@@ -206,12 +208,12 @@ def trace_frame(raw: list[bytes], hops: dict) -> pd.DataFrame:
     a = np.frombuffer(b"".join(raw), dtype=np.dtype(L.Trace))    # struct pp_trace, from the probes' BTF
     a = a[~np.isin(a["stage"], list(MARKER_STAGES(L)))]             # markers: message_frame
     if not len(a):
-        return trace_frame([], hops)
+        return trace_frame([], hops, client)
     names = {}
     for key in set(zip(a["stage"].tolist(), a["role"].tolist(), a["hop"].tolist())):
         stage, role, hop = key
         r, h = L.ROLE_NAMES.get(role, str(role)), hop_names.get(hop, "")
-        names[key] = (stage_name(L.STAGES.get(stage, str(stage)), r, h), h or r)
+        names[key] = (stage_name(L.STAGES.get(stage, str(stage)), r, h, client=client), h or label(r, client))
     keys = list(zip(a["stage"].tolist(), a["role"].tolist(), a["hop"].tolist()))
     df = pd.DataFrame({"ts_ns": a["ts"].astype("int64"), "dur_ns": a["dur"].astype("int64"),
                        "pid": a["pid"].astype("int64"), "tid": a["tid"].astype("int64"),

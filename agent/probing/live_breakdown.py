@@ -13,15 +13,15 @@ from __future__ import annotations
 import os
 
 
-def breakdown(frames, txns: int, busy_ns: float, elapsed_ns: float) -> dict:
+def breakdown(frames, txns: int, busy_ns: float, elapsed_ns: float, client: str = "pgbench") -> dict:
     """The live view's stage/CPU tables for `txns` transactions from the probes' frames (stages, cpu, stats)
     and the machine's CPU over the interval they cover; raises when the views cannot be computed (each caller
     decides what the live view shows then)."""
     from pathprof.agent.probing import frames as F
     from pathprof.analysis import stages as views
     stages, cpu, stats = frames
-    lv = views.latency_view(stages, txns, 0.0)
-    cv = views.cpu_view(cpu, txns, busy_ns, elapsed_ns, os.cpu_count() or 1)
+    lv = views.latency_view(stages, txns, 0.0, client=client)      # the client named as the report will
+    cv = views.cpu_view(cpu, txns, busy_ns, elapsed_ns, os.cpu_count() or 1, client=client)
     return {"stages": [x for x in lv["stages"] if not x.get("parent")], "cpu": cv["components"],
             "lost_events": sum(v for k, v in stats.items() if k in F.LOSS)}
 

@@ -78,6 +78,7 @@ class ProbeConfig:
     holds: list = field(default_factory=list)   # (netns, hook) of the delay lines: bracketed by pp_hold_*
     conn_split: bool = False              # --connect: setup exchanges are left to the connection probe (conn.py)
     unix: bool = True                     # AF_UNIX messages may be on the path (their sends are closed at the end)
+    client: str = "pgbench"               # the client's name in the trace table's stage names (analysis.client)
 
 
 @dataclass
@@ -487,7 +488,7 @@ class ProbeSession:
         stats["idle_task_ns"], stats["idle_task_switches"] = (int(x) for x in F.idle_task(now, base))
         if asleep is not None:
             stats["asleep_ns"] = int(asleep)
-        traces = F.trace_frame(self._spans, self.hops) if self.config.trace_sample else None
+        traces = F.trace_frame(self._spans, self.hops, self.config.client) if self.config.trace_sample else None
         messages = F.message_frame(self._spans, self.hops) if self.config.trace_sample else None
         return ProbeResult(stages, cpu, cost, lost, traces, counters=stats, notes=notes, windows=list(self.windows),
                            messages=messages)

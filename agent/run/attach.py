@@ -131,8 +131,11 @@ def execute_attach(opts: AttachOptions, ui: Reporter) -> RunDir:
     source = DiscoveredSource(*resolve(opts))
     table, path = source.table, source.path
     source.announce(ui)
+    # the client is whatever program is connected (sysbench, python3, ...): its stages go by its name (#35.4)
+    from pathprof.agent.discovery.profiled_path import client_name
+    client = client_name(table, path)
     # always on: with no pgbench log there is no outside-the-windows rate to compare against anyway
-    probes = source.session(opts.probes, opts.trace_sample, 0.0, 0.0)
+    probes = source.session(opts.probes, opts.trace_sample, 0.0, 0.0, client)
     rd = RunDir.create(opts.runs_dir, "attach")
     target = _source_text(opts)
     from pathprof.agent.discovery import edge
@@ -141,7 +144,8 @@ def execute_attach(opts: AttachOptions, ui: Reporter) -> RunDir:
     scope["leaving_connections"] = leaving.doc()
     record_head(rd, {"name": "attach", "source": target, "options": {}, "spec": None},
                 {"clients": path.client_connections, "threads": None, "duration_s": opts.duration_s,
-                 "mode": None, "script": "observed", "connect": False, "scale": None, "rate": None},
+                 "mode": None, "script": "observed", "connect": False, "scale": None, "rate": None,
+                 "client": client},
                 postgres={"owned": False, "pid": path.postmaster}, scope=scope, status="running")
     with recording(rd):
         source.write_topology(rd, f"attach {target}")
@@ -233,7 +237,8 @@ def _measure(opts: AttachOptions, rd: RunDir, probes, source: DiscoveredSource, 
             m.open_probes()
             ui.phase(f"attached: {source.path.client_connections} client connections, {opts.duration_s:g} s")
             try:
-                _watch(probes, source.path, opts.duration_s, ui, feed, tick=leaving.look)
+                _watch(probes, source.path, opts.duration_s, ui, feed, tick=leaving.look,
+                       client=probes.config.client)
             finally:
                 feed.close()            # a status.json write in flight reads the probes' maps
             ui.phase(INTERVAL_OVER)     # whoever drives the load may stop it now (another host's agents too)

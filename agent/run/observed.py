@@ -57,7 +57,8 @@ def leg_mean_us(stages, n: int, connections: int, tps: float) -> float | None:
     return sum(legs) if legs else None
 
 
-def watch(probes, path, duration_s: float, ui: Reporter, feed: LiveFeed | None = None, tick=None) -> None:
+def watch(probes, path, duration_s: float, ui: Reporter, feed: LiveFeed | None = None, tick=None,
+          client: str = "pgbench") -> None:
     """Progress once a second from the probes' own exchange count (the live view's TPS line), with the stage
     and CPU breakdown so far (the probes are always on here: no window to wait for), into `feed` (attach's
     keeps status.json); `tick`, when given, is called after every second."""
@@ -89,10 +90,10 @@ def watch(probes, path, duration_s: float, ui: Reporter, feed: LiveFeed | None =
             mean_us = None
         feed(Progress(elapsed_s=round(t - t0, 1), tps=tps, latency_ms=(mean_us or 0.0) / 1e3),
              breakdown(frames, n, (cpu["busy_ns"] if nohz else cpu["busy_tick_ns"])
-                       - (cpu0["busy_ns"] if nohz else cpu0["busy_tick_ns"]), (t - t0) * 1e9))
+                       - (cpu0["busy_ns"] if nohz else cpu0["busy_tick_ns"]), (t - t0) * 1e9, client))
 
 
-def breakdown(frames, n: int, busy_ns: float, elapsed_ns: float) -> dict:
+def breakdown(frames, n: int, busy_ns: float, elapsed_ns: float, client: str = "pgbench") -> dict:
     """The live view's stage/CPU tables so far (agent.probing.live_breakdown.breakdown over the exchanges the
     probes counted); {} when there is nothing yet or it cannot be computed (the live view is a convenience: the
     run must not depend on it)."""
@@ -100,6 +101,6 @@ def breakdown(frames, n: int, busy_ns: float, elapsed_ns: float) -> dict:
         return {}
     from pathprof.agent.probing import live_breakdown
     try:
-        return live_breakdown.breakdown(frames, n, busy_ns, elapsed_ns)
+        return live_breakdown.breakdown(frames, n, busy_ns, elapsed_ns, client)
     except Exception:
         return {}

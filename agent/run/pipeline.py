@@ -198,11 +198,12 @@ class DiscoveredSource:
         for line in profiled_path.summary_lines(self.table, self.path):
             ui.note(f"path: {line}")
 
-    def session(self, level: str, trace_sample: int, window_s: float, period_s: float):
+    def session(self, level: str, trace_sample: int, window_s: float, period_s: float, client: str = "pgbench"):
+        """The probe session of the path; `client` names the client's spans (attach: its program's name)."""
         from pathprof.agent.discovery import profiled_path
         from pathprof.agent.probing.session import ProbeSession
         return ProbeSession(profiled_path.probe_config(self.table, self.path, level, trace_sample, window_s,
-                                                       period_s))
+                                                       period_s, client))
 
     def attach_probes(self, probes, ui, level: str, clients: bool = True) -> None:
         """Load the probes and follow the path's processes (its clients too, unless the load driver's own

@@ -13,6 +13,7 @@ from numbers import Integral, Real
 from pathlib import Path
 
 import pandas as pd
+from pathprof.analysis.client import client_of
 from pathprof.errors import UserError
 
 # Synthetic pids for spans recorded without one (kernel-side stages, device hops): far above pid_max's default so
@@ -77,7 +78,7 @@ def to_perfetto(traces: pd.DataFrame, meta: dict) -> dict:
                        "ts": (int(row.ts_ns) - t0) / 1000.0, "dur": dur_ns / 1000.0, "pid": pid, "tid": tid,
                        "args": args})
     # Metadata first: viewers name tracks from these; sort index keeps the path order pgbench → … → backend.
-    order = {r: i for i, r in enumerate(_track_order(list(tracks.values())))}
+    order = {r: i for i, r in enumerate(_track_order(list(tracks.values()), client_of(meta)))}
     meta_events = []
     for pid, role in tracks.items():
         label = role if pid >= _SYNTHETIC_PID_BASE else f"{role} (pid {pid})"
@@ -90,9 +91,10 @@ def to_perfetto(traces: pd.DataFrame, meta: dict) -> dict:
     return {"traceEvents": meta_events + events, "displayTimeUnit": "ns", "otherData": _other_data(meta, dropped)}
 
 
-def _track_order(roles: list[str]) -> list[str]:
-    """Client first, server last, hops in between, so the UI reads like the path."""
-    rank = {"pgbench": 0, "backend": 90, "postmaster": 91}
+def _track_order(roles: list[str], client: str = "pgbench") -> list[str]:
+    """Client first (pgbench, or the program `attach` found), server last, hops in between, so the UI reads like
+    the path."""
+    rank = {client: 0, "backend": 90, "postmaster": 91}
     return sorted(dict.fromkeys(roles), key=lambda r: (rank.get(r, 50), r))
 
 

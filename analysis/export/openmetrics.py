@@ -6,7 +6,7 @@ Families (every sample labelled with run and topology):
   pathprof_clients                                                gauge
   pathprof_tps                                                    gauge, measured transactions per second
   pathprof_predicted_tps                                          gauge, the model's unprobed prediction
-  pathprof_latency_seconds{stat=mean|p50|p95|p99}                 gauge, pgbench's per-transaction latency
+  pathprof_latency_seconds{stat=mean|p50|p95|p99}                 gauge, the client's per-transaction latency
   pathprof_stage_per_transaction_seconds{stage, leg}              gauge, the latency view (mean per transaction)
   pathprof_cpu_per_transaction_seconds{component}                 gauge, the CPU view
   pathprof_closure_error_ratio{view=latency|cpu}                  gauge, (sum − measured) / measured
@@ -77,7 +77,7 @@ def render(summaries: list[dict | Summary], histograms: dict[str, list[dict]] | 
     for lb, s in runs:
         doc.sample("pathprof_run_info", {**lb, "regime": s.regime or "unknown",
                                          "pathprof_version": s.pathprof_version or ""}, 1)
-    scalar = [("pathprof_clients", "pgbench clients", None, lambda s: s.clients, 1.0),
+    scalar = [("pathprof_clients", "client connections", None, lambda s: s.clients, 1.0),
               ("pathprof_tps", "measured transactions per second", None, lambda s: s.tps, 1.0),
               ("pathprof_predicted_tps", "the model's TPS without the probes", None,
                lambda s: s.predicted_tps, 1.0),
@@ -107,7 +107,7 @@ def _latency(doc: _Doc, runs) -> None:
     rows = [(lb, k, _num(getattr(s.latency_ms, k))) for lb, s in runs for k in ("mean", "p50", "p95", "p99")]
     rows = [r for r in rows if r[2] is not None]
     if rows:
-        doc.family("pathprof_latency_seconds", "gauge", "pgbench's transaction latency", "seconds")
+        doc.family("pathprof_latency_seconds", "gauge", "the client's transaction latency", "seconds")
         for lb, k, v in rows:
             doc.sample("pathprof_latency_seconds", {**lb, "stat": k}, v / 1e3)
 
@@ -146,8 +146,9 @@ def _closure(doc: _Doc, runs) -> None:
             doc.sample("pathprof_closure_error_ratio", {**lb, "view": view}, v / 100.0)
 
 
-def stage_histograms(stages_frame) -> list[dict]:
-    """Per (stage, leg): {name, leg, count, sum_ns, slots} merged from stages.parquet rows that carry a histogram."""
+def stage_histograms(stages_frame, client: str = "pgbench") -> list[dict]:
+    """Per (stage, leg): {name, leg, count, sum_ns, slots} merged from stages.parquet rows that carry a histogram;
+    the client's stages named after `client` (analysis.client: run.json's, as the summary's stages are)."""
     from pathprof.analysis.histogram import merge
     from pathprof.analysis.stages import LAT_KINDS, USDT_NAMES, stage_name
     if stages_frame is None or not len(stages_frame) or "hist" not in stages_frame:
@@ -157,7 +158,7 @@ def stage_histograms(stages_frame) -> list[dict]:
     for r in df.itertuples(index=False):
         if r.kind not in LAT_KINDS and r.kind not in USDT_NAMES:
             continue
-        name = stage_name(r.kind, r.role, r.hop, r.hook, r.netns, r.dev)
+        name = stage_name(r.kind, r.role, r.hop, r.hook, r.netns, r.dev, client)
         e = acc.setdefault((name, r.leg), {"name": name, "leg": r.leg, "count": 0, "sum_ns": 0, "hists": []})
         e["count"] += int(r.count)
         e["sum_ns"] += int(r.sum_ns)

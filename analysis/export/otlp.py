@@ -22,6 +22,7 @@ import statistics
 from dataclasses import dataclass, field
 
 import pandas as pd
+from pathprof.analysis.client import client_of
 from pathprof.analysis.export import otlp_ids as ids
 from pathprof.analysis.run_model import RunMeta
 from pathprof.errors import UserError
@@ -56,14 +57,15 @@ def run_host(meta: dict | RunMeta) -> str:
     return run.scope.host or run.host.hostname or "host"
 
 
-def process_hosts(topology: dict | None) -> dict[str, str]:
-    """role/hop name -> the topology host it runs on (topology.json chain: pgbench, hops, postgres -> backend)."""
+def process_hosts(topology: dict | None, client: str = "pgbench") -> dict[str, str]:
+    """role/hop name -> the topology host it runs on (topology.json chain: the client — pgbench, or the program
+    `attach` found, named `client` in the spans —, hops, postgres -> backend)."""
     out = {}
     for e in (topology or {}).get("chain") or []:
         if not e.get("host"):
             continue
-        if e.get("process") == "pgbench":
-            out["pgbench"] = e["host"]
+        if e.get("process") == "pgbench" or (e.get("role") == "client" and not e.get("hop")):
+            out[client] = e["host"]
         elif e.get("process") == "postgres":
             out["backend"] = out["postmaster"] = e["host"]
         elif e.get("hop"):
@@ -111,8 +113,9 @@ def build(traces: pd.DataFrame | None, messages: pd.DataFrame | None, meta: dict
     off = wall_offset_ns(run)
     cols = _Columns(df)
     out = Built(left_out=len(df) - sum(len(c) for c, _ in chains))
-    plans = _plans(chains, cols, ids.Anchors(messages, run), run_id, agent_host, off, out)
-    _emit(plans, cols, run, scope, process_hosts(topology), agent_host, off, out)
+    client = client_of(run)
+    plans = _plans(chains, cols, ids.Anchors(messages, run), run_id, agent_host, off, out, client)
+    _emit(plans, cols, run, scope, process_hosts(topology, client), agent_host, off, out)
     return out
 
 
@@ -132,7 +135,8 @@ class _Columns:
         return int(self.lists["ts_ns"][i])
 
 
-def _plans(chains, col: _Columns, anchors, run_id: str, agent_host: str, off: int, out: Built) -> list:
+def _plans(chains, col: _Columns, anchors, run_id: str, agent_host: str, off: int, out: Built,
+           client: str = "pgbench") -> list:
     """Each chain's trace id (from the wire when another host can see the same request, else local), its host
     and its time span."""
     plans = []
@@ -151,7 +155,7 @@ def _plans(chains, col: _Columns, anchors, run_id: str, agent_host: str, off: in
         # server's part are another host's spans
         t0 = min(starts[0][0], hit[2] if hit and hit[2] is not None else starts[0][0]) + off
         t1 = col.ts(rows[-1]) + int(col.lists["dur_ns"][rows[-1]]) + off
-        plans.append((rows, complete, res_host, hit, tid, t0, t1, any(col("role", i) == "pgbench" for i in rows)))
+        plans.append((rows, complete, res_host, hit, tid, t0, t1, any(col("role", i) == client for i in rows)))
     return plans
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from pathprof.analysis.explain import _distinct_label, _num, cpu_totals, explain_text, run_label, stage_totals
 from pathprof.analysis.report.text import _fmt, bar
 from pathprof.analysis.run_model import Summary
+from pathprof.analysis.speed import speed_phrase
 from pathprof.analysis.sweep import sweep_text
 from rich.console import Group
 from rich.panel import Panel
@@ -49,6 +50,14 @@ def _share_text(share) -> str:
     return "–" if share is None else f"{_num(share):.1f} %"
 
 
+def own_share(item: dict, expl: dict):
+    """An item's share of the gap under its cause: of its own part when a common speed factor took the rest."""
+    if item.get("speed_us_per_txn") is None or item.get("share_pct") is None or not expl.get("gap_us_per_txn"):
+        return item.get("share_pct")
+    own = _num(item.get("delta_us_per_txn")) - _num(item["speed_us_per_txn"])
+    return round(own / _num(expl["gap_us_per_txn"]) * 100.0, 1)
+
+
 def explanation_view(expl: dict, max_items: int = 8):
     """The sentence, then the causes ranked by share of the measured gap with the items that moved under each,
     then the remainder. An unranked gap (within noise, smaller than its parts) lists the moves by size, no shares."""
@@ -57,8 +66,10 @@ def explanation_view(expl: dict, max_items: int = 8):
     for col, kw in (("", {}), (f"Δ {unit}", {"justify": "right"}), ("share", {"justify": "right"}),
                     ("", {"no_wrap": True})):
         t.add_column(col, **kw)
-    delta = {it["name"]: _num(it.get("delta_us_per_txn")) for it in expl.get("items") or []}
-    share = {it["name"]: it.get("share_pct") for it in expl.get("items") or []}
+    # under each cause, an item's own part: its delta less what a common speed factor took of it (speed.py)
+    delta = {it["name"]: _num(it.get("delta_us_per_txn")) - _num(it.get("speed_us_per_txn"))
+             for it in expl.get("items") or []}
+    share = {it["name"]: own_share(it, expl) for it in expl.get("items") or []}
     causes = [c for c in expl.get("causes") or [] if abs(_num(c.get("delta_us_per_txn"))) >= 0.05]
     top = max((abs(_num(c.get("share_pct"))) for c in causes), default=0.0)
     shown = 0
@@ -70,6 +81,10 @@ def explanation_view(expl: dict, max_items: int = 8):
         t.add_row(Text(name, style="bold"), f"{_num(c.get('delta_us_per_txn')):+,.1f}", _share_text(cs),
                   Text(bar(abs(_num(cs)), top, 20), style="green" if _num(cs) >= 0 else "red") if cs is not None
                   else "")
+        if c.get("ratio") is not None:       # the common speed factor: one line, not its many items again
+            t.add_row(f"    × {_num(c['ratio']):.2f} (interquartile {_num(c['low']):.2f}–{_num(c['high']):.2f}) "
+                      f"over {c.get('stages_n')} stages' own CPU work", "", "", "", style="dim")
+            continue
         for name in sorted(c.get("items") or [], key=lambda n: -abs(delta.get(n, 0.0))):
             if abs(delta.get(name, 0.0)) >= 0.05 and shown < max_items * 2:
                 t.add_row(f"    {name}", f"{delta[name]:+,.1f}", _share_text(share.get(name)), "", style="dim")
@@ -83,11 +98,18 @@ def explanation_view(expl: dict, max_items: int = 8):
     title = Text(f"{expl.get('run')} vs {expl.get('baseline', 'baseline')} — {basis}"
                  + (f", measured gap {_num(gap):+,.1f} {unit}{measure}" if gap is not None else ""), style="bold")
     why = Text(f"basis: {expl['basis_reason']}", style="dim") if expl.get("basis_reason") else Text("")
-    return Group(title, Text(explain_text(expl)), why, t)
+    lines = [title, Text(explain_text(expl)), why]
+    sf = expl.get("speed_factor")
+    if sf:
+        share = f", {_num(sf['share_pct']):.0f} % of the gap" if sf.get("share_pct") is not None else ""
+        lines.append(Text(f"speed: {speed_phrase(sf)}: {_num(sf['delta_us_per_txn']):+,.1f} {unit} "
+                          f"({_num(sf['delta_low_us_per_txn']):+,.1f} … {_num(sf['delta_high_us_per_txn']):+,.1f})"
+                          f"{share}"))
+    return Group(*lines, t)
 
 
 def compare_view(summaries: list[dict | Summary], explanations: list[dict], spreads: dict[str, dict] | None = None):
-    """Side-by-side table, then each run's explanation versus the baseline. `spreads` (label → explain.spread())
+    """Side-by-side table, then each run's explanation versus the baseline. `spreads` (label → repeats.spread())
     adds a TPS spread column for --repeat runs."""
     if not summaries:
         return Text("no runs to compare")

@@ -13,6 +13,7 @@ from pathlib import Path
 from pathprof import __version__
 from pathprof.analysis.explain import _num, cpu_totals, explain_text, measured_cpu_us, run_label
 from pathprof.analysis.report import charts
+from pathprof.analysis.report.compare_view import own_share
 from pathprof.analysis.report.palette import hops_of, qdisc_aware_cause
 from pathprof.analysis.report.parts import CSS, SCRIPT, cause_legend, diagrams, waterfalls
 from pathprof.analysis.report.render import CLOSURE_WARN_PCT, LEG_ORDER
@@ -236,8 +237,9 @@ def _lead(summaries: list[Summary], explanations, sweep) -> list[str]:
 def _explanation_table(e: dict) -> str:
     """One explanation: each cause, then the items that moved under it, and what is left unexplained."""
     unit = "CPU µs/txn" if e.get("basis") == "cpu" else "µs/txn"
-    delta = {it["name"]: _num(it["delta_us_per_txn"]) for it in e.get("items") or []}
-    share = {it["name"]: it.get("share_pct") for it in e.get("items") or []}
+    # an item's own part under its cause: its delta less what a common speed factor took of it (speed.py)
+    delta = {it["name"]: _num(it["delta_us_per_txn"]) - _num(it.get("speed_us_per_txn")) for it in e.get("items") or []}
+    share = {it["name"]: own_share(it, e) for it in e.get("items") or []}
 
     def pct(x):
         return "–" if x is None else f"{_num(x):.1f} %"
@@ -246,6 +248,10 @@ def _explanation_table(e: dict) -> str:
         if abs(_num(c.get("delta_us_per_txn"))) < 0.05:
             continue
         rows.append([f"{c['name']}", f"{_num(c['delta_us_per_txn']):+,.1f}", pct(c.get("share_pct"))])
+        if c.get("ratio") is not None:        # the common speed factor: its ratio, not its many items again
+            rows.append([f"\u2003× {_num(c['ratio']):.2f} (interquartile {_num(c['low']):.2f}–"
+                         f"{_num(c['high']):.2f}) over {c.get('stages_n')} stages", "", ""])
+            continue
         rows += [[f"\u2003{n}", f"{delta[n]:+,.1f}", pct(share.get(n))]
                  for n in sorted(c.get("items") or [], key=lambda n: -abs(delta.get(n, 0.0)))
                  if abs(delta.get(n, 0.0)) >= 0.05]

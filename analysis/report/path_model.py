@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pathprof.analysis.client import client_of
 from pathprof.analysis.run_model import Stage, Summary
 
 WAIT_KINDS = ("wakeup", "idle_exit", "runqueue", "recv", "queued", "poolwait", "connwait", "send_blocked")
@@ -65,8 +66,9 @@ def _pids(e: dict) -> list:
 
 def _processes(topo: dict | None, summary: Summary) -> list[dict]:
     """Processes in path order: [{id, label, kind, host, netns, pids}]; ids are the stage names' receivers.
-    Every client entry (a discovered path lists each client process, pgbench or not) is the one client `pgbench`,
-    the role its stages carry."""
+    Every client entry (a discovered path lists each client process, pgbench or not) is the one client, with the
+    id its stages carry: pgbench, or the program `attach` found (analysis.client)."""
+    cid = client_of(summary)
     procs: list[dict] = []
     chain = (topo or {}).get("chain")
     chain = [e for e in chain if isinstance(e, dict) and (e.get("hop") or e.get("process"))] \
@@ -75,7 +77,7 @@ def _processes(topo: dict | None, summary: Summary) -> list[dict]:
     if clients:
         comms = list(dict.fromkeys(str(e.get("process") or "client") for e in clients))
         label = comms[0] if len(comms) == 1 else f"clients ({', '.join(comms[:3])})"
-        procs.append({"id": "pgbench", "label": label + (f" ×{len(clients)}" if len(clients) > 1 else ""),
+        procs.append({"id": cid, "label": label + (f" ×{len(clients)}" if len(clients) > 1 else ""),
                       "kind": "client", "host": clients[0].get("host"), "netns": clients[0].get("netns"),
                       "pids": [p for e in clients for p in _pids(e)], "process": comms[0]})
     for n, entry in enumerate(rest):
@@ -98,9 +100,9 @@ def _processes(topo: dict | None, summary: Summary) -> list[dict]:
         if not p.get("host") and p.get("netns") in by_netns:
             p["host"] = by_netns[p["netns"]]
     ids = [p["id"] for p in procs]
-    if "pgbench" not in ids:
-        procs.insert(0, {"id": "pgbench", "label": "pgbench", "kind": "client", "host": None, "netns": None,
-                         "pids": [], "process": "pgbench"})
+    if cid not in ids:
+        procs.insert(0, {"id": cid, "label": cid, "kind": "client", "host": None, "netns": None,
+                         "pids": [], "process": cid})
     known = {p["id"] for p in procs}
     for hop in sorted(_hops_in(summary) - known):   # stages name a hop the chain does not: keep it on the path
         procs.insert(len(procs) - (1 if procs[-1]["kind"] == "server" else 0),
@@ -208,8 +210,8 @@ def build(summary: dict | Summary, topo: dict | None = None, spec: dict | None =
 
 def _proc_for(stage_name: str, index: dict) -> str | None:
     """The process whose own work a stage is (client, backend, a hop on the path), or None."""
-    if stage_name == "client.pgbench" or stage_name.startswith("client."):
-        return "pgbench"
+    if stage_name.startswith("client."):      # client.<the client's id>: pgbench, or attach's program
+        return stage_name[len("client."):]
     if stage_name.startswith("backend."):
         return "backend"
     if stage_name.startswith("hop."):
@@ -320,10 +322,10 @@ def _cpu_owner(component: str, index: dict) -> str | None:
         hop = component.split(".")[1]
         return hop if hop in index else None
     head = component.split(".")[0]
-    if head == "pgbench":
-        return "pgbench"
     if head in ("backend", "postmaster", "pg_aux"):
         return "backend"
+    if head in index:          # <client>.user / .sys: the client's id (pgbench, or attach's program)
+        return head
     return None
 
 

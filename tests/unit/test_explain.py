@@ -3,7 +3,9 @@ import copy
 
 import pytest
 from fixtures_summaries import BASE_CPU, BASE_STAGES, bridge, connect_run, dnat, long_conn_run, plus_stage, summary
-from pathprof.analysis.explain import explain, explain_text, host_differences, is_real_gap, measured_cpu_us, spread
+from pathprof.analysis.explain import explain, explain_text, measured_cpu_us
+from pathprof.analysis.host_diff import host_differences
+from pathprof.analysis.repeats import is_real_gap, spread
 
 
 def test_one_stage_slower_ranks_first_with_full_share():

@@ -99,7 +99,7 @@ def test_unknown_schema_and_corruption_are_refused(tmp_path):
 def test_diff_across_kernels_lists_the_kernel_first(tmp_path):
     """Seed 002 stays offline: two runs recorded on different kernels. The diff names the kernel before any
     path difference and still explains the gap with the same stages."""
-    from pathprof.analysis.explain import host_differences
+    from pathprof.analysis.host_diff import host_differences
     other = tmp_path / "loopback-on-3.10"
     shutil.copytree(RUNS / "loopback", other)
     meta = json.loads((other / "run.json").read_text())

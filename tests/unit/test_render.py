@@ -1,6 +1,8 @@
 """Terminal renderings checked as plain text: names, order, numbers."""
 from fixtures_summaries import bridge, connect_run, dnat, summary, sweep_runs
-from pathprof.analysis.explain import explain, host_differences, spread
+from pathprof.analysis.explain import explain
+from pathprof.analysis.host_diff import host_differences
+from pathprof.analysis.repeats import spread
 from pathprof.analysis.report.render import bar, compare_view, diff_view, render_to_string, report_view, sweep_view
 from pathprof.analysis.sweep import sweep_analysis
 

@@ -3,7 +3,8 @@ import pytest
 from fixtures_summaries import bridge, dnat
 from pathprof.agent.cli import args as cli_args
 from pathprof.agent.cli.variants import apply, parse_variant
-from pathprof.analysis.explain import cause_spread, explain
+from pathprof.analysis.explain import explain
+from pathprof.analysis.repeats import cause_spread
 from pathprof.errors import UserError
 
 

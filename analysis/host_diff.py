@@ -1,0 +1,55 @@
+"""Host differences (listed first by `pathprof diff`): a gap between machines is not a gap between paths. Moved
+out of analysis.explain (which explains the gap itself)."""
+from __future__ import annotations
+
+from pathprof.analysis.run_model import Summary
+
+
+def _dig(summary: dict, *paths: str):
+    """First non-empty value among dotted key paths, so both the summary layout and the run.json layout work."""
+    for path in paths:
+        cur = summary
+        for key in path.split("."):
+            cur = cur.get(key) if isinstance(cur, dict) else None
+            if cur is None:
+                break
+        if cur not in (None, ""):
+            return cur
+    return None
+
+
+_HOST_FIELDS = [
+    ("kernel", ("host.kernel", "kernel")),
+    ("CPUs", ("host.cpus", "cpu_count", "cpus")),
+    ("OS", ("host.os",)),
+    ("machine", ("host.machine",)),
+    ("pathprof version", ("pathprof_version", "versions.pathprof")),
+    ("PostgreSQL version", ("postgres_version", "postgres.version", "versions.postgres")),
+    ("pgbench version", ("pgbench_version", "pgbench.version", "versions.pgbench")),
+    ("accelerator", ("accelerator", "host.accelerator")),
+    ("probe level", ("probe_level", "probes.level", "probes")),
+    ("hostname", ("host.hostname", "hostname")),
+    # Workload differences are not host differences, but they invalidate a path comparison just the same.
+    ("clients", ("clients", "workload.clients")),
+    ("threads", ("threads", "workload.threads")),
+    ("mode", ("workload.mode",)),
+    ("script", ("workload.script",)),
+    ("new connection per transaction", ("workload.connect",)),
+]
+
+
+def host_differences(a: dict | Summary, b: dict | Summary) -> list[str]:
+    """Human lines such as "kernel: 6.1.0-18-amd64 → 6.18.0" for every machine/version/workload fact that differs.
+    A fact missing on one side is reported ("unknown"), since it may hide a difference. Read by the dotted paths
+    above (they name the document's own layout and older ones), over the document as it was written."""
+    a, b = Summary.of(a).doc, Summary.of(b).doc
+    out = []
+    for label, paths in _HOST_FIELDS:
+        va, vb = _dig(a, *paths), _dig(b, *paths)
+        if va is None and vb is None:
+            continue
+        if str(va) != str(vb):
+            out.append(f"{label}: {va if va is not None else 'unknown'} → {vb if vb is not None else 'unknown'}")
+    return out
+
+
