@@ -180,8 +180,17 @@ struct {
 /* A kernel pointer as a read-only typed pointer: its fields are then plain loads (a fault reads 0), where
  * BPF_CORE_READ or bpf_probe_read_kernel is a helper call per field (~30-40 ns each on this VM). The kfunc is
  * inlined by the verifier (a register move). For pointers the program has as a scalar or under another type. */
+#ifndef PP_NO_RDONLY_CAST
 extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
 #define kcast(p, T) ((T *)bpf_rdonly_cast((const void *)(p), bpf_core_type_id_kernel(T)))
+/* field `f` of the kernel object of type T at p */
+#define kread(p, T, f) (kcast(p, T)->f)
+#else
+/* pathprof-compat.bpf.o, for kernels before 6.2 (no bpf_rdonly_cast): one probe-read per field instead. A separate
+ * object, not a program variant: libbpf 1.1 leaves an unresolved weak kfunc call in the program as a call to BTF
+ * id 0, which the verifier of those kernels refuses even in dead code, and nearly every program reaches kcast. */
+#define kread(p, T, f) ({ T *__kp = (T *)(p); BPF_CORE_READ(__kp, f); })   /* p outside the CO-RE access */
+#endif
 
 static __always_inline void stat_add(__u32 idx, __u64 n)
 {
@@ -274,7 +283,7 @@ static __always_inline int sending(struct pp_task *t, __u64 into)
 {
 	if (t->in_send)
 		return 1;
-	return send_at_start && t->send_sk && t->send_sk != into && kcast(t->send_sk, struct sock)->sk_lock.owned;
+	return send_at_start && t->send_sk && t->send_sk != into && kread(t->send_sk, struct sock, sk_lock.owned);
 }
 
 /* 1 if x != 0, else 0, without a branch: the top bit of x | -x. The barrier hides -x from clang, which would
@@ -451,6 +460,26 @@ static __always_inline void span(__u8 stage, __u8 role, __u8 leg, __u32 hop, __u
  * in every netfilter bracket and device program. Bitfields are read as the byte that holds them. */
 struct pp_tuple { __u32 saddr, daddr; __u16 sport, dport; __u32 payload; };
 
+#ifdef PP_NO_RDONLY_CAST
+/* the same from two probe-reads of the headers as bytes (wire formats: no CO-RE needed) */
+static __always_inline int ip_tuple(unsigned char *p, struct pp_tuple *t)
+{
+	__u8 ip[20], th[20];
+	if (bpf_probe_read_kernel(ip, sizeof(ip), p) || (ip[0] >> 4) != 4 || ip[9] != IPPROTO_TCP_NUM)
+		return 0;
+	__u32 ihl = (ip[0] & 0xf) * 4;
+	if (bpf_probe_read_kernel(th, sizeof(th), p + ihl))
+		return 0;
+	__builtin_memcpy(&t->saddr, &ip[12], 4);
+	__builtin_memcpy(&t->daddr, &ip[16], 4);
+	t->sport = (__u16)th[0] << 8 | th[1];
+	t->dport = (__u16)th[2] << 8 | th[3];
+	__u32 doff = (th[12] >> 4) * 4;
+	__u32 tot = (__u32)ip[2] << 8 | ip[3], hl = ihl + doff;
+	t->payload = tot > hl ? tot - hl : 0;
+	return 1;
+}
+#else
 static __always_inline int ip_tuple(unsigned char *p, struct pp_tuple *t)
 {
 	struct iphdr *ip = kcast(p, struct iphdr);
@@ -468,6 +497,7 @@ static __always_inline int ip_tuple(unsigned char *p, struct pp_tuple *t)
 	t->payload = tot > hl ? tot - hl : 0;
 	return 1;
 }
+#endif
 
 static __always_inline __u8 tuple_leg(struct pp_tuple *t)
 {

@@ -152,4 +152,36 @@ int BPF_PROG(pp_softirq_exit, unsigned int vec)
 	return 0;
 }
 
+/* Threads user space could not give storage itself: a pidfd for a thread other than a process's main one needs
+ * PIDFD_THREAD (Linux >= 6.9). User space puts them in `adopt` (tid -> role and hop) and runs this iterator once
+ * over every task; loaded only on such kernels (pathprof.agent.probing.session), so it costs nothing elsewhere. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct pp_task);
+} adopt SEC(".maps");
+
+SEC("iter/task")
+int pp_adopt(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	if (!task)
+		return 0;
+	__u32 tid = task->pid;
+	struct pp_task *want = bpf_map_lookup_elem(&adopt, &tid);
+	if (!want)
+		return 0;
+	struct pp_task *t = bpf_task_storage_get(&tasks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (t) {             /* as user space does through a pidfd: what it has in flight is kept, role and hop set */
+		t->role = want->role;
+		t->hop = want->hop;
+	} else {
+		stat_inc(PP_STAT_TASKS_FULL);
+	}
+	bpf_map_delete_elem(&adopt, &tid);
+	return 0;
+}
+
 #endif /* PATHPROF_SCHED_BPF_H */

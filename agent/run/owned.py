@@ -8,6 +8,7 @@ import time
 from pathprof.agent.host import delayline, proc
 from pathprof.agent.host.machine import require_root  # noqa: F401  (run.require_root: topology_cmd)
 from pathprof.agent.postgres import pgbench
+from pathprof.agent.probing import hooks
 from pathprof.agent.run.built import build, claim, dead_parts, preflight
 from pathprof.agent.run.options import Reporter, RunOptions, lossy_schedule
 from pathprof.agent.run.outcome import recording
@@ -184,6 +185,8 @@ def _results(opts, topo, ctx, pg, services, m: Measurement, driven: dict, before
         rd.write_frame("connect.parquet", conn_frame)
         meta_probes["conn_cost"] = conn_probe.cost()
         meta_probes["notes"] = list(meta_probes.get("notes") or []) + conn_probe.notes
+        if meta_probes.get("hooks"):       # the connection probe's own ways (conn.bpf.o)
+            meta_probes["hooks"]["connect"] = hooks.hooks_record(conn_probe.hook_choices, "conn.bpf.o")["events"]
     if opts.schedule_note and opts.probes != "off":
         meta_probes["notes"] = list(meta_probes.get("notes") or []) + [opts.schedule_note]
     rd.update(pgbench={**rd.meta["pgbench"], "result": result.to_dict()}, cpu=cpu, probes=meta_probes,
