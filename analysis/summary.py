@@ -71,6 +71,7 @@ def _headline(run: RunMeta, rd: RunDir) -> dict:
         "probe_overhead_pct": probes.probe_overhead_pct,
         "probes": probes.level,
         "lost_events": probes.lost or {},
+        "probe_hooks": (probes.doc or {}).get("hooks"),   # the way each event was measured (agent.probing.hooks)
         "host": run.host.doc,
         "topology_options": run.topology.options or {},
         "postgres_version": run.postgres.version,

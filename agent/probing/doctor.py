@@ -191,7 +191,7 @@ def check_capabilities(postgres_bin: str = POSTGRES_BIN) -> list[Capability]:
                            "kernel has no BTF (CONFIG_DEBUG_INFO_BTF)"))
     tok, tdetail = _tracefs_ok()
     caps.append(Capability("tracefs", tok, tdetail + " (bpftrace scripts only)", required=False))
-    if btf or caps[0].ok:
+    if btf:                      # (without BTF the line above says what is missing)
         caps.append(_minimum_kernel(btf))
     if btf:
         from pathprof.agent.probing.bpf.libbpf import kernel_has_tracepoint
@@ -311,7 +311,8 @@ def _pass_key(level: str) -> str:
     except OSError:
         boot = "unknown-boot"
     parts = [level, boot, os.uname().release, str(os.geteuid())]
-    for p in (_probes_dir() / "pathprof.bpf.o", _probes_dir() / "doctor.bpf.o", Path(POSTGRES_BIN)):
+    for p in (_probes_dir() / "pathprof.bpf.o", _probes_dir() / "pathprof-compat.bpf.o", _probes_dir() / "doctor.bpf.o",
+              Path(POSTGRES_BIN)):
         try:
             st = p.stat()
             parts += [str(p), str(st.st_size), str(st.st_mtime_ns)]

@@ -116,3 +116,17 @@ def test_minimum_kernel_names_what_is_missing():
     old = H.kernel_shortfalls(True, everything - {"BPF_FUNC_task_storage_get", "BPF_MAP_TYPE_TASK_STORAGE"},
                               "5.10.0-32-amd64")
     assert any("task-local storage" in m for m in old) and any("Linux 5.12" in m for m in old)
+
+
+def test_diff_warns_when_two_runs_were_measured_through_different_hooks():
+    from pathprof.analysis.explain import hook_differences
+    vm = {"object": "pathprof.bpf.o", "events": [{"event": "sk_data_ready", "hook": "tp_btf sk_data_ready"},
+                                                 {"event": "netfilter", "hook": "netfilter link"}]}
+    deb12 = {"object": "pathprof-compat.bpf.o", "events": [
+        {"event": "sk_data_ready", "hook": "fentry sock_def_readable"}, {"event": "netfilter", "hook": None}]}
+    lines = hook_differences(vm, deb12)
+    assert "sk_data_ready: tp_btf sk_data_ready → fentry sock_def_readable" in lines[0]
+    assert lines[0].startswith("WARNING measured through different hooks")
+    assert "netfilter: netfilter link → none (stage missing)" in lines[1]
+    assert "probe object" in lines[2]
+    assert hook_differences(vm, vm) == [] and hook_differences(vm, None) == []
