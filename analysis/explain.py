@@ -21,6 +21,7 @@ from typing import Iterable
 
 from pathprof.analysis.causes import group, hop_names
 from pathprof.analysis.gap import divisor_caveat, divisor_caveat_text
+from pathprof.analysis.quota import cause_detail
 from pathprof.analysis.run_model import Summary
 
 # Below this many µs per transaction two runs are "the same" and shares would only amplify noise.
@@ -256,6 +257,9 @@ def _explain_on(baseline: Summary, other: Summary, basis: str, noise_pct: float)
     tps_delta = (other_tps - base_tps) / base_tps * 100.0 if base_tps else 0.0
     causes = group(items, gap if abs(gap) > _MIN_GAP_US else 0.0, hop_names(baseline), hop_names(other))
     verdict = _verdict(items, causes, gap, tps_delta, noise_pct)
+    for c in causes:
+        if c["name"] == "cpu quota":      # which cgroup, with what quota (run.json cpu_quotas of either run)
+            c["detail"] = cause_detail([baseline.doc, other.doc], c["items"])
     if verdict:                  # not rankable: keep the moves, drop the shares that would mislead
         for row in (*items, *causes):
             row["share_pct"] = None
@@ -328,6 +332,8 @@ def _cause_phrase(cause: dict) -> str:
         hop = name[4:]
         extra = [i for i in cause.get("items") or [] if not (str(i).startswith("hop.") or str(i).endswith("." + hop))]
         return f"the {hop} hop" + (" (with the network work of its second connection)" if extra else "")
+    if name == "cpu quota":
+        return "the CPU quota" + (f" of {cause['detail']}" if cause.get("detail") else " of a cgroup")
     return {"scheduler": "the scheduler", "backend": "the backend", "backend I/O": "the server's I/O",
             "client": "the client (pgbench)",
             "network stack": "the network stack", "devices": "the device path",

@@ -197,6 +197,10 @@ def _add_checks(out: dict, run: RunMeta) -> None:
     if run.pooler_counters:
         from pathprof.analysis.pooler import pooler_check
         out["pooler_counters"] = pooler_check(run, out)
+    if run.cpu_quotas:
+        from pathprof.analysis.quota import quota_check, quota_note
+        out["cpu_quotas"] = quota_check(run.cpu_quotas, out)
+        out["notes"] += [quota_note(q) for q in out["cpu_quotas"]]
 
 
 def tcp_retransmits(counts: list[dict], stages: list[dict], txns: int) -> dict:

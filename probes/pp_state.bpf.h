@@ -315,7 +315,7 @@ static __always_inline struct pp_task *task_of(struct task_struct *p, __u64 ws)
 		t->win = ws;
 		t->in_send = 0;
 		t->send_sk = 0;
-		t->send_ts = t->wake_ts = t->oncpu_ts = t->runnable_ts = t->consume_ts = t->fwd_act = 0;
+		t->send_ts = t->wake_ts = t->oncpu_ts = t->runnable_ts = t->consume_ts = t->fwd_act = t->thr_from = 0;
 		t->consume_leg = 0;       /* a hop's continued send needs a message read in this window */
 		t->last_utime = t->last_stime = 0;
 	}
@@ -436,12 +436,35 @@ static __always_inline int lat_index(__u8 stage, __u8 role, __u8 leg, __u32 slot
 /* A global function, verified once per program on its own, at ~1.3 ns a call here (bench/bpf_helpers): inlined at
  * each of its call sites, its histogram slot's branches were walked again at each. At most five arguments: the
  * cell comes packed. */
+static __always_inline __u64 overlap_ns(__u64 s, __u64 e, __u64 a, __u64 b)
+{
+	__u64 lo = s > a ? s : a, hi = e < b ? e : b;
+	return hi > lo ? hi - lo : 0;
+}
+
 __noinline int span_cell(__u64 cell, __u64 start, __u64 ns, __u32 seq)
 {
 	__u8 stage = cell & 0xff, role = (cell >> 8) & 0xff, leg = (cell >> 16) & 0xff;
 	__u32 idx, slot = span_slot(role, cell >> 32);
 	if (!lat_index(stage, role, leg, slot, &idx))
 		return 0;
+	/* CPU quota: the part of the span the running thread spent held off CPU by its cgroup's throttle is its own
+	 * stage, whichever wait or work it fell in (a run queue, a message queued behind it, its processing) */
+	__u32 zero = 0;
+	struct pp_cpu_state *cs = bpf_map_lookup_elem(&cpust, &zero);
+	if (cs && cs->thr0_e > start && ns) {
+		__u64 end = start + ns;
+		__u64 t = overlap_ns(start, end, cs->thr0_s, cs->thr0_e) + overlap_ns(start, end, cs->thr1_s, cs->thr1_e);
+		if (t) {
+			t = t < ns ? t : ns;
+			ns -= t;
+			struct pp_stage_key k = { .stage = PP_ST_THROTTLED, .role = cs->thr_role, .leg = leg,
+						  .hop = cs->thr_hop };
+			stage_add(&k, t);
+			trace_emit(PP_ST_THROTTLED, cs->thr_role, leg, span_slot(cs->thr_role, cs->thr_hop),
+				   start, t, seq);
+		}
+	}
 	struct pp_hist *h = bpf_map_lookup_elem(&lat, &idx);
 	if (h)
 		hist_add(h, ns);
