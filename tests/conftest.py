@@ -8,6 +8,7 @@ from pathlib import Path
 
 import lanes
 import pytest
+import truth
 
 ROOT = Path(__file__).resolve().parent.parent
 PATHPROF = [str(ROOT / ".venv" / "bin" / "pathprof")] if (ROOT / ".venv/bin/pathprof").exists() else \
@@ -112,6 +113,11 @@ def run_pathprof(*args, timeout=300, check=False, **kw) -> subprocess.CompletedP
                         stdin=subprocess.DEVNULL, **kw)
     if check and cp.returncode != 0:
         raise AssertionError(f"pathprof {' '.join(args)} exited {cp.returncode}:\n{cp.stderr[-3000:]}")
+    if cp.returncode == 0 and "--json" in args and os.environ.get(truth.LOG_ENV):
+        try:
+            truth.record_closures(json.loads(cp.stdout))
+        except ValueError:
+            pass
     return cp
 
 

@@ -80,7 +80,10 @@ def test_missing_postgres_tools_name_the_package(tmp_path, runs_dir):
 
 
 def test_not_root(runs_dir):
-    cp = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *PATHPROF, "run",
+    # The clone may sit where only root may enter (/root, a mktemp -d): an ambient CAP_DAC_READ_SEARCH lets the
+    # unprivileged user reach the .venv's interpreter and read its files, and nothing more (it is still not root).
+    cp = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                         "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", *PATHPROF, "run",
                          "--probes", "off", "--runs-dir", "/tmp/pp-test-nobody"], capture_output=True, text=True)
     _fails_cleanly(cp, "root")
 

@@ -2,15 +2,16 @@
 
 Alone, every wakeup lands on an idle CPU, which must first leave idle (the `idle_exit` stage, tens of µs on a
 VM); under foreign load the CPUs never idle, so that stage vanishes, throughput rises, the CPU view shows the
-load as `other`, and the explanation must use the latency basis (the runs are limited by different things),
-rank the scheduler first and keep every share within ±150 %."""
+load as `other`, and the explanation must use the latency basis (the runs are limited by different things) and
+put the vanished idle exits under the scheduler, each as much as its stage moved."""
 import json
 import os
 import subprocess
 import sys
 
 import pytest
-from conftest import machine_state, run_pathprof
+from conftest import machine_state, run_pathprof, wait_for_idle_cpus
+from truth import record
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +33,12 @@ def test_foreign_cpu_load_removes_idle_exits_and_is_explained_on_latency(runs_di
         # the ground truth needs wakeups that find an idle CPU; a previous test still winding down, or the
         # scheduler keeping the 1-client ping-pong on one CPU, can take them away (2 runs in ~6 on 2026-11-25):
         # one more run alone, then the premise is asserted below
+        busy = wait_for_idle_cpus()
         alone = _run(runs_dir)
+        assert _per_txn(alone, "idle_exit") > 2 * _per_txn(alone, "wakeup"), (
+            f"premise: the run alone found the CPUs busy (idle_exit {_per_txn(alone, 'idle_exit'):.2f} µs against "
+            f"wakeup {_per_txn(alone, 'wakeup'):.2f} µs per transaction; the CPUs were {busy:.0f} % busy before "
+            "it): something else loads this machine", alone["stages"])
     before = machine_state()
     n = os.cpu_count() or 2
     # bounded in time by the loop itself, and killed (the whole loop, not a wrapper around it) when done
@@ -45,6 +51,9 @@ def test_foreign_cpu_load_removes_idle_exits_and_is_explained_on_latency(runs_di
             p.kill()
             p.wait()
     assert machine_state() == before
+    record("alone idle_exit / wakeup", _per_txn(alone, "idle_exit") / max(_per_txn(alone, "wakeup"), 1e-9), "> 2")
+    record("loaded / alone idle_exit", _per_txn(loaded, "idle_exit") / max(_per_txn(alone, "idle_exit"), 1e-9),
+           "< 0.25")
     # alone: idle exits are the bulk of waking up; loaded: (almost) none
     assert _per_txn(alone, "idle_exit") > 2 * _per_txn(alone, "wakeup"), alone["stages"]
     assert _per_txn(loaded, "idle_exit") < 0.25 * _per_txn(alone, "idle_exit"), loaded["stages"]
@@ -55,13 +64,14 @@ def test_foreign_cpu_load_removes_idle_exits_and_is_explained_on_latency(runs_di
     d = json.loads(run_pathprof("diff", alone["run_dir"], loaded["run_dir"], "--json", check=True).stdout)
     e = d["explanations"][0]
     assert e["basis"] == "latency" and "other processes' CPU load" in e["basis_reason"], e["basis_reason"]
-    # With TPS moving less than two identical runs differ (it can: see above), the gap is "within noise" and by
-    # design not ranked (1 run in ~6 on 2026-11-25); otherwise the scheduler must come first. The items below are
-    # checked either way.
-    if e.get("verdict") != "within noise":
-        assert e["ranked"], e.get("verdict")
-        assert e["causes"][0]["name"] == "scheduler", e["causes"]
-        assert {"idle_exit.backend", "idle_exit.pgbench"} <= set(e["causes"][0]["items"])
+    # Which cause leads is not the ground truth here: the loops remove the idle exits (scheduler, negative) but
+    # also lengthen run-queue waits (scheduler, positive) and speed up every stage's own CPU work (a CPU that never
+    # idles: network stack, backend, client all faster, #35.2), so the scheduler's net share moves with where the
+    # kernel placed the loops (first cause "network stack" 66 % / "backend" 34 % in fresh-clone CI, 2026-11-27).
+    # What the injection does guarantee: the idle exits that vanished are the scheduler's, each item as much as
+    # its stage lost between the runs (below), and their sum is a real part of the latency gap's moves.
+    sched = {c["name"]: c for c in e["causes"]}.get("scheduler")
+    assert sched and {"idle_exit.backend", "idle_exit.pgbench"} <= set(sched["items"]), e["causes"]
     # the items are the two runs' own stage differences (not figures of the explanation's own): the idle exits
     # that vanished under load, each as much as its stage lost between the runs
     stage = {d["run_dir"]: {} for d in (alone, loaded)}

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_pathprof
+from truth import record
 
 pytestmark = pytest.mark.integration
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "stall"
@@ -38,6 +39,22 @@ def response_devices(doc: dict) -> float:
     return sum(s["us_per_txn"] for s in doc["stages"] if s["name"].startswith("dev.") and s["leg"] == "response")
 
 
+def full_speed_run(runs_dir, tiny: dict, topology: str = "nic", tries: int = 3) -> dict:
+    """The same path read at full speed, the comparison's premise built: a full-speed cycle shorter than the stalled
+    one. Beside the other lane's 16-client runs a 1-client full-speed cycle once took longer than the stalled run's
+    (gap -3,559 µs, fresh-clone CI 2026-11-27): the other lane's load, not the path. Run again (up to `tries` in
+    all) while the premise does not hold, then fail saying so."""
+    cycles = []
+    for _ in range(tries):
+        full = run(topology, runs_dir)
+        assert abs(full["closure"]["latency_error_pct"]) <= 5, full["closure"]
+        cycles.append(full["closure"]["cycle_us"])
+        if full["closure"]["cycle_us"] < tiny["closure"]["cycle_us"]:
+            return full
+    raise AssertionError(f"premise: every full-speed run ({cycles} µs) was slower than the stalled one "
+                         f"({tiny['closure']['cycle_us']} µs): the machine's other load, not the path")
+
+
 def test_a_window_stall_is_a_stage_and_the_view_closes(tmp_path):
     """What carries the gap. Measured 2026-11-25 (two runs, shared 2-core VM; full speed -> 8 KB buffer):
     cycle 6,767 -> 25,910 / 6,681 -> 25,181 µs, gap 19,143 / 18,500 µs, of which
@@ -54,8 +71,9 @@ def test_a_window_stall_is_a_stage_and_the_view_closes(tmp_path):
     87 / 89 / 95 %), send_blocked alone the largest part and at least half of it (58 ... 73 %)."""
     tiny = run(str(BENCH / "nic_tiny_rcvbuf.toml"), tmp_path / "runs")
     assert abs(tiny["closure"]["latency_error_pct"]) <= 5, tiny["closure"]
-    full = run("nic", tmp_path / "runs")
-    assert abs(full["closure"]["latency_error_pct"]) <= 5, full["closure"]
+    # the premise, first: the 8 KB window did stall the backend's sends
+    assert stage(tiny, "send_blocked.backend", "response") > 0.2 * tiny["closure"]["cycle_us"], tiny["stages"]
+    full = full_speed_run(tmp_path / "runs", tiny)
     # the stall is the backend's, on the response leg, and with its device time it carries the gap
     cycle = {d["topology"]: d["closure"]["cycle_us"] for d in (tiny, full)}
     gap = tiny["closure"]["cycle_us"] - full["closure"]["cycle_us"]
@@ -64,6 +82,9 @@ def test_a_window_stall_is_a_stage_and_the_view_closes(tmp_path):
     own = stage(tiny, "backend.execute", "server") - stage(full, "backend.execute", "server")
     deltas = stage_deltas(tiny, full)
     assert gap > 0, cycle
+    record("stall+devices+own share of gap", (blocked + devices + own) / gap, ">= 0.85")
+    record("send_blocked share of gap", blocked / gap, ">= 0.3")
+    record("send_blocked+devices share of gap", (blocked + devices) / gap, ">= 0.6")
     # with the backend's own extra work (its many small sends): 87 / 89 / 95 % here, 78.5 % without it once in CI
     # (the stall with its device time alone, 58 + 20 %, against the former bound of 80 %)
     assert blocked + devices + own >= 0.85 * gap, (blocked, devices, own, gap, deltas[:6])
@@ -87,14 +108,15 @@ def test_a_reply_relayed_by_a_pooler_closes_and_its_stall_is_the_poolers(tmp_pat
     client's stall). After: +0.51 % and +0.06 %, send_blocked.pgbouncer 14.0 ms of a 17.6 ms gap."""
     tiny = run(str(BENCH / "pgbouncer_tiny_rcvbuf.toml"), tmp_path / "runs")
     assert abs(tiny["closure"]["latency_error_pct"]) <= 5, tiny["closure"]
-    full = run("pgbouncer-3host", tmp_path / "runs")
-    assert abs(full["closure"]["latency_error_pct"]) <= 5, full["closure"]
+    full = full_speed_run(tmp_path / "runs", tiny, "pgbouncer-3host")
     gap = tiny["closure"]["cycle_us"] - full["closure"]["cycle_us"]
     blocked = (stage(tiny, "send_blocked.pgbouncer", "response")
                - stage(full, "send_blocked.pgbouncer", "response"))
     devices = response_devices(tiny) - response_devices(full)
     deltas = stage_deltas(tiny, full)
     assert gap > 0, (tiny["closure"], full["closure"])
+    record("pooler stall+devices share of gap", (blocked + devices) / gap, ">= 0.85")
+    record("pooler send_blocked share of gap", blocked / gap, ">= 0.5")
     # As through the nic path (above), the stall's segments cross the pooler's veth while the client waits: that
     # device time (dev.<pooler's veth>, response) is carved out of the stall. Four runs (2026-11-26): blocked 13.7 /
     # 13.7 / 13.7 / 14.3 ms of a 16.9 ... 18.3 ms gap (75 ... 83 %), the device 4.2 ... 6.5 ms; 68 % once in CI.
