@@ -18,9 +18,11 @@ import functools
 import os
 from dataclasses import dataclass, field
 
-# attach kinds in the order they are tried; fentry and fexit are one kind (the same kernel mechanism)
-KIND_ORDER = {"tp_btf": 0, "fentry": 1, "fexit": 1, "kprobe": 2, "kretprobe": 2}
-KIND_LABEL = {0: "tp_btf", 1: "fentry/fexit", 2: "kprobe"}
+# attach kinds in the order they are tried; fentry and fexit are one kind (the same kernel mechanism); a BPF
+# netfilter link is a first way as a tracepoint is
+KIND_ORDER = {"tp_btf": 0, "netfilter": 0, "fentry": 1, "fexit": 1, "kprobe": 2, "kretprobe": 2}
+KIND_LABEL = {"tp_btf": "tp_btf", "netfilter": "netfilter link", "fentry": "fentry/fexit", "fexit": "fentry/fexit",
+              "kprobe": "kprobe", "kretprobe": "kprobe"}
 # the events whose way is shown by `doctor` and recorded in run.json, with the stage(s) they end or start
 EVENT_LABELS = {
     "sk_data_ready": "data ready (wire.* ends, wakeup starts)",
@@ -30,6 +32,8 @@ EVENT_LABELS = {
     "data_ready": "--connect: data ready",
     "send": "--connect: send end",
     "recv": "--connect: receive end",
+    "nf_begin": "netfilter hook entry (netfilter.* starts)",
+    "nf_end": "netfilter hook exit (netfilter.* ends)",
 }
 AVAILABLE_FILTER_FUNCTIONS = ("/sys/kernel/tracing/available_filter_functions",
                               "/sys/kernel/debug/tracing/available_filter_functions")
@@ -59,13 +63,15 @@ class Way:
 
     @property
     def kind(self) -> str:
-        return KIND_LABEL[self.rank]
+        return KIND_LABEL[kind_of(self.programs[0][1])]
 
     @property
     def targets(self) -> list[str]:
-        return [sec.split("/", 1)[1] for _, sec in self.programs]
+        return [sec.split("/", 1)[1] for _, sec in self.programs if "/" in sec]
 
     def describe(self) -> str:
+        if self.kind == "netfilter link":
+            return "netfilter link"
         kinds = sorted({sec.split("/", 1)[0] for _, sec in self.programs})
         return f"{'/'.join(kinds)} {'+'.join(self.targets)}"
 
@@ -156,8 +162,11 @@ def group_ways(programs: dict[str, str]) -> dict[str, list[Way]]:
 def why_unusable(way: Way, facts) -> str | None:
     """None when every program of the way can attach on this kernel, else the first reason it cannot."""
     for _, sec in way.programs:
-        kind, target = sec.split("/", 1)
-        if kind == "tp_btf":
+        kind, _, target = sec.partition("/")
+        if kind == "netfilter":
+            if not facts.netfilter_links:
+                return "no BPF netfilter links in this kernel (Linux 6.4)"
+        elif kind == "tp_btf":
             if not facts.has_tracepoint(target):
                 return f"no tracepoint {target} in this kernel's BTF"
         elif kind in ("fentry", "fexit"):
@@ -197,18 +206,10 @@ def unused_programs(choices: list[Choice]) -> set[str]:
     return {name for c in choices for w in c.ways for name, _ in w.programs} - chosen
 
 
-NETFILTER_MISSING = ("no BPF netfilter links in this kernel (Linux 6.4): the netfilter.* stages are missing, their "
-                     "time stays in the wire stage around them")
-
-
-def hooks_record(choices: list[Choice], obj: str, netfilter_links: bool = True) -> dict:
+def hooks_record(choices: list[Choice], obj: str) -> dict:
     """run.json's probes.hooks: the object variant and, per event with a choice to make (more than one way, or
-    none usable), the way chosen and the ways refused; the netfilter brackets' way."""
-    events = [c.to_json() for c in choices if len(c.ways) > 1 or c.chosen is None]
-    events.append({"event": "netfilter", "hook": "netfilter link" if netfilter_links else None,
-                   "kind": "netfilter" if netfilter_links else None,
-                   "refused": [] if netfilter_links else [{"hook": "netfilter link", "why": NETFILTER_MISSING}]})
-    return {"object": obj, "events": events}
+    none usable), the way chosen and the ways refused."""
+    return {"object": obj, "events": [c.to_json() for c in choices if len(c.ways) > 1 or c.chosen is None]}
 
 
 _facts: list = []

@@ -228,7 +228,9 @@ class ProbeSession:
         if deep:
             self._postgres.prepare(self.main)
         # the way of each event on this kernel (tracepoint, else fentry/fexit...): the other ways' programs stay out
-        self.hook_choices = probe_hooks.select_hooks(self.main)
+        left_out = {n for n in self.main.programs if (n.startswith("pg_") and not deep) or
+                    (n in QDISC_PROGS and not self.config.qdisc)}
+        self.hook_choices = probe_hooks.select_hooks(self.main, skip=left_out)
         alternatives = probe_hooks.unused_programs(self.hook_choices)
         self.dropped |= alternatives
         for label, ok, detail in probe_hooks.describe_choices(self.hook_choices):
@@ -255,17 +257,11 @@ class ProbeSession:
                 prog.set_autoload(False)
                 self.dropped.add(name)
                 self._note(f"tracepoint {tp} is not in this kernel: {name} not loaded, its stage is missing")
-            if (name in NETFILTER or name in HOLD_PRI) and not probe_hooks.kernel_facts().netfilter_links:
-                prog.set_autoload(False)    # no BPF netfilter links (Linux < 6.4): their stages are missing
-                self.dropped.add(name)
-            elif name in NETFILTER or name in HOLD_PRI:
+            if name in NETFILTER or name in HOLD_PRI:
                 prog.set_type(BPF_PROG_TYPE_NETFILTER, BPF_NETFILTER)
 
     def _find_nf_hooks(self) -> None:
         from pathprof.agent.probing.nf_hooks import active_hooks
-        if "nf_begin" in self.dropped:
-            self._note("netfilter brackets: " + probe_hooks.NETFILTER_MISSING)
-            return
         for ns in self.netns_names.values():
             hooks, how = active_hooks(None if ns == "root" else ns)
             self.nf_hooks[ns] = hooks
@@ -548,8 +544,7 @@ class ProbeSession:
         traces = F.trace_frame(self._spans, self.hops) if self.config.trace_sample else None
         messages = F.message_frame(self._spans, self.hops) if self.config.trace_sample else None
         return ProbeResult(stages, cpu, cost, lost, traces, counters=stats, notes=notes, windows=list(self.windows),
-                           messages=messages, hooks=probe_hooks.hooks_record(
-                               self.hook_choices, self.object_name, "nf_begin" not in self.dropped))
+                           messages=messages, hooks=probe_hooks.hooks_record(self.hook_choices, self.object_name))
 
     def close(self) -> None:
         if self._runner is not None:

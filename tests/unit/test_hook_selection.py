@@ -13,8 +13,10 @@ LATE_TRACEPOINTS = {"sk_data_ready", "sock_recv_length", "sock_send_length", "tc
 class FakeKernel:
     """The KernelFacts methods, from sets."""
 
-    def __init__(self, tracepoints=(), funcs=(), traceable=None, kprobes=False, fentry_error=None, symbols=()):
+    def __init__(self, tracepoints=(), funcs=(), traceable=None, kprobes=False, fentry_error=None, symbols=(),
+                 netfilter_links=False):
         self.tps, self.funcs, self.symbols = set(tracepoints), set(funcs), set(symbols)
+        self.netfilter_links = netfilter_links
         self._traceable = None if traceable is None else set(traceable)
         self.kprobes, self.fentry_error = kprobes, fentry_error
 
@@ -46,14 +48,14 @@ def _all_tracepoints(programs):
 
 
 FUNCS = {"sock_def_readable", "tcp_sendmsg_locked", "inet_recvmsg", "unix_stream_recvmsg", "inet_sendmsg",
-         "unix_stream_sendmsg", "bpf_rdonly_cast"}
+         "unix_stream_sendmsg", "nf_hook_slow", "bpf_rdonly_cast"}
 
 
 def test_every_tracepoint_present_chooses_tp_btf_and_leaves_every_fallback_out(programs):
     # this VM: every tracepoint, fentry refused -- the fentry refusal is never even asked about
-    k = FakeKernel(_all_tracepoints(programs), FUNCS, fentry_error="Operation not permitted")
+    k = FakeKernel(_all_tracepoints(programs), FUNCS, fentry_error="Operation not permitted", netfilter_links=True)
     choices = H.choose(programs, k)
-    assert all(c.chosen and c.chosen.kind == "tp_btf" for c in choices)
+    assert all(c.chosen and c.chosen.kind in ("tp_btf", "netfilter link") for c in choices)
     unused = H.unused_programs(choices)
     assert unused == {n for n in programs if "__" in n and H.kind_of(programs[n])}
     assert "pp_sk_data_ready__fentry" in unused and "pp_sk_data_ready" not in unused
@@ -75,9 +77,10 @@ def test_debian_12_kernel_takes_fentry_fexit_for_the_late_tracepoints(programs):
     assert {"pp_sk_data_ready", "pp_sock_recv", "pp_sock_send", "pp_tcp_send"} <= unused
     assert not unused & {"pp_sk_data_ready__fentry", "pp_sched_switch"}
     assert H.object_for(k) == H.COMPAT_OBJECT
-    rec = H.hooks_record(list(by_event.values()), H.COMPAT_OBJECT, netfilter_links=False)
-    nf = [e for e in rec["events"] if e["event"] == "netfilter"][0]
-    assert nf["hook"] is None and "Linux 6.4" in nf["refused"][0]["why"]
+    # no BPF netfilter links (6.4): the brackets come from fentry/fexit on nf_hook_slow
+    rec = {e["event"]: e for e in H.hooks_record(list(by_event.values()), H.COMPAT_OBJECT)["events"]}
+    assert rec["nf_begin"]["hook"] == "fentry nf_hook_slow" and rec["nf_end"]["hook"] == "fexit nf_hook_slow"
+    assert "Linux 6.4" in rec["nf_begin"]["refused"][0]["why"]
 
 
 def test_a_function_ftrace_cannot_attach_to_is_refused_with_its_reason(programs):
