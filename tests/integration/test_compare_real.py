@@ -62,8 +62,11 @@ def test_compare_unix_loopback_then_diff_and_report(runs_dir, tmp_path):
     assert abs(e["unexplained_pct"]) <= 15, e["unexplained_pct"]
     assert {i for c in e["causes"] for i in c["items"]} == {i["name"] for i in e["items"]}
     names = {i["name"] for i in e["items"]}
-    # TCP loopback has device and softirq work that a unix socket cannot have: it shows up among the differences
-    assert any(n.startswith(("dev.lo", "softirq.net")) for n in names), names
+    # TCP loopback has device and softirq work that a unix socket cannot have: it shows up among the differences,
+    # as CPU (softirq.net, dev.lo) or, when the machine's other load makes the latency view the basis (CI beside
+    # helpers' builds, 2026-11-27), as the protocol's time between a send and the receiver's socket (wire.*)
+    kinds = ("dev.lo", "softirq.net") if e["basis"] == "cpu" else ("dev.lo", "wire.")
+    assert any(n.startswith(kinds) for n in names), (e["basis"], names)
     assert not any(s["name"].startswith(("netfilter", "dev.")) for s in doc["runs"][0]["stages"])
     assert machine_state() == before
 
