@@ -15,6 +15,9 @@ A line item (`softirq.net`, `wire.backend`, `hop.docker-proxy.sys`) answers "whe
   network stack       wire.* and softirq.net: protocol processing between the send and the receiver's socket
   slow reader         send_blocked.*: a message in pieces (a large result) whose sender waited for the receiver's
                       window: the receiver (the client, for a result) not reading as fast as it is sent
+  cpu quota           throttled.*: a process held off the CPUs by its cgroup's CPU quota (CFS bandwidth control),
+                      however idle the CPUs were; the explanation names the cgroup and its quota (run.json
+                      cpu_quotas, with the cgroup's own count of throttled time as the cross-check)
   scheduler           wakeup.*, idle_exit.*, runqueue.*, recv.*, queued.* of the run's own processes: waiting to
                       be woken, for a CPU to leave idle, for a CPU, behind other work; and idle.wakeups, the
                       CPU time of CPUs leaving and re-entering idle
@@ -61,6 +64,8 @@ def cause_of(name: str, hops: set[str]) -> str:
         return "link impairment"
     if name.startswith("send_blocked."):
         return "slow reader"
+    if name.startswith("throttled."):
+        return "cpu quota"
     if name.startswith("retx_") or name in ("connect.syn_retx", "connect.synack_retx", "connect.setup_retx"):
         return "packet loss"
     if name == "softirq.net":

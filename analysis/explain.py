@@ -20,6 +20,7 @@ from pathlib import Path
 from pathprof.analysis.causes import group, hop_names, rank
 from pathprof.analysis.client import client_of
 from pathprof.analysis.gap import divisor_caveat, divisor_caveat_text
+from pathprof.analysis.quota import cause_detail
 from pathprof.analysis.run_model import Summary
 from pathprof.analysis.speed import cause as speed_cause
 from pathprof.analysis.speed import public as speed_public
@@ -269,6 +270,9 @@ def _explain_on(baseline: Summary, other: Summary, basis: str, noise_pct: float)
             if it["name"] in factor["items"]:
                 it["speed_us_per_txn"] = round(factor["items"][it["name"]], 3)
     verdict = _verdict(items, causes, gap, tps_delta, noise_pct)
+    for c in causes:
+        if c["name"] == "cpu quota":      # which cgroup, with what quota (run.json cpu_quotas of either run)
+            c["detail"] = cause_detail([baseline.doc, other.doc], c["items"])
     if verdict:                  # not rankable: keep the moves, drop the shares that would mislead
         for row in (*items, *causes):
             row["share_pct"] = None
@@ -346,6 +350,8 @@ def _cause_phrase(cause: dict) -> str:
         hop = name[4:]
         extra = [i for i in cause.get("items") or [] if not (str(i).startswith("hop.") or str(i).endswith("." + hop))]
         return f"the {hop} hop" + (" (with the network work of its second connection)" if extra else "")
+    if name == "cpu quota":
+        return "the CPU quota" + (f" of {cause['detail']}" if cause.get("detail") else " of a cgroup")
     return {"scheduler": "the scheduler", "backend": "the backend", "backend I/O": "the server's I/O",
             "client": f"the client ({cause.get('process') or 'pgbench'})",
             "network stack": "the network stack", "devices": "the device path",

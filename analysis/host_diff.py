@@ -50,6 +50,27 @@ def host_differences(a: dict | Summary, b: dict | Summary) -> list[str]:
             continue
         if str(va) != str(vb):
             out.append(f"{label}: {va if va is not None else 'unknown'} → {vb if vb is not None else 'unknown'}")
+    return out + hook_differences(a.get("probe_hooks"), b.get("probe_hooks"))
+
+
+def hook_differences(a: dict | None, b: dict | None) -> list[str]:
+    """Warnings for events two runs measured through different hooks (run.json probes.hooks: a tracepoint on one
+    kernel, fentry/fexit on another, a stage missing): the stage keeps its meaning, but its edge sits a few
+    instructions elsewhere, so a small gap in it may be the hook's. A run recorded before hooks were chosen has
+    none: nothing to compare."""
+    if not a or not b:
+        return []
+    ways = lambda h: {e["event"]: e.get("hook") for e in h.get("events", [])}  # noqa: E731
+    wa, wb = ways(a), ways(b)
+    out = []
+    for event in [*wa, *(e for e in wb if e not in wa)]:
+        ha, hb = wa.get(event), wb.get(event)
+        if ha != hb:
+            out.append(f"WARNING measured through different hooks, {event}: {ha or 'none (stage missing)'} → "
+                       f"{hb or 'none (stage missing)'}")
+    if a.get("object") != b.get("object"):
+        out.append(f"probe object: {a.get('object')} → {b.get('object')} (kernel fields read by kfunc vs probe-read: "
+                   "the probes' own cost differs)")
     return out
 
 

@@ -294,6 +294,7 @@ class RunMeta:
     failure: list | None = None
     tcp_counters: dict | None = None
     pooler_counters: dict | None = None
+    cpu_quotas: list | None = None       # quota'd cgroups of the run's processes (agent.host.cpu_quota)
     machine_costs: dict | None = None    # the machine's costs known at the run's start (agent.host.machine_costs)
     delay_lines: list | None = None      # each link delay line's CPU and packets over the measured interval
     scope: Scope = field(default_factory=Scope)
@@ -543,6 +544,7 @@ class Summary:
     connection_cpu: list[ConnectionStep] = field(default_factory=list)
     connection_probe: dict | None = None
     pooler_counters: list | None = None
+    cpu_quotas: list | None = None           # each quota'd cgroup with its own throttled count (quota_check)
     served_by: dict | None = None            # sampled transactions and the backend that served each (served.py)
     failure: list | None = None
     checkpoints: dict | None = None

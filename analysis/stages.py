@@ -38,6 +38,11 @@ message the probes measure, back to back, so the stages tile the connection's ti
                        client; PostgreSQL's ClientWrite). Role/hop of the sender, leg of the message; a further
                        piece otherwise splits into the sender's work between its sends (backend.execute) and wire
                        (probes/stall.bpf.h)
+  throttled.<proc>     the process was held off the CPUs by its cgroup's CPU quota (CFS bandwidth control: cgroup
+                       v2 cpu.max, v1 cpu.cfs_quota_us; Kubernetes CPU limits, systemd CPUQuota=, docker --cpus):
+                       from the moment it was switched out (or woken) with its group throttled until it ran again,
+                       carved out of whichever span of its own it fell in (a run queue, a message queued behind it,
+                       its processing). <proc> is the throttled process, on the leg of the span it interrupted
   poolwait.<hop>       request leg: a client's request held inside the hop while the hop did other work,
                        from its consume to the hop's last other activity before forwarding it: a pooler
                        with no free server connection (pgbouncer's cl_waiting, pgpool's busy children).
@@ -103,7 +108,7 @@ from pathprof.analysis.client import PROBE_ROLE, label
 from pathprof.analysis.histogram import merge, quantile
 
 LAT_KINDS = ("wire", "wakeup", "idle_exit", "runqueue", "recv", "queued", "proc", "netfilter", "dev", "qdisc", "delay",
-             "connwait", "poolwait", "retx_rto", "retx_fast", "retx_probe", "send_blocked")
+             "connwait", "poolwait", "retx_rto", "retx_fast", "retx_probe", "send_blocked", "throttled")
 INSIDE_WIRE = ("netfilter", "dev", "qdisc", "delay")   # measured inside a wire span: carved out of it
 USDT_NAMES = {"pg_query": "backend.query", "pg_parse": "backend.parse", "pg_plan": "backend.plan",
               "pg_wal_flush": "backend.wal_flush",
@@ -188,6 +193,10 @@ def _collect(stages: pd.DataFrame, txns: int, out: dict, client: str = DEFAULT_C
         if kind == "sched_runq":
             out["scheduler"].append({"role": _label(r.role, r.hop, client), "runq_us_mean": r.sum_ns / r.count / 1e3,
                                      "wakeups_per_txn": r.count / txns})
+            continue
+        if kind == "sched_throttled":  # every throttled interval of the role's threads, whatever span it fell in
+            out.setdefault("throttled", []).append({"role": _label(r.role, r.hop), "ns": int(r.sum_ns),
+                                                    "intervals": int(r.count)})
             continue
         if kind == "retx_count":      # retransmissions, not time: counted per outgoing leg and kind
             out.setdefault("tcp_retransmits", []).append({"leg": r.leg, "kind": r.hook or "other",

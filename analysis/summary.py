@@ -73,6 +73,7 @@ def _headline(run: RunMeta, rd: RunDir) -> dict:
         "probe_overhead_pct": probes.probe_overhead_pct,
         "probes": probes.level,
         "lost_events": probes.lost or {},
+        "probe_hooks": (probes.doc or {}).get("hooks"),   # the way each event was measured (agent.probing.hooks)
         "host": run.host.doc,
         "topology_options": run.topology.options or {},
         "postgres_version": run.postgres.version,
@@ -198,6 +199,10 @@ def _add_checks(out: dict, run: RunMeta) -> None:
     if run.pooler_counters:
         from pathprof.analysis.pooler import pooler_check
         out["pooler_counters"] = pooler_check(run, out)
+    if run.cpu_quotas:
+        from pathprof.analysis.quota import quota_check, quota_note
+        out["cpu_quotas"] = quota_check(run.cpu_quotas, out)
+        out["notes"] += [quota_note(q) for q in out["cpu_quotas"]]
 
 
 def tcp_retransmits(counts: list[dict], stages: list[dict], txns: int) -> dict:

@@ -55,6 +55,8 @@ enum pp_stage {
 	PP_ST_XRECV = 32,         /* ... its delivery (sk_data_ready) on this host: joins hosts (pathprof merge) */
 	PP_ST_SEND_BLOCKED = 33,  /* a message in pieces: the receiver's window was full after a piece, so the sender
 	                            * could not send until it read (stall.bpf.h; role/hop: the sender) */
+	PP_ST_THROTTLED = 34,     /* the thread whose span it was waited off CPU while its cgroup's CPU quota was used up
+	                            * (CFS bandwidth control): carved out of any span that overlaps it (span_cell) */
 	PP_ST_CONNWAIT = 30,      /* --connect: a reply ready for pgbench while its thread was opening another client's
 	                            * connection (libpq's connect blocks the thread), carved out of the reply's wait */
 };
@@ -139,6 +141,8 @@ struct pp_cpu_val {         /* `cpuacc` per-CPU array, one per (role, hop): mono
 	__u64 runq_ns;          /* wakeup/preemption -> switch-in */
 	__u64 runq_cnt;
 	__u64 switches;
+	__u64 thr_ns;           /* off CPU while its cgroup was throttled (CPU quota): runnable -> switched in */
+	__u64 thr_cnt;
 };
 
 struct pp_cpu_state {       /* per CPU */
@@ -157,6 +161,12 @@ struct pp_cpu_state {       /* per CPU */
 	__u64 idle_ns;          /* on-CPU ns of this CPU's idle task (pid 0), less the NET softirq/netfilter inside:
 	                         * the no-HZ idle time is in it; the rest is the CPU's work of waking from idle */
 	__u64 idle_cnt;         /* switches out of the idle task (wakeups from idle that ran a task) */
+	/* the running tracked thread's last two throttled intervals (its cgroup's CPU quota used up), copied at its
+	 * switch-in so that span_cell carves them out of its spans without a task-storage lookup; 0 = none */
+	__u64 thr0_s, thr0_e, thr1_s, thr1_e;
+	__u32 thr_hop;
+	__u8  thr_role;
+	__u8  thr_pad[3];
 };
 
 /* Measurement window. The detailed programs are attached only inside windows, so every timestamp kept in a

@@ -420,8 +420,8 @@ int BPF_KRETPROBE(pc_reap, int ret)
 }
 
 /* ---------------- messages: ready, delivery, first query, last receive ---------------- */
-SEC("tp_btf/sk_data_ready")
-int BPF_PROG(pc_data_ready, const struct sock *sk)
+/* reached from the sk_data_ready tracepoint (>= 6.3) or fentry on sock_def_readable before it (msg.bpf.h) */
+static __always_inline int on_data_ready(const struct sock *sk)
 {
 	__u32 tid;
 	struct pc_task *t = current_tracked(&tid);
@@ -435,6 +435,18 @@ int BPF_PROG(pc_data_ready, const struct sock *sk)
 	t->dr_ts = bpf_ktime_get_ns();
 	t->dr_sk = (__u64)sk;
 	return 0;
+}
+
+SEC("tp_btf/sk_data_ready")
+int BPF_PROG(pc_data_ready, const struct sock *sk)
+{
+	return on_data_ready(sk);
+}
+
+SEC("fentry/sock_def_readable")
+int BPF_PROG(pc_data_ready__fentry, struct sock *sk)
+{
+	return on_data_ready(sk);
 }
 
 /* A backend whose client cannot be found (a hop or NAT between them): its own steps still describe the
@@ -501,8 +513,8 @@ static __always_inline void backend_ready(struct pc_task *t, struct sock *sk, __
 		c->ready_ts = at;
 }
 
-SEC("tp_btf/sock_send_length")
-int BPF_PROG(pc_send, struct sock *sk, int ret, int flags)
+/* a send's end: sock_send_length (>= 6.3) or fexit of the protocol's sendmsg before it (msg.bpf.h) */
+static __always_inline int on_send_end(struct sock *sk, int ret)
 {
 	__u32 tid;
 	struct pc_task *t = current_tracked(&tid);
@@ -541,6 +553,24 @@ int BPF_PROG(pc_send, struct sock *sk, int ret, int flags)
 	return 0;
 }
 
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(pc_send, struct sock *sk, int ret, int flags)
+{
+	return on_send_end(sk, ret);
+}
+
+SEC("fexit/inet_sendmsg")
+int BPF_PROG(pc_send__fexit_inet, struct socket *sock, struct msghdr *msg, size_t size, int ret)
+{
+	return on_send_end(sock->sk, ret);
+}
+
+SEC("fexit/unix_stream_sendmsg")
+int BPF_PROG(pc_send__fexit_unix, struct socket *sock, struct msghdr *msg, size_t size, int ret)
+{
+	return on_send_end(sock->sk, ret);
+}
+
 /* A hop's first read on a connection it accepted (any of its processes: pgpool's children are not followed):
  * ESTABLISHED -> here is the wait in its accept queue (pgpool with every child busy: for a free child), its
  * accept and its read of the client's first message, which was waiting already */
@@ -553,8 +583,8 @@ static __always_inline void hop_first_read(struct sock *sk, __u64 now)
 	bpf_map_delete_elem(&hop_est, &key);
 }
 
-SEC("tp_btf/sock_recv_length")
-int BPF_PROG(pc_recv, struct sock *sk, int ret, int flags)
+/* a receive's end: sock_recv_length (>= 6.3) or fexit of the protocol's recvmsg before it (msg.bpf.h) */
+static __always_inline int on_recv(struct sock *sk, int ret, int flags)
 {
 	if (hop_ports[0] && ret > 0 && sk->__sk_common.skc_family != AF_UNIX &&
 	    port_in(hop_ports, sk->__sk_common.skc_num))
@@ -595,4 +625,22 @@ int BPF_PROG(pc_recv, struct sock *sk, int ret, int flags)
 	}
 	t->recv_ts = now;
 	return 0;
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(pc_recv, struct sock *sk, int ret, int flags)
+{
+	return on_recv(sk, ret, flags);
+}
+
+SEC("fexit/inet_recvmsg")
+int BPF_PROG(pc_recv__fexit_inet, struct socket *sock, struct msghdr *msg, size_t size, int flags, int ret)
+{
+	return on_recv(sock->sk, ret, flags);
+}
+
+SEC("fexit/unix_stream_recvmsg")
+int BPF_PROG(pc_recv__fexit_unix, struct socket *sock, struct msghdr *msg, size_t size, int flags, int ret)
+{
+	return on_recv(sock->sk, ret, flags);
 }

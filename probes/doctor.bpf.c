@@ -24,3 +24,11 @@ int BPF_USDT(dr_usdt) { __sync_fetch_and_add(&hits.hits, 1); return 0; }
 
 SEC("netfilter")
 int dr_netfilter(struct bpf_nf_ctx *ctx) { return 1; /* NF_ACCEPT */ }
+
+/* fentry/kprobe: the fallbacks of events whose tracepoint a kernel lacks (pathprof.agent.probing.hooks); tried on a
+ * function every kernel has. Some kernels list the function in BTF and still refuse fentry (this project's 6.18). */
+SEC("fentry/sock_def_readable")
+int BPF_PROG(dr_fentry, struct sock *sk) { __sync_fetch_and_add(&hits.hits, 1); return 0; }
+
+SEC("kprobe/sock_def_readable")
+int BPF_KPROBE(dr_kprobe) { __sync_fetch_and_add(&hits.hits, 1); return 0; }

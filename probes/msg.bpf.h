@@ -195,8 +195,9 @@ static __always_inline void own_or_reply(const struct sock *sk, const struct msg
 
 static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 ws, int ret, int was_sending);
 
-SEC("tp_btf/tcp_sendmsg_locked")
-int BPF_PROG(pp_tcp_send, const struct sock *sk, const struct msghdr *msg, const struct sk_buff *skb, int goal)
+/* A TCP send begins, its socket locked: the tcp_sendmsg_locked tracepoint (Linux >= 6.3: at the first skb it
+ * fills), or fentry on tcp_sendmsg_locked itself on older kernels (a few instructions earlier, same lock held) */
+static __always_inline int on_tcp_send(const struct sock *sk, const struct msghdr *msg)
 {
 	__u64 ws = win_start();
 	if (!ws)
@@ -235,6 +236,18 @@ int BPF_PROG(pp_tcp_send, const struct sock *sk, const struct msghdr *msg, const
 	return 0;
 }
 
+SEC("tp_btf/tcp_sendmsg_locked")
+int BPF_PROG(pp_tcp_send, const struct sock *sk, const struct msghdr *msg, const struct sk_buff *skb, int goal)
+{
+	return on_tcp_send(sk, msg);
+}
+
+SEC("fentry/tcp_sendmsg_locked")
+int BPF_PROG(pp_tcp_send__fentry, struct sock *sk, struct msghdr *msg, size_t size)
+{
+	return on_tcp_send(sk, msg);
+}
+
 /* leg of messages arriving on a socket owned by `role` */
 static __always_inline __u8 sock_leg(__u8 role, struct sock *sk)
 {
@@ -247,7 +260,7 @@ static __always_inline __u8 sock_leg(__u8 role, struct sock *sk)
 
 static __always_inline __u32 tcp_copied(struct sock *sk)
 {
-	return kcast(sk, struct tcp_sock)->copied_seq;   /* a load, not a probe-read call */
+	return kread(sk, struct tcp_sock, copied_seq);   /* a load, not a probe-read call (where the kernel allows) */
 }
 
 /* the socket's storage, created on first use by a tracked thread; 0 for a fresh socket (nothing pending) */
@@ -267,13 +280,14 @@ static __always_inline struct pp_sock *learn_sock(struct sock *sk, struct pp_tas
 	return 0;
 }
 
-SEC("tp_btf/sk_data_ready")
-int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
+/* A message (or a piece of one) was queued on sk and its reader woken. Reached from the sk_data_ready tracepoint
+ * (Linux >= 6.3) or, on older kernels, from fentry on sock_def_readable: the callback that fires that tracepoint
+ * and the sk_data_ready of every TCP and AF_UNIX stream socket on pathprof's paths (pathprof.agent.probing.hooks). */
+static __always_inline int on_data_ready(struct sock *sk)
 {
 	__u64 ws = win_start();
 	if (!ws)
 		return 0;
-	struct sock *sk = (struct sock *)csk;
 	struct pp_sock *s = bpf_sk_storage_get(&socks, sk, 0, 0);
 	if (!s) {
 		if (cur_task(ws))
@@ -359,6 +373,18 @@ int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
 		stat_inc(PP_STAT_WIRE_UNPAIRED);
 	}
 	return 0;
+}
+
+SEC("tp_btf/sk_data_ready")
+int BPF_PROG(pp_sk_data_ready, const struct sock *csk)
+{
+	return on_data_ready((struct sock *)csk);
+}
+
+SEC("fentry/sock_def_readable")
+int BPF_PROG(pp_sk_data_ready__fentry, struct sock *sk)
+{
+	return on_data_ready(sk);
 }
 
 /* the ready -> consumed stages of one piece: woken (onto an idle or a busy CPU), run queue, receive; or queued
@@ -494,8 +520,9 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 	}
 }
 
-SEC("tp_btf/sock_recv_length")
-int BPF_PROG(pp_sock_recv, struct sock *sk, int ret, int flags)
+/* A receive returned: sock_recv_length (Linux >= 6.3), or fexit of the protocol's recvmsg on older kernels, which
+ * the tracepoint's caller (sock_recvmsg_nosec) calls through sock->ops: the same call, the same return value. */
+static __always_inline int on_recv(struct sock *sk, int ret, int flags)
 {
 	if (ret <= 0 || (flags & MSG_PEEK))
 		return 0;
@@ -507,6 +534,24 @@ int BPF_PROG(pp_sock_recv, struct sock *sk, int ret, int flags)
 		return 0;                     /* a hop's TCP consumes: pp_tcp_consume */
 	on_consume(sk, t, ws, 0, ret);
 	return 0;
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(pp_sock_recv, struct sock *sk, int ret, int flags)
+{
+	return on_recv(sk, ret, flags);
+}
+
+SEC("fexit/inet_recvmsg")
+int BPF_PROG(pp_sock_recv__fexit_inet, struct socket *sock, struct msghdr *msg, size_t size, int flags, int ret)
+{
+	return on_recv(sock->sk, ret, flags);
+}
+
+SEC("fexit/unix_stream_recvmsg")
+int BPF_PROG(pp_sock_recv__fexit_unix, struct socket *sock, struct msghdr *msg, size_t size, int flags, int ret)
+{
+	return on_recv(sock->sk, ret, flags);
 }
 
 /* A hop's TCP consume: tcp_rcv_space_adjust runs after both tcp_recvmsg and tcp_read_sock (splice(2), Go's
@@ -661,8 +706,8 @@ static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 w
 	return 0;
 }
 
-SEC("tp_btf/sock_send_length")
-int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
+/* A send returned: sock_send_length (Linux >= 6.3), or fexit of the protocol's sendmsg (see on_recv) */
+static __always_inline int on_send_end(struct sock *sk, int ret)
 {
 	__u64 ws = win_start();
 	if (!ws)
@@ -690,6 +735,24 @@ int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
 	if (send_at_start && !is_hop_role(t->role) && sk->sk_protocol == IPPROTO_TCP_NUM)
 		return 0;                     /* closed at its start (pp_tcp_send) */
 	return send_over(sk, t, ws, ret, was_sending);
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(pp_sock_send, struct sock *sk, int ret, int flags)
+{
+	return on_send_end(sk, ret);
+}
+
+SEC("fexit/inet_sendmsg")
+int BPF_PROG(pp_sock_send__fexit_inet, struct socket *sock, struct msghdr *msg, size_t size, int ret)
+{
+	return on_send_end(sock->sk, ret);
+}
+
+SEC("fexit/unix_stream_sendmsg")
+int BPF_PROG(pp_sock_send__fexit_unix, struct socket *sock, struct msghdr *msg, size_t size, int ret)
+{
+	return on_send_end(sock->sk, ret);
 }
 
 #endif /* PATHPROF_MSG_BPF_H */

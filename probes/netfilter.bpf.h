@@ -29,18 +29,24 @@ static __always_inline void nf_slot_reclaim(struct pp_nf_slot *s, __u64 ws)
 	}
 }
 
-SEC("netfilter")
-int nf_begin(struct bpf_nf_ctx *ctx)
+/* A traversal of a hook begins: from the BPF netfilter link at INT_MIN+1 (Linux >= 6.4), or from fentry on
+ * nf_hook_slow, which runs every function of one hook for one packet (older kernels: pathprof.agent.probing.hooks) */
+/* link (a constant): ctx is the link's context, its fields read where the link program always read them (the same
+ * code as before the fallback existed); else the packet and state are fentry/fexit's arguments */
+#define NF_SKB(c, arg) (link ? (c)->skb : (arg))
+#define NF_STATE(c, arg) (link ? (c)->state : (arg))
+static __always_inline int nf_open(const int link, struct bpf_nf_ctx *ctx, struct sk_buff *fskb,
+				   const struct nf_hook_state *fstate)
 {
 	__u64 ws = win_start();
 	if (!ws)
 		return NF_ACCEPT;
-	struct sk_buff *skb = ctx->skb;
+	struct sk_buff *skb = NF_SKB(ctx, fskb);
 	struct pp_tuple tu = {};
 	if (!ip_tuple(skb->data, &tu))
 		return NF_ACCEPT;
 	__u8 leg = tuple_leg(&tu);
-	__u32 hook = ctx->state->hook;
+	__u32 hook = NF_STATE(ctx, fstate)->hook;
 	if (!leg || hook >= 5)
 		return NF_ACCEPT;
 	struct pp_nf_slot *s = bpf_map_lookup_elem(&nfslot, &hook);
@@ -65,21 +71,23 @@ int nf_begin(struct bpf_nf_ctx *ctx)
 	s->dport = tu.dport;
 	s->leg = leg;
 	s->data = tu.payload > 0;
-	s->state = (__u64)ctx->state;
+	s->state = (__u64)NF_STATE(ctx, fstate);
 	s->ts = bpf_ktime_get_ns();
 	return NF_ACCEPT;
 }
 
-SEC("netfilter")
-int nf_end(struct bpf_nf_ctx *ctx)
+/* ... and ends: the link at INT_MAX-1, or fexit of nf_hook_slow (which also covers the functions at INT_MAX,
+ * conntrack's confirm among them: a few hundred ns more per packet than the links see) */
+static __always_inline int nf_close(const int link, struct bpf_nf_ctx *ctx, struct sk_buff *fskb,
+				    const struct nf_hook_state *fstate)
 {
 	__u64 ws = win_start();
 	if (!ws)
 		return NF_ACCEPT;
-	__u32 hook = ctx->state->hook;
+	__u32 hook = NF_STATE(ctx, fstate)->hook;
 	if (hook >= 5)
 		return NF_ACCEPT;
-	__u64 skb = (__u64)ctx->skb;
+	__u64 skb = (__u64)NF_SKB(ctx, fskb);
 	__u32 nested = hook + 5;
 	struct pp_nf_slot *s = bpf_map_lookup_elem(&nfslot, &nested);
 	if (!s || s->skb != skb) {
@@ -99,7 +107,7 @@ int nf_end(struct bpf_nf_ctx *ctx)
 	 * hook's work, and none of it CPU. (Another state alone is not enough: the kernel stack's offset is
 	 * randomised per syscall, so two test runs of one packet see two addresses.) */
 	struct pp_cpu_state *cs = cpu_state(ws);
-	if (s->state != (__u64)ctx->state && cs && cs->last_switch > s->ts) {
+	if (s->state != (__u64)NF_STATE(ctx, fstate) && cs && cs->last_switch > s->ts) {
 		stat_inc(PP_STAT_NF_QUEUED);
 		return NF_ACCEPT;
 	}
@@ -109,11 +117,11 @@ int nf_end(struct bpf_nf_ctx *ctx)
 		return NF_ACCEPT;
 	}
 	struct pp_tuple tu = {};
-	if (ip_tuple(ctx->skb->data, &tu) && (tu.saddr != s->saddr || tu.daddr != s->daddr ||
+	if (ip_tuple(NF_SKB(ctx, fskb)->data, &tu) && (tu.saddr != s->saddr || tu.daddr != s->daddr ||
 					 tu.sport != s->sport || tu.dport != s->dport))
 		stat_inc(PP_STAT_NF_NAT);
 	stat_inc(PP_STAT_NF_PACKETS);
-	__u32 idx = ((netns_slot_of(ctx->state->net->ns.inum) * 5 + hook) * 2 +
+	__u32 idx = ((netns_slot_of(NF_STATE(ctx, fstate)->net->ns.inum) * 5 + hook) * 2 +
 		     (s->leg == PP_LEG_RESPONSE)) * 2;
 	struct pp_hist *h = bpf_map_lookup_elem(&nfagg, &idx);
 	if (h)
@@ -131,6 +139,38 @@ int nf_end(struct bpf_nf_ctx *ctx)
 			cs->nf_in_softirq += d;
 	}
 	return NF_ACCEPT;
+}
+
+SEC("netfilter")
+int nf_begin(struct bpf_nf_ctx *ctx)
+{
+	return nf_open(1, ctx, 0, 0);
+}
+
+SEC("netfilter")
+int nf_end(struct bpf_nf_ctx *ctx)
+{
+	return nf_close(1, ctx, 0, 0);
+}
+
+#define NFPROTO_IPV4_NUM 2
+SEC("fentry/nf_hook_slow")
+int BPF_PROG(nf_begin__fentry, struct sk_buff *skb, struct nf_hook_state *state)
+{
+	if (state->pf != NFPROTO_IPV4_NUM)
+		return 0;
+	nf_open(0, 0, skb, state);
+	return 0;
+}
+
+/* only a packet the hook accepted (1): a dropped one's skb is freed by now, a stolen or queued one (0) left
+ * between the brackets, and its slot is reclaimed as stale */
+SEC("fexit/nf_hook_slow")
+int BPF_PROG(nf_end__fexit, struct sk_buff *skb, struct nf_hook_state *state, const void *e, unsigned int i, int ret)
+{
+	if (ret == 1 && state->pf == NFPROTO_IPV4_NUM)
+		nf_close(0, 0, skb, state);
+	return 0;
 }
 
 #endif /* PATHPROF_NETFILTER_BPF_H */

@@ -44,6 +44,9 @@ struct pp_task {            /* task-local storage of a tracked thread: its prese
 	__u64 fwd_act;          /* hops: where the forwarding upstream of the request whose response it consumed began
 				 * (from that connection's pp_sock.fwd_act), until it answers the client: holdq.bpf.h */
 	__u64 send_sk;          /* the socket of the send begun at send_ts (send_at_start: is it still under way?) */
+	__u64 thr_from;         /* off CPU since then with its cgroup throttled (CPU quota used up), 0 = not */
+	__u64 thr0_s, thr0_e;   /* its last two throttled intervals, newest first (sched.bpf.h) */
+	__u64 thr1_s, thr1_e;
 };
 
 struct pp_sock {            /* socket-local storage of a socket a tracked thread sent or received on */

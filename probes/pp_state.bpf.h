@@ -180,8 +180,17 @@ struct {
 /* A kernel pointer as a read-only typed pointer: its fields are then plain loads (a fault reads 0), where
  * BPF_CORE_READ or bpf_probe_read_kernel is a helper call per field (~30-40 ns each on this VM). The kfunc is
  * inlined by the verifier (a register move). For pointers the program has as a scalar or under another type. */
+#ifndef PP_NO_RDONLY_CAST
 extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
 #define kcast(p, T) ((T *)bpf_rdonly_cast((const void *)(p), bpf_core_type_id_kernel(T)))
+/* field `f` of the kernel object of type T at p */
+#define kread(p, T, f) (kcast(p, T)->f)
+#else
+/* pathprof-compat.bpf.o, for kernels before 6.2 (no bpf_rdonly_cast): one probe-read per field instead. A separate
+ * object, not a program variant: libbpf 1.1 leaves an unresolved weak kfunc call in the program as a call to BTF
+ * id 0, which the verifier of those kernels refuses even in dead code, and nearly every program reaches kcast. */
+#define kread(p, T, f) ({ T *__kp = (T *)(p); BPF_CORE_READ(__kp, f); })   /* p outside the CO-RE access */
+#endif
 
 static __always_inline void stat_add(__u32 idx, __u64 n)
 {
@@ -274,7 +283,7 @@ static __always_inline int sending(struct pp_task *t, __u64 into)
 {
 	if (t->in_send)
 		return 1;
-	return send_at_start && t->send_sk && t->send_sk != into && kcast(t->send_sk, struct sock)->sk_lock.owned;
+	return send_at_start && t->send_sk && t->send_sk != into && kread(t->send_sk, struct sock, sk_lock.owned);
 }
 
 /* 1 if x != 0, else 0, without a branch: the top bit of x | -x. The barrier hides -x from clang, which would
@@ -306,7 +315,7 @@ static __always_inline struct pp_task *task_of(struct task_struct *p, __u64 ws)
 		t->win = ws;
 		t->in_send = 0;
 		t->send_sk = 0;
-		t->send_ts = t->wake_ts = t->oncpu_ts = t->runnable_ts = t->consume_ts = t->fwd_act = 0;
+		t->send_ts = t->wake_ts = t->oncpu_ts = t->runnable_ts = t->consume_ts = t->fwd_act = t->thr_from = 0;
 		t->consume_leg = 0;       /* a hop's continued send needs a message read in this window */
 		t->last_utime = t->last_stime = 0;
 	}
@@ -427,12 +436,35 @@ static __always_inline int lat_index(__u8 stage, __u8 role, __u8 leg, __u32 slot
 /* A global function, verified once per program on its own, at ~1.3 ns a call here (bench/bpf_helpers): inlined at
  * each of its call sites, its histogram slot's branches were walked again at each. At most five arguments: the
  * cell comes packed. */
+static __always_inline __u64 overlap_ns(__u64 s, __u64 e, __u64 a, __u64 b)
+{
+	__u64 lo = s > a ? s : a, hi = e < b ? e : b;
+	return hi > lo ? hi - lo : 0;
+}
+
 __noinline int span_cell(__u64 cell, __u64 start, __u64 ns, __u32 seq)
 {
 	__u8 stage = cell & 0xff, role = (cell >> 8) & 0xff, leg = (cell >> 16) & 0xff;
 	__u32 idx, slot = span_slot(role, cell >> 32);
 	if (!lat_index(stage, role, leg, slot, &idx))
 		return 0;
+	/* CPU quota: the part of the span the running thread spent held off CPU by its cgroup's throttle is its own
+	 * stage, whichever wait or work it fell in (a run queue, a message queued behind it, its processing) */
+	__u32 zero = 0;
+	struct pp_cpu_state *cs = bpf_map_lookup_elem(&cpust, &zero);
+	if (cs && cs->thr0_e > start && ns) {
+		__u64 end = start + ns;
+		__u64 t = overlap_ns(start, end, cs->thr0_s, cs->thr0_e) + overlap_ns(start, end, cs->thr1_s, cs->thr1_e);
+		if (t) {
+			t = t < ns ? t : ns;
+			ns -= t;
+			struct pp_stage_key k = { .stage = PP_ST_THROTTLED, .role = cs->thr_role, .leg = leg,
+						  .hop = cs->thr_hop };
+			stage_add(&k, t);
+			trace_emit(PP_ST_THROTTLED, cs->thr_role, leg, span_slot(cs->thr_role, cs->thr_hop),
+				   start, t, seq);
+		}
+	}
 	struct pp_hist *h = bpf_map_lookup_elem(&lat, &idx);
 	if (h)
 		hist_add(h, ns);
@@ -451,6 +483,26 @@ static __always_inline void span(__u8 stage, __u8 role, __u8 leg, __u32 hop, __u
  * in every netfilter bracket and device program. Bitfields are read as the byte that holds them. */
 struct pp_tuple { __u32 saddr, daddr; __u16 sport, dport; __u32 payload; };
 
+#ifdef PP_NO_RDONLY_CAST
+/* the same from two probe-reads of the headers as bytes (wire formats: no CO-RE needed) */
+static __always_inline int ip_tuple(unsigned char *p, struct pp_tuple *t)
+{
+	__u8 ip[20], th[20];
+	if (bpf_probe_read_kernel(ip, sizeof(ip), p) || (ip[0] >> 4) != 4 || ip[9] != IPPROTO_TCP_NUM)
+		return 0;
+	__u32 ihl = (ip[0] & 0xf) * 4;
+	if (bpf_probe_read_kernel(th, sizeof(th), p + ihl))
+		return 0;
+	__builtin_memcpy(&t->saddr, &ip[12], 4);
+	__builtin_memcpy(&t->daddr, &ip[16], 4);
+	t->sport = (__u16)th[0] << 8 | th[1];
+	t->dport = (__u16)th[2] << 8 | th[3];
+	__u32 doff = (th[12] >> 4) * 4;
+	__u32 tot = (__u32)ip[2] << 8 | ip[3], hl = ihl + doff;
+	t->payload = tot > hl ? tot - hl : 0;
+	return 1;
+}
+#else
 static __always_inline int ip_tuple(unsigned char *p, struct pp_tuple *t)
 {
 	struct iphdr *ip = kcast(p, struct iphdr);
@@ -468,6 +520,7 @@ static __always_inline int ip_tuple(unsigned char *p, struct pp_tuple *t)
 	t->payload = tot > hl ? tot - hl : 0;
 	return 1;
 }
+#endif
 
 static __always_inline __u8 tuple_leg(struct pp_tuple *t)
 {

@@ -4,6 +4,24 @@
 #define PATHPROF_SCHED_BPF_H
 
 /* ---------------- scheduler: on-CPU accounting and wakeups ---------------- */
+/* Is p's group held by CFS bandwidth control (a cgroup's CPU quota used up for this period)? throttle_count
+ * counts the throttled levels of its cfs_rq's hierarchy. Kernels without CONFIG_CFS_BANDWIDTH have no field:
+ * never throttled. */
+static __always_inline int cfs_throttled(struct task_struct *p)
+{
+	if (!bpf_core_field_exists(struct cfs_rq, throttle_count) || !bpf_core_field_exists(p->se.cfs_rq))
+		return 0;
+	struct cfs_rq *q = p->se.cfs_rq;
+	return q && q->throttle_count > 0;
+}
+
+/* Since 6.18 a throttled group's threads run on until they return to user space (task-based throttling: then
+ * they are switched out, still runnable); before, a thread woken into a throttled group waited on the run queue. */
+static __always_inline int throttle_at_wakeup(void)
+{
+	return !bpf_core_field_exists(struct task_struct, throttled);
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(pp_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
@@ -39,8 +57,11 @@ int BPF_PROG(pp_sched_switch, bool preempt, struct task_struct *prev, struct tas
 		pt->last_utime = ut;
 		pt->last_stime = st;
 		pt->oncpu_ts = 0;
-		if (preempt || prev_state == 0)
+		if (preempt || prev_state == 0) {
 			pt->runnable_ts = now;       /* still runnable: waits on the run queue */
+			if (cfs_throttled(prev))
+				pt->thr_from = now;  /* ... or for its cgroup's next CPU quota */
+		}
 	} else if (cs->last_switch) {
 		__u64 d = now - cs->last_switch, ex = cs->excl_total - cs->excl_at_switch;
 		d = d > ex ? d - ex : 0;
@@ -68,6 +89,28 @@ int BPF_PROG(pp_sched_switch, bool preempt, struct task_struct *prev, struct tas
 			a->runq_ns += now - r;
 			a->runq_cnt += 1;
 		}
+		if (nt->thr_from) {
+			if (now > nt->thr_from) {
+				nt->thr1_s = nt->thr0_s;
+				nt->thr1_e = nt->thr0_e;
+				nt->thr0_s = nt->thr_from;
+				nt->thr0_e = now;
+				a = a ? a : cpu_acc(nt);
+				if (a) {
+					a->thr_ns += now - nt->thr_from;
+					a->thr_cnt += 1;
+				}
+			}
+			nt->thr_from = 0;
+		}
+		cs->thr0_s = nt->thr0_s;
+		cs->thr0_e = nt->thr0_e;
+		cs->thr1_s = nt->thr1_s;
+		cs->thr1_e = nt->thr1_e;
+		cs->thr_role = nt->role;
+		cs->thr_hop = nt->hop;
+	} else {
+		cs->thr0_e = cs->thr1_e = 0;
 	}
 	return 0;
 }
@@ -82,6 +125,8 @@ static __always_inline void on_wakeup(struct task_struct *p)
 		__u64 now = bpf_ktime_get_ns();
 		t->wake_ts = now;
 		t->runnable_ts = now;
+		if (throttle_at_wakeup() && cfs_throttled(p))
+			t->thr_from = now;          /* woken into a group whose CPU quota is used up */
 		/* woken onto an idle CPU? (a queued wakeup runs on that CPU once it left idle: still idle here) */
 		__u32 cpu = p->thread_info.cpu;   /* a plain load: p is a BTF pointer */
 		__u64 *idle = bpf_map_lookup_elem(&cpu_idle, &cpu);
@@ -149,6 +194,38 @@ int BPF_PROG(pp_softirq_exit, unsigned int vec)
 	if (where < 3)
 		cs->softirq_ns[where] += d;
 	cs->softirq_cnt += 1;
+	return 0;
+}
+
+/* Threads user space could not give storage itself: a pidfd for a thread other than a process's main one needs
+ * PIDFD_THREAD (Linux >= 6.9). User space puts them in `adopt` (tid -> role and hop) and runs this iterator once
+ * over every task; loaded only on such kernels (pathprof.agent.probing.session), so it costs nothing elsewhere. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct pp_task);
+} adopt SEC(".maps");
+
+SEC("iter/task")
+int pp_adopt(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	if (!task)
+		return 0;
+	__u32 tid = task->pid;
+	struct pp_task *want = bpf_map_lookup_elem(&adopt, &tid);
+	if (!want)
+		return 0;
+	struct pp_task *t = bpf_task_storage_get(&tasks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (t) {             /* as user space does through a pidfd: what it has in flight is kept, role and hop set */
+		t->role = want->role;
+		t->hop = want->hop;
+	} else {
+		stat_inc(PP_STAT_TASKS_FULL);
+	}
+	bpf_map_delete_elem(&adopt, &tid);
 	return 0;
 }
 

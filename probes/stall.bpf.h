@@ -23,9 +23,15 @@
 static __always_inline __u8 piece_fills_window(struct sock *sk)
 {
 	if (sk->sk_protocol == IPPROTO_TCP_NUM) {
+#ifndef PP_NO_RDONLY_CAST
 		struct tcp_sock *tp = kcast(sk, struct tcp_sock);
 		__s32 left = (__s32)(tp->rcv_wup + tp->rcv_wnd - tp->rcv_nxt);   /* tcp_receive_window() */
 		return left < (__s32)tp->inet_conn.icsk_ack.rcv_mss;
+#else
+		__s32 left = (__s32)(kread(sk, struct tcp_sock, rcv_wup) + kread(sk, struct tcp_sock, rcv_wnd) -
+				     kread(sk, struct tcp_sock, rcv_nxt));
+		return left < (__s32)kread(sk, struct tcp_sock, inet_conn.icsk_ack.rcv_mss);
+#endif
 	}
 	if (sk->__sk_common.skc_family == AF_UNIX_NUM) {
 		/* a unix stream's queued bytes are charged to the sender, which blocks at its sk_sndbuf */

@@ -51,6 +51,7 @@ MACHINE_OBJECTS = {
     "test_foundation.py::test_sigkill": "a killed run's journal waits for `cleanup`, which replays every dead journal",
     "test_rules_scale.py": "replays a killed run's journal with `cleanup`",
     "test_uprobe_multi.py": "USDT semaphores are counted by every uprobe on the binary, the other lane's too",
+    "test_cpu_quota.py": "cgroups are machine-wide (its pp- CPU cgroup, and the state check that it is gone)",
 }
 MACHINE_SCOPE = "machine-objects"
 SHARED_RUN_FIXTURES = ("connect_run", "pgpool_children_run", "always_on_run")

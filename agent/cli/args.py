@@ -111,6 +111,13 @@ def _add_path_options(p: argparse.ArgumentParser) -> None:
                         "server) on it, KEY one of riops, wiops (requests/s), rbps, wbps (bytes/s, K/M/G), e.g. "
                         "wiops=200; each commit's write and cache flush then wait their turn, inside "
                         "backend.wal_flush (needs --wal-device)")
+    s.add_argument("--cpu-quota", metavar="WHO=Q/P[,...]",
+                   help="cap a process of the path with a CPU quota, as a Kubernetes CPU limit, systemd CPUQuota= "
+                        "or docker --cpus do: a pp- cgroup allowing Q ms of CPU every P ms (CFS bandwidth control), "
+                        "WHO server (the owned postmaster and its backends) or client (pgbench), e.g. "
+                        "server=25/100; the waits it causes are throttled.<process>, checked against the "
+                        "cgroup's own cpu.stat. Quotas a run's processes already have are found and reported "
+                        "without it")
     s.add_argument("--userland-proxy", choices=["on", "off"],
                    help="docker topologies: carry published ports with docker-proxy (on, dockerd's default) or "
                         "hairpin NAT only (off)")
@@ -432,6 +439,18 @@ def _wal_limit(a) -> dict[str, int]:
     return parse_limits(text)
 
 
+def _cpu_quota(a) -> dict:
+    text = getattr(a, "cpu_quota", None)
+    if not text:
+        return {}
+    from pathprof.agent.host.cpu_quota import check_available, parse
+    if getattr(a, "dsn", None):
+        raise UserError("--cpu-quota caps a process pathprof started: it goes with a built path, not --dsn")
+    quotas = parse(text)
+    check_available()
+    return quotas
+
+
 def run_options(a, topology: str, clients: int | None = None):
     from pathprof.agent.postgres.pgbench import Workload
     from pathprof.agent.postgres.server import parse_pg_set
@@ -447,6 +466,7 @@ def run_options(a, topology: str, clients: int | None = None):
                       trace_sample=a.trace_sample,
                       wal_device_mb=getattr(a, "wal_device", 0) or 0,
                       wal_device_limit=_wal_limit(a),
+                      cpu_quota=_cpu_quota(a),
                       probe_window_s=a.probe_window, probe_period_s=probe_period(a),
                       status_every_s=getattr(a, "status_every", 10.0),
                       probe_lo_device=getattr(a, "probe_lo_device", False),

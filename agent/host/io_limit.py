@@ -174,9 +174,9 @@ def undo_subtree(path: str, controller: str) -> bool:
 
 
 def leftover_cgroups() -> list[Path]:
-    """pp- cgroups in the hierarchies pathprof uses (for `pathprof cleanup`'s sweep)."""
+    """pp- cgroups in the hierarchies pathprof uses (for `pathprof cleanup`'s sweep): block I/O and CPU limits."""
     found = []
-    for hier in (CGROUP_ROOT / "blkio", CGROUP_ROOT):
+    for hier in (CGROUP_ROOT / "blkio", CGROUP_ROOT / "cpu", CGROUP_ROOT):   # cpu: run --cpu-quota
         if hier.is_dir():
             found += sorted(p for p in hier.glob("pp-*") if p.is_dir())
     return found

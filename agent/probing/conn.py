@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pathprof.agent.probing import hooks
 from pathprof.agent.probing.bpf.layout import HIST_WORDS, MAX_NETNS, MAX_PORTS
 from pathprof.errors import UserError
 
@@ -126,6 +127,7 @@ class ConnProbe:
         self._clients: set[int] = set()
         self._windows: list[list[int]] = []      # [start, end] CLOCK_MONOTONIC ns, end WIN_OPEN while open
         self.notes: list[str] = []
+        self.hook_choices: list = []
 
     # ---------------- lifecycle ----------------
     def start(self) -> None:
@@ -138,9 +140,14 @@ class ConnProbe:
                                 max_closed=C.c_uint32(self.clients_per_thread),
                                 hop_ports=(C.c_uint16 * MAX_PORTS)(*self.hop_ports),
                                 path_netns=(C.c_uint32 * MAX_NETNS)(*self.netns))
+            self.hook_choices = hooks.select_hooks(self.obj)   # tracepoint, else fentry/fexit (hooks.py)
+            unused = hooks.unused_programs(self.hook_choices)
+            for label, ok, detail in hooks.describe_choices(self.hook_choices):
+                if not ok:
+                    self.notes.append(f"connection probe, {label}: {detail}")
             self.obj.load()
             for name, prog in self.obj.programs.items():
-                if prog.section.startswith("tp_btf/"):
+                if hooks.kind_of(prog.section) and name not in unused:
                     self.obj.attach(name)
             libc = libc_of(self.pm_pid)
             self.obj.attach_uprobe("pc_accept_ret", self.pm_pid, libc, "accept", retprobe=True)

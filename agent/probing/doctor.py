@@ -2,8 +2,9 @@
 
 Each check really exercises the capability where that is cheap (load and attach a program of each type,
 create and close a netfilter link in pathprof's own namespace), instead of guessing from kernel versions.
-Tracepoints are looked up in the kernel's BTF (what tp_btf attaches through), not in tracefs; a missing one
-costs only the stage that needs it (pathprof.agent.probing.session drops that program and says so).
+Tracepoints are looked up in the kernel's BTF (what tp_btf attaches through), not in tracefs; an event with more
+than one way to get it (pathprof.agent.probing.hooks) gets a "hook:" line naming the way this kernel gives it and
+the ways it could not use; a tracepoint with no fallback costs only the stage that needs it.
 """
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ BTF_FILE = "/sys/kernel/btf/vmlinux"
 POSTGRES_BIN = "/usr/lib/postgresql/15/bin/postgres"
 TRACEFS = "/sys/kernel/tracing"
 # tracepoints the probes attach to; the first two carry every view, the rest one stage each
+# (sk_data_ready, sock_recv_length, sock_send_length and tcp_sendmsg_locked have fallbacks: their "hook:" lines)
 TRACEPOINTS = ["sched_switch", "sched_process_fork", "sched_wakeup", "sched_wakeup_new", "softirq_entry",
-               "softirq_exit", "sk_data_ready", "sock_recv_length", "sock_send_length", "net_dev_start_xmit",
-               "netif_receive_skb", "tcp_sendmsg_locked", "tcp_rcv_space_adjust", "consume_skb"]
+               "softirq_exit", "net_dev_start_xmit", "netif_receive_skb", "tcp_rcv_space_adjust", "consume_skb"]
 CORE_TRACEPOINTS = {"sched_switch", "sched_process_fork"}
 DEEP_ONLY = {"uprobes", "usdt notes", "usdt attach"}
 
@@ -101,22 +102,31 @@ def _try(fn) -> tuple[bool, str]:
         return False, str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
+def with_prog(prog: str, fn):
+    """Load doctor.bpf.o with only `prog` in it and call fn(object); the object is closed after."""
+    from pathprof.agent.probing.bpf import libbpf as lb
+    o = lb.BpfObject(str(_probes_dir() / "doctor.bpf.o"))
+    try:
+        for n, p in o.programs.items():
+            p.set_autoload(n == prog)
+            if n == "dr_netfilter":
+                p.set_type(lb.BPF_PROG_TYPE_NETFILTER, lb.BPF_NETFILTER)
+        o.load()
+        return fn(o)
+    finally:
+        o.close()
+
+
+def try_fentry() -> str | None:
+    """None when an fentry program loads and attaches on this kernel, else the reason (pathprof.agent.probing.hooks
+    asks before it chooses an fentry/fexit way)."""
+    ok, detail = _try(lambda: with_prog("dr_fentry", lambda o: o.attach("dr_fentry") and "attached"))
+    return None if ok else detail
+
+
 def _bpf_checks(postgres_bin: str) -> list[Capability]:
     from pathprof.agent.probing.bpf import libbpf as lb
     caps = []
-    obj_path = str(_probes_dir() / "doctor.bpf.o")
-
-    def with_prog(prog: str, fn):
-        o = lb.BpfObject(obj_path)
-        try:
-            for n, p in o.programs.items():
-                p.set_autoload(n == prog)
-                if n == "dr_netfilter":
-                    p.set_type(lb.BPF_PROG_TYPE_NETFILTER, lb.BPF_NETFILTER)
-            o.load()
-            return fn(o)
-        finally:
-            o.close()
 
     caps.append(Capability("tp_btf", *_try(lambda: with_prog("dr_tp_btf", lambda o: o.attach("dr_tp_btf") and
                                                                    "tp_btf/sched_wakeup_new attached"))))
@@ -140,6 +150,36 @@ def _bpf_checks(postgres_bin: str) -> list[Capability]:
             return "BPF_LINK_CREATE netfilter (type 32/attach 45) at INT_MIN+1"
         return with_prog("dr_netfilter", link)
     caps.append(Capability("netfilter links", *_try(nf_link), required=False))
+    fentry = try_fentry()
+    caps.append(Capability("fentry/fexit", fentry is None, "fentry/sock_def_readable attached (the fallback of "
+                           "tracepoints this kernel lacks)" if fentry is None else f"refused: {fentry}",
+                           required=False))
+    kp = os.path.isdir("/sys/bus/event_source/devices/kprobe")
+    caps.append(Capability("kprobes", *(_try(lambda: with_prog("dr_kprobe", lambda o: o.attach("dr_kprobe") and
+                                                               "kprobe/sock_def_readable attached"))
+                                        if kp else (False, "absent (no kprobe PMU)")), required=False))
+    caps += _hook_checks()
+    return caps
+
+
+def _hook_checks() -> list[Capability]:
+    """Per event with more than one way: the way this kernel gives it (pathprof.agent.probing.hooks), and the
+    object variant chosen for it."""
+    from pathprof.agent.probing import hooks
+    from pathprof.agent.probing.bpf.libbpf import BpfObject
+    facts = hooks.kernel_facts()
+    name = hooks.object_for(facts)
+    caps = [Capability("probe object", True, name + ("" if name == hooks.MAIN_OBJECT else
+                       " (no bpf_rdonly_cast kfunc, Linux < 6.2: kernel fields read with bpf_probe_read_kernel)"),
+                       required=False)]
+    for path in (name, "conn.bpf.o"):
+        o = BpfObject(str(_probes_dir() / path))
+        try:
+            choices = hooks.choose({n: p.section for n, p in o.programs.items()}, facts)
+        finally:
+            o.close()
+        caps += [Capability(f"hook: {label}", ok, detail, required=False)
+                 for label, ok, detail in hooks.describe_choices(choices)]
     return caps
 
 
@@ -151,6 +191,8 @@ def check_capabilities(postgres_bin: str = POSTGRES_BIN) -> list[Capability]:
                            "kernel has no BTF (CONFIG_DEBUG_INFO_BTF)"))
     tok, tdetail = _tracefs_ok()
     caps.append(Capability("tracefs", tok, tdetail + " (bpftrace scripts only)", required=False))
+    if btf:                      # (without BTF the line above says what is missing)
+        caps.append(_minimum_kernel(btf))
     if btf:
         from pathprof.agent.probing.bpf.libbpf import kernel_has_tracepoint
         for tp in TRACEPOINTS:
@@ -170,10 +212,6 @@ def check_capabilities(postgres_bin: str = POSTGRES_BIN) -> list[Capability]:
         caps.append(Capability("usdt notes", pg > 0, f"{pg} postgresql probes in {postgres_bin}", required=False))
     except (OSError, ValueError) as e:
         caps.append(Capability("usdt notes", False, str(e), required=False))
-    kp = os.path.isdir("/sys/bus/event_source/devices/kprobe")
-    caps.append(Capability("kprobes", kp, ("present" if kp else "absent") + "; not needed", required=False))
-    caps.append(Capability("fentry/fexit", False, "not used (refused on this kernel class); not needed",
-                           required=False))
     kvm = _can_open("/dev/kvm")
     caps.append(Capability("kvm", kvm, "/dev/kvm usable" if kvm else "no usable /dev/kvm: guests run under TCG "
                            "(information)", required=False))
@@ -190,6 +228,17 @@ def check_capabilities(postgres_bin: str = POSTGRES_BIN) -> list[Capability]:
                            required=False))
     caps.append(_delay_line())
     return caps
+
+
+def _minimum_kernel(btf: bool) -> Capability:
+    import platform
+
+    from pathprof.agent.probing import hooks
+    from pathprof.agent.probing.bpf.libbpf import kernel_enum_values
+    lacks = hooks.kernel_shortfalls(btf, kernel_enum_values("bpf_func_id", "bpf_map_type") if btf else set(),
+                                    platform.release())
+    return Capability("minimum kernel", not lacks, f"Linux {platform.release()} has what the probes need" if not lacks
+                      else f"Linux {platform.release()} lacks " + "; ".join(lacks))
 
 
 def _device_mapper() -> bool:
@@ -262,7 +311,8 @@ def _pass_key(level: str) -> str:
     except OSError:
         boot = "unknown-boot"
     parts = [level, boot, os.uname().release, str(os.geteuid())]
-    for p in (_probes_dir() / "pathprof.bpf.o", _probes_dir() / "doctor.bpf.o", Path(POSTGRES_BIN)):
+    for p in (_probes_dir() / "pathprof.bpf.o", _probes_dir() / "pathprof-compat.bpf.o", _probes_dir() / "doctor.bpf.o",
+              Path(POSTGRES_BIN)):
         try:
             st = p.stat()
             parts += [str(p), str(st.st_size), str(st.st_mtime_ns)]

@@ -31,7 +31,7 @@ def collect(main, objs=None) -> dict:
     out["stages"] = st
     roles: dict[tuple, np.ndarray] = {}
     for k, v in main.maps["cpuacc"].items():
-        a = np.frombuffer(v, np.uint64).reshape(-1, 6).sum(axis=0).astype(float)
+        a = np.frombuffer(v, np.uint64).reshape(-1, C.sizeof(L.CpuVal) // 8).sum(axis=0).astype(float)
         if a.any():
             idx = int.from_bytes(k, "little")
             roles[(idx // L.MAX_HOPS, idx % L.MAX_HOPS)] = a
@@ -136,12 +136,14 @@ def stage_frame(now: dict, base: dict, devs: dict, hops: dict, netns_names: dict
         else:
             row(kind, d, role, leg, hop_names.get(hop, ""))
     for (role, hop), v in now["roles"].items():   # scheduler: run-queue wait of every wakeup/preemption
-        b = base.get("roles", {}).get((role, hop), np.zeros(6))
-        ns, cnt = v[3] - b[3], v[4] - b[4]
-        if cnt > 0:
-            rows.append({"kind": "sched_runq", "role": L.ROLE_NAMES.get(role, ""), "hop": hop_names.get(hop, ""),
-                         "leg": "", "hook": "", "netns": "", "dev": "", "count": int(cnt), "sum_ns": int(ns),
-                         "hist": None})
+        b = base.get("roles", {}).get((role, hop), np.zeros(len(v)))
+        # (runq_ns, runq_cnt) and (thr_ns, thr_cnt): struct pp_cpu_val's fields 3-4 and 6-7
+        for kind, i in (("sched_runq", 3), ("sched_throttled", 6)):
+            ns, cnt = (v[i] - b[i], v[i + 1] - b[i + 1]) if len(v) > i + 1 else (0, 0)
+            if cnt > 0:
+                rows.append({"kind": kind, "role": L.ROLE_NAMES.get(role, ""), "hop": hop_names.get(hop, ""),
+                             "leg": "", "hook": "", "netns": "", "dev": "", "count": int(cnt), "sum_ns": int(ns),
+                             "hist": None})
     return pd.DataFrame(rows) if rows else empty_stages()
 
 
@@ -168,7 +170,7 @@ def cpu_frame(now: dict, base: dict, hops: dict, asleep_ns: float | None = None)
     hop_names = {v: k for k, v in hops.items()}
     rows = []
     for (role, hop), v in now["roles"].items():
-        d = v - base.get("roles", {}).get((role, hop), np.zeros(6))
+        d = v - base.get("roles", {}).get((role, hop), np.zeros(len(v)))
         oncpu, ut, st = max(d[0], 0.0), max(d[1], 0.0), max(d[2], 0.0)
         # on-CPU time is exact (sched_switch); the user/system split is the tick-sampled utime:stime ratio
         user_share = ut / (ut + st) if ut + st > 0 else 1.0

@@ -27,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 from pathprof.agent.host.machine import cpu_times
 from pathprof.agent.probing import frames as F
+from pathprof.agent.probing import hooks as probe_hooks
 from pathprof.agent.probing import own_conns
 from pathprof.agent.probing.postgres_probes import PostgresProbes
 from pathprof.agent.probing.windows import DEFAULT_PERIOD_S, DEFAULT_WINDOW_S
@@ -38,6 +39,7 @@ LEVELS = ("off", "basic", "deep")
 ALWAYS_ON = ("pp_fork",)               # attached for the whole session; everything else only in windows
 NETFILTER = ("nf_begin", "nf_end")      # BPF netfilter links, attached per (namespace, hook) with functions
 PIDFD_THREAD = os.O_EXCL                # pidfd_open flag: a pidfd for one thread (Linux >= 6.9)
+ADOPT = "pp_adopt"                      # the task iterator that tracks threads where PIDFD_THREAD is missing
 # attached (in windows) only when the run tracks a process of one of these roles: zero cost on other paths
 HOP_ROLES = {"pooler", "proxy", "qemu", "other"}
 ONLY_FOR = {"pp_tcp_consume": HOP_ROLES, "pp_tap_read": {"qemu"}, "pp_tap_recv": {"qemu"}}
@@ -92,6 +94,7 @@ class ProbeResult:
     notes: list = field(default_factory=list)
     windows: list = field(default_factory=list)   # one dict per window (pathprof.agent.probing.windows)
     messages: pd.DataFrame | None = None          # --trace-sample: TCP message markers (frames.message_frame)
+    hooks: dict | None = None                     # the way each event was measured (hooks.hooks_record)
 
 
 def windows_asleep_ns(windows: list[dict]) -> float | None:
@@ -100,6 +103,20 @@ def windows_asleep_ns(windows: list[dict]) -> float | None:
     if not windows or any(w.get("busy_source") != "nohz" for w in windows):
         return None
     return float(sum(w["asleep_ns"] for w in windows))
+
+
+_pidfd_thread: list[bool] = []
+
+
+def pidfd_thread_ok() -> bool:
+    """Does pidfd_open take PIDFD_THREAD here (Linux >= 6.9)? Asked once, of this thread itself."""
+    if not _pidfd_thread:
+        try:
+            os.close(os.pidfd_open(threading.get_native_id(), PIDFD_THREAD))
+            _pidfd_thread.append(True)
+        except OSError:
+            _pidfd_thread.append(False)
+    return _pidfd_thread[0]
 
 
 def ensure_tracefs() -> bool:
@@ -143,7 +160,9 @@ class ProbeSession:
         self.netns_names: dict[int, str] = {}
         self.nf_hooks: dict[str, list[str]] = {}   # namespace -> hooks bracketed (only those with functions)
         self.notes: list[str] = []
-        self.dropped: set[str] = set()   # programs not loaded (their tracepoint is missing)
+        self.dropped: set[str] = set()   # programs not loaded (their tracepoint is missing, another way chosen)
+        self.hook_choices: list = []     # hooks.Choice per event: the way it is measured on this kernel
+        self.object_name = probe_hooks.MAIN_OBJECT
         self._base: dict = {}
         self._lock = threading.RLock()
         self._detail: list = []          # links of the open window
@@ -176,7 +195,8 @@ class ProbeSession:
         deep = self.config.level == "deep"
         try:
             inos = self._netns_inodes()
-            self.main = BpfObject(str(_probes_dir() / "pathprof.bpf.o"))
+            self.object_name = probe_hooks.object_for(probe_hooks.kernel_facts())   # kfunc or compat variant
+            self.main = BpfObject(str(_probes_dir() / self.object_name))
             self.main.set_rodata(svc_ports=(C.c_uint16 * L.MAX_PORTS)(*ports), nf_netns=inos,
                                  nf_nns=C.c_uint32(len(self.netns_names)), lat_hops=C.c_uint32(hop_slots),
                                  trace_every=C.c_uint32(max(int(self.config.trace_sample or 0), 0)),
@@ -208,8 +228,23 @@ class ProbeSession:
         from pathprof.agent.probing.bpf.libbpf import BPF_NETFILTER, BPF_PROG_TYPE_NETFILTER, kernel_has_tracepoint
         if deep:
             self._postgres.prepare(self.main)
+        # the way of each event on this kernel (tracepoint, else fentry/fexit...): the other ways' programs stay out
+        left_out = {n for n in self.main.programs if (n.startswith("pg_") and not deep) or
+                    (n in QDISC_PROGS and not self.config.qdisc)}
+        self.hook_choices = probe_hooks.select_hooks(self.main, skip=left_out)
+        alternatives = probe_hooks.unused_programs(self.hook_choices)
+        self.dropped |= alternatives
+        for label, ok, detail in probe_hooks.describe_choices(self.hook_choices):
+            if not ok or detail.startswith(("fentry", "fexit", "kprobe")):
+                self._note(f"{label}: {detail}")
         for name, prog in self.main.programs.items():
+            if name in alternatives:
+                continue
             prog.set_autoload(deep or not name.startswith("pg_"))
+            if name == ADOPT:           # needed only where user space cannot name a thread by pidfd
+                prog.set_autoload(not pidfd_thread_ok())
+                self.dropped.add(name)  # never attached with the window's programs
+                continue
             if name in QDISC_PROGS and not self.config.qdisc:
                 prog.set_autoload(False)    # no netem on this path: never loaded, never attached
                 self.dropped.add(name)
@@ -238,24 +273,25 @@ class ProbeSession:
         from pathprof.agent.probing.bpf.libbpf import NF_PRI_FIRST, NF_PRI_LAST
         out = []
         for name, prog in self.main.programs.items():
-            if (name in ONLY_FOR and not ONLY_FOR[name] & self.roles) or name in self.dropped:
+            base = probe_hooks.split_name(name)[0]    # a fallback program is attached as its event's first way would be
+            if (base in ONLY_FOR and not ONLY_FOR[base] & self.roles) or name in self.dropped:
                 continue
-            if name == SEND_END and not (self.config.unix or self.config.conn_split or HOP_ROLES & self.roles):
+            if base == SEND_END and not (self.config.unix or self.config.conn_split or HOP_ROLES & self.roles):
                 continue
-            if name == SYN_SENT and not self.config.conn_split:
+            if base == SYN_SENT and not self.config.conn_split:
                 continue
             if name not in ALWAYS_ON and name not in NETFILTER and name not in HOLD_PRI and not name.startswith("pg_"):
                 out.append(self.main.attach(name))
         if self.config.level == "deep":
             out += self._postgres.attach(self.main, self.config.postgres_bin)
-        for ns, hooks in self.nf_hooks.items():
+        for ns, hooks in self.nf_hooks.items() if "nf_begin" not in self.dropped else ():
             try:
                 for hook in hooks:
                     out.append(self.main.attach_netfilter("nf_begin", hook, NF_PRI_FIRST, None if ns == "root" else ns))
                     out.append(self.main.attach_netfilter("nf_end", hook, NF_PRI_LAST, None if ns == "root" else ns))
             except (UserError, OSError) as e:     # BpfError, NetfilterLinkError
                 self._note(f"netfilter brackets not attached in {ns} namespace: {e}")
-        for ns, hook in self.config.holds if self.config.qdisc else []:
+        for ns, hook in self.config.holds if self.config.qdisc and "pp_hold_begin" not in self.dropped else []:
             try:
                 for name, pri in HOLD_PRI.items():
                     out.append(self.main.attach_netfilter(name, hook, pri, ns))
@@ -397,10 +433,13 @@ class ProbeSession:
                 raise UserError(f"at most {self.hop_slots - 1} distinct hops can be profiled on this path "
                                 f"(hop {hop!r})")
         tasks = self.main.maps["tasks"]
+        adopt = []                       # threads a pidfd cannot name on this kernel (pp_adopt gives them storage)
         for tid in _threads_and_children(int(pid), skip):
             try:
-                fd = os.pidfd_open(tid, PIDFD_THREAD)
+                fd = os.pidfd_open(tid, PIDFD_THREAD if pidfd_thread_ok() else 0)
             except OSError:
+                if not pidfd_thread_ok() and os.path.exists(f"/proc/{tid}"):
+                    adopt.append(tid)    # not a process's main thread: no pidfd for it before Linux 6.9
                 continue                 # gone meanwhile (a thread that exits is not followed)
             try:
                 key = bytes(C.c_int(fd))
@@ -412,6 +451,21 @@ class ProbeSession:
                 self._note(f"could not track {tid} ({role}): {e}")
             finally:
                 os.close(fd)
+        if adopt:
+            self._adopt(adopt, role, hop_id)
+
+    def _adopt(self, tids: list[int], role: str, hop_id: int) -> None:
+        """Storage for threads through the kernel (sched.bpf.h, pp_adopt): their tids into `adopt`, one pass of
+        the task iterator."""
+        from pathprof.agent.probing.bpf import layout as L
+        t = L.Task()
+        t.role, t.hop = L.ROLES[role], hop_id
+        for tid in tids:
+            self.main.maps["adopt"].update(bytes(C.c_uint32(tid)), bytes(t))
+        try:
+            self.main.run_iter(ADOPT)
+        except OSError as e:             # BpfError
+            self._note(f"could not track {len(tids)} threads ({role}): {e}")
 
     def own_connection(self, fd: int) -> None:
         """pathprof's own TCP connection `fd` into the path: nothing on it is measured (own_conns.py)."""
@@ -491,7 +545,7 @@ class ProbeSession:
         traces = F.trace_frame(self._spans, self.hops, self.config.client) if self.config.trace_sample else None
         messages = F.message_frame(self._spans, self.hops) if self.config.trace_sample else None
         return ProbeResult(stages, cpu, cost, lost, traces, counters=stats, notes=notes, windows=list(self.windows),
-                           messages=messages)
+                           messages=messages, hooks=probe_hooks.hooks_record(self.hook_choices, self.object_name))
 
     def close(self) -> None:
         if self._runner is not None:

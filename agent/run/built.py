@@ -218,6 +218,11 @@ def start_postgres(opts, topo, ctx, journal, state_dir, ui, clock: PhaseClock, c
         ui.phase(f"WAL device limit: {io_limit.describe(pg.wal_device.limit)} on {pg.wal_device.device}")
         pg.wal_device.cgroup = str(io_limit.apply(journal, journal.run_id, pg.wal_device.device, pg.pid,
                                                   pg.wal_device.limit))
+    if "server" in opts.cpu_quota and pg.pid:           # after the load too: only the measured run is capped
+        from pathprof.agent.host import cpu_quota
+        q = opts.cpu_quota["server"]
+        ui.phase(f"CPU quota for the server: {q.describe()}")
+        cpu_quota.apply(journal, journal.run_id, "server", pg.pid, q)
     ctx.postgres = PostgresEndpoint(topo.postgres.host, None if topo.postgres.listen == "unix" else
                                     topo.postgres.listen, topo.postgres.port, str(pg.socket_dir))
     return pg

@@ -21,6 +21,7 @@ class RunOptions:
     trace_sample: int = 0
     wal_device_mb: int = 0           # the WAL on a loop device of its own (agent.host.storage); 0 = with the data
     wal_device_limit: dict[str, int] = field(default_factory=dict)   # throttle on it (agent.host.io_limit)
+    cpu_quota: dict = field(default_factory=dict)   # who -> agent.host.cpu_quota.Quota: a pp- cgroup caps it
     probe_window_s: float = DEFAULT_WINDOW_S   # detailed probes attached this long every probe_period_s
     probe_period_s: float = DEFAULT_PERIOD_S
     probe_lo_device: bool = False    # dev.lo as its own stage (two more programs per packet on lo)

@@ -8,6 +8,7 @@ import time
 from pathprof.agent.host import delayline, proc
 from pathprof.agent.host.machine import require_root  # noqa: F401  (run.require_root: topology_cmd)
 from pathprof.agent.postgres import pgbench
+from pathprof.agent.probing import hooks
 from pathprof.agent.run.built import build, claim, dead_parts, preflight
 from pathprof.agent.run.options import Reporter, RunOptions, lossy_schedule
 from pathprof.agent.run.outcome import recording
@@ -113,8 +114,14 @@ def _drive(opts, topo, ctx, pg, services, argv, m: Measurement, conn_probe, rd: 
     pooler = PoolerCounters(services)
     tcp0: dict = {}
     lines0: dict = {}
+    quotas: dict = {}
 
     def started(pid: int) -> None:
+        from pathprof.agent.host import cpu_quota
+        if "client" in opts.cpu_quota:
+            cpu_quota.apply(ctx.journal, ctx.journal.run_id, "client", pid, opts.cpu_quota["client"])
+        quotas["watch"] = cpu_quota.QuotaWatch(cpu_quota.pids_by_role(pg, services, pid))
+        quotas["t0"] = time.monotonic()
         pooler.start()
         if conn_probe is not None:
             _sample_from_the_start(conn_probe, m.probes)
@@ -153,9 +160,12 @@ def _drive(opts, topo, ctx, pg, services, argv, m: Measurement, conn_probe, rd: 
     finally:
         feed.close()                    # a status.json write in flight reads the probes' maps
         counters = pooler.stop()
+        if quotas:
+            quotas["rows"] = quotas["watch"].stop(time.monotonic() - quotas["t0"])
         if conn_probe is not None:
             conn_probe.close()
     return {"result": result, "conn": (conn_probe, conn_frame), "pooler_counters": counters, "tcp0": tcp0,
+            "cpu_quotas": quotas.get("rows"),
             "lines0": lines0, "sockets": seen_sockets, "history": feed.history}
 
 
@@ -184,6 +194,8 @@ def _results(opts, topo, ctx, pg, services, m: Measurement, driven: dict, before
         rd.write_frame("connect.parquet", conn_frame)
         meta_probes["conn_cost"] = conn_probe.cost()
         meta_probes["notes"] = list(meta_probes.get("notes") or []) + conn_probe.notes
+        if meta_probes.get("hooks"):       # the connection probe's own ways (conn.bpf.o)
+            meta_probes["hooks"]["connect"] = hooks.hooks_record(conn_probe.hook_choices, "conn.bpf.o")["events"]
     if opts.schedule_note and opts.probes != "off":
         meta_probes["notes"] = list(meta_probes.get("notes") or []) + [opts.schedule_note]
     rd.update(pgbench={**rd.meta["pgbench"], "result": result.to_dict()}, cpu=cpu, probes=meta_probes,
@@ -191,6 +203,8 @@ def _results(opts, topo, ctx, pg, services, m: Measurement, driven: dict, before
                         "checkpoints": recorder.checkpoints_during(checkpoints0, recorder.checkpoints(pg))})
     if driven["pooler_counters"]:
         rd.update(pooler_counters=driven["pooler_counters"])
+    if driven.get("cpu_quotas"):
+        rd.update(cpu_quotas=driven["cpu_quotas"])
     if tcp_kernel:
         rd.update(tcp_counters=tcp_kernel)
     if lines:

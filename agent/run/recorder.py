@@ -138,7 +138,8 @@ def save_probe_result(rd: RunDir, result, capabilities: list | None) -> dict:
     if getattr(result, "messages", None) is not None and len(result.messages):
         rd.write_frame("messages.parquet", result.messages)
     return {"cost": result.cost, "lost": result.lost, "capabilities": capabilities,
-            "notes": getattr(result, "notes", []), "counters": getattr(result, "counters", {})}
+            "notes": getattr(result, "notes", []), "counters": getattr(result, "counters", {}),
+            "hooks": getattr(result, "hooks", None)}
 
 
 def live_sockets(topo) -> dict:

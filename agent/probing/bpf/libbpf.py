@@ -167,6 +167,24 @@ class BpfObject:
         self.links.append(link)
         return link
 
+    def run_iter(self, prog: str) -> None:
+        """Run an iterator program (iter/...) once over what it iterates: attach, read its output to the end,
+        detach."""
+        p = self.programs[prog]
+        _take_log()
+        link = _errno_ptr(_lib.bpf_program__attach_iter(p.ptr, None), f"attach {prog} ({p.section})")
+        try:
+            fd = _lib.bpf_iter_create(_lib.bpf_link__fd(link))
+            if fd < 0:
+                raise BpfError(f"{prog}: bpf_iter_create: {os.strerror(-fd)}")
+            try:
+                while os.read(fd, 4096):
+                    pass
+            finally:
+                os.close(fd)
+        finally:
+            _lib.bpf_link__destroy(link)
+
     def attach_uprobe(self, prog: str, pid: int, binary: str, func: str, retprobe: bool = False) -> Link:
         """uprobe/uretprobe on `func` (libbpf resolves the symbol) in `binary`, for process `pid` only
         (-1: every process mapping the binary)."""
@@ -233,13 +251,41 @@ _vmlinux_btf: list = []     # the kernel's BTF, parsed once per process (tens of
 def kernel_has_tracepoint(name: str) -> bool:
     """Does the running kernel's BTF describe tracepoint `name` (the `btf_trace_<name>` typedef a tp_btf
     program attaches through)? No tracefs needed. The kernel does not change under a running process: cached."""
-    _require_lib()
-    if not _vmlinux_btf:
-        _vmlinux_btf.append(_lib.btf__load_vmlinux_btf())
-    btf = _vmlinux_btf[0]
+    btf = _kernel_btf()
     if not btf:
         return False
     return _lib.btf__find_by_name_kind(btf, f"btf_trace_{name}".encode(), BTF_KIND_TYPEDEF) > 0
+
+
+def _kernel_btf():
+    _require_lib()
+    if not _vmlinux_btf:
+        _vmlinux_btf.append(_lib.btf__load_vmlinux_btf())
+    return _vmlinux_btf[0]
+
+
+def kernel_btf_find(name: str, kind: int) -> bool:
+    """Is there a type `name` of BTF kind `kind` (12: a function) in the running kernel's BTF?"""
+    btf = _kernel_btf()
+    return bool(btf) and _lib.btf__find_by_name_kind(btf, name.encode(), kind) > 0
+
+
+BTF_KIND_ENUM = 6
+
+
+def kernel_enum_values(*enums: str) -> set[str]:
+    """The value names of the kernel BTF's enums `enums` (bpf_func_id: the helpers this kernel has)."""
+    btf = _kernel_btf()
+    out: set[str] = set()
+    for enum in enums if btf else ():
+        tid = _lib.btf__find_by_name_kind(btf, enum.encode(), BTF_KIND_ENUM)
+        if tid <= 0:
+            continue
+        t = _lib.btf__type_by_id(btf, tid)
+        vlen = C.cast(t, C.POINTER(C.c_uint32 * 3)).contents[1] & 0xFFFF
+        vals = C.cast(t + 12, C.POINTER(C.c_uint32 * (2 * vlen))).contents   # struct btf_enum {name_off, val}
+        out.update(_lib.btf__name_by_offset(btf, vals[2 * i]).decode() for i in range(vlen))
+    return out
 
 
 def enable_stats() -> int:

@@ -1,0 +1,283 @@
+"""Which way each probe event is measured on this kernel, chosen before the object is loaded.
+
+The probes' object carries, for some events, more than one way to get the same event: a tracepoint through tp_btf
+(what this project's 6.18 kernel offers), else fentry/fexit on the kernel function the tracepoint sits in (Linux
+6.1 and older have the functions but not the tracepoints), else a kprobe. A program's name says which event it
+serves: `pp_sock_recv` is the first way, `pp_sock_recv__fexit_inet` and `pp_sock_recv__fexit_unix` together are the
+second (all programs of one event with the same attach kind form one way). Each way is looked up in what the kernel
+offers (its BTF, the functions ftrace can attach to, kallsyms), as libbpf-tools' tracepoint_exists /
+fentry_can_attach / kprobe_exists do; the first usable way is loaded, every other program of the event gets
+autoload off. The stage an event feeds keeps its name and meaning whichever way it came.
+
+Also here: the object variant (pathprof.bpf.o reads kernel fields through the bpf_rdonly_cast kfunc, 6.2+;
+pathprof-compat.bpf.o through bpf_probe_read_kernel), and the minimum kernel (kernel_shortfalls).
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+
+# attach kinds in the order they are tried; fentry and fexit are one kind (the same kernel mechanism); a BPF
+# netfilter link is a first way as a tracepoint is
+KIND_ORDER = {"tp_btf": 0, "netfilter": 0, "fentry": 1, "fexit": 1, "kprobe": 2, "kretprobe": 2}
+KIND_LABEL = {"tp_btf": "tp_btf", "netfilter": "netfilter link", "fentry": "fentry/fexit", "fexit": "fentry/fexit",
+              "kprobe": "kprobe", "kretprobe": "kprobe"}
+# the events whose way is shown by `doctor` and recorded in run.json, with the stage(s) they end or start
+EVENT_LABELS = {
+    "sk_data_ready": "data ready (wire.* ends, wakeup starts)",
+    "sock_recv": "receive end (recv.* ends)",
+    "sock_send": "send end (proc.* of hops and AF_UNIX senders)",
+    "tcp_send": "TCP send start (wire.* starts)",
+    "data_ready": "--connect: data ready",
+    "send": "--connect: send end",
+    "recv": "--connect: receive end",
+    "nf_begin": "netfilter hook entry (netfilter.* starts)",
+    "nf_end": "netfilter hook exit (netfilter.* ends)",
+}
+AVAILABLE_FILTER_FUNCTIONS = ("/sys/kernel/tracing/available_filter_functions",
+                              "/sys/kernel/debug/tracing/available_filter_functions")
+BTF_KIND_FUNC = 12
+
+
+def split_name(prog: str) -> tuple[str, str]:
+    """`pp_sock_recv__fexit_inet` -> ("pp_sock_recv", "fexit_inet"); a first way has no variant."""
+    base, _, variant = prog.partition("__")
+    return base, variant
+
+
+def event_name(base: str) -> str:
+    """The event a program family serves, without the object's prefix (pp_ / pc_)."""
+    return base.split("_", 1)[1] if base[:3] in ("pp_", "pc_") else base
+
+
+def kind_of(section: str) -> str | None:
+    kind = section.split("/", 1)[0]
+    return kind if kind in KIND_ORDER else None
+
+
+@dataclass(frozen=True)
+class Way:
+    rank: int                           # KIND_ORDER of its programs
+    programs: tuple[tuple[str, str], ...]   # (program name, section)
+
+    @property
+    def kind(self) -> str:
+        return KIND_LABEL[kind_of(self.programs[0][1])]
+
+    @property
+    def targets(self) -> list[str]:
+        return [sec.split("/", 1)[1] for _, sec in self.programs if "/" in sec]
+
+    def describe(self) -> str:
+        if self.kind == "netfilter link":
+            return "netfilter link"
+        kinds = sorted({sec.split("/", 1)[0] for _, sec in self.programs})
+        return f"{'/'.join(kinds)} {'+'.join(self.targets)}"
+
+
+@dataclass
+class Choice:
+    event: str                  # program family (its first way's program name)
+    ways: list[Way]             # every way the object has for it, in the order tried
+    chosen: Way | None = None
+    refused: list[tuple[Way, str]] = field(default_factory=list)   # ways tried before the chosen one, and why not
+
+    def to_json(self) -> dict:
+        return {"event": event_name(self.event), "hook": self.chosen.describe() if self.chosen else None,
+                "kind": self.chosen.kind if self.chosen else None,
+                "refused": [{"hook": w.describe(), "why": why} for w, why in self.refused]}
+
+
+class KernelFacts:
+    """What this kernel offers to attach to, looked up once per process. Tests give a fake one (same methods)."""
+
+    @functools.lru_cache(maxsize=None)
+    def has_tracepoint(self, name: str) -> bool:
+        from pathprof.agent.probing.bpf.libbpf import kernel_has_tracepoint
+        return kernel_has_tracepoint(name)
+
+    @functools.lru_cache(maxsize=None)
+    def has_btf_func(self, name: str) -> bool:
+        from pathprof.agent.probing.bpf.libbpf import kernel_btf_find
+        return kernel_btf_find(name, BTF_KIND_FUNC)
+
+    @functools.cached_property
+    def _traceable(self) -> set[str] | None:
+        for path in AVAILABLE_FILTER_FUNCTIONS:
+            try:
+                with open(path) as f:
+                    return {line.split()[0] for line in f if line.strip()}
+            except OSError:
+                continue
+        return None
+
+    def traceable(self, name: str) -> bool | None:
+        """Can ftrace attach at `name` (listed in available_filter_functions)? None: the list is unreadable."""
+        t = self._traceable
+        return None if t is None else name in t
+
+    @functools.cached_property
+    def _kallsyms(self) -> set[str]:
+        try:
+            with open("/proc/kallsyms") as f:
+                return {parts[2] for parts in (line.split() for line in f) if len(parts) >= 3}
+        except OSError:
+            return set()
+
+    def has_kprobes(self) -> bool:
+        return os.path.isdir("/sys/bus/event_source/devices/kprobe")
+
+    def has_symbol(self, name: str) -> bool:
+        return name in self._kallsyms
+
+    @functools.cached_property
+    def netfilter_links(self) -> bool:
+        """BPF netfilter programs and links (Linux 6.4): the program type in the kernel's BTF."""
+        from pathprof.agent.probing.bpf.libbpf import kernel_enum_values
+        return "BPF_PROG_TYPE_NETFILTER" in kernel_enum_values("bpf_prog_type")
+
+    @functools.cached_property
+    def fentry_error(self) -> str | None:
+        """None when an fentry program loads and attaches here (tried once: some kernels have the functions in
+        BTF and still refuse fentry), else why not."""
+        from pathprof.agent.probing.doctor import try_fentry
+        return try_fentry()
+
+
+def group_ways(programs: dict[str, str]) -> dict[str, list[Way]]:
+    """Program name -> section, grouped into events; each event's ways in the order they are tried. Programs of a
+    kind this module does not choose (usdt, uprobe, netfilter) are left out."""
+    families: dict[str, dict[int, list]] = {}
+    for name, sec in programs.items():
+        kind = kind_of(sec)
+        if kind is None:
+            continue
+        base, _ = split_name(name)
+        families.setdefault(base, {}).setdefault(KIND_ORDER[kind], []).append((name, sec))
+    return {base: [Way(rank, tuple(progs)) for rank, progs in sorted(ways.items())]
+            for base, ways in families.items()}
+
+
+def why_unusable(way: Way, facts) -> str | None:
+    """None when every program of the way can attach on this kernel, else the first reason it cannot."""
+    for _, sec in way.programs:
+        kind, _, target = sec.partition("/")
+        if kind == "netfilter":
+            if not facts.netfilter_links:
+                return "no BPF netfilter links in this kernel (Linux 6.4)"
+        elif kind == "tp_btf":
+            if not facts.has_tracepoint(target):
+                return f"no tracepoint {target} in this kernel's BTF"
+        elif kind in ("fentry", "fexit"):
+            if not facts.has_btf_func(target):
+                return f"no function {target} in this kernel's BTF"
+            if facts.traceable(target) is False:
+                return f"{target} is not in available_filter_functions (inlined or notrace)"
+        elif kind in ("kprobe", "kretprobe"):
+            if not facts.has_kprobes():
+                return "no kprobes in this kernel (CONFIG_KPROBE_EVENTS)"
+            if not facts.has_symbol(target) and facts.traceable(target) is not True:
+                return f"no symbol {target} in /proc/kallsyms"
+    if way.rank == KIND_ORDER["fentry"] and facts.fentry_error:
+        return f"fentry/fexit refused here: {facts.fentry_error}"
+    return None
+
+
+def choose(programs: dict[str, str], facts) -> list[Choice]:
+    """The first usable way of every event, and the ways refused before it (with their reasons)."""
+    out = []
+    for base, ways in group_ways(programs).items():
+        choice = Choice(base, ways)
+        for way in ways:
+            why = why_unusable(way, facts)
+            if why is None:
+                choice.chosen = way
+                break
+            choice.refused.append((way, why))
+        out.append(choice)
+    return out
+
+
+def unused_programs(choices: list[Choice]) -> set[str]:
+    """Programs to load with autoload off: every way of an event but the chosen one (all of them when none is
+    usable: only that event's stage goes missing)."""
+    chosen = {name for c in choices if c.chosen for name, _ in c.chosen.programs}
+    return {name for c in choices for w in c.ways for name, _ in w.programs} - chosen
+
+
+def hooks_record(choices: list[Choice], obj: str) -> dict:
+    """run.json's probes.hooks: the object variant and, per event with a choice to make (more than one way, or
+    none usable), the way chosen and the ways refused."""
+    return {"object": obj, "events": [c.to_json() for c in choices if len(c.ways) > 1 or c.chosen is None]}
+
+
+_facts: list = []
+
+
+def kernel_facts() -> KernelFacts:
+    """This kernel's facts, shared by every object a process loads (the lookups are cached in it)."""
+    if not _facts:
+        _facts.append(KernelFacts())
+    return _facts[0]
+
+
+def select_hooks(obj, facts=None, skip: set[str] = frozenset()) -> list[Choice]:
+    """Choose the way of every event of a BpfObject before its load: the others' programs get autoload off.
+    `skip`: programs the caller leaves out anyway (their ways are then not looked at)."""
+    facts = facts or kernel_facts()
+    choices = choose({n: p.section for n, p in obj.programs.items() if n not in skip}, facts)
+    for name in unused_programs(choices):
+        obj.programs[name].set_autoload(False)
+    return choices
+
+
+def describe_choices(choices: list[Choice]) -> list[tuple[str, bool, str]]:
+    """(event label, chosen?, detail) per event with a choice to make, for `doctor` and the run's notes."""
+    out = []
+    for c in choices:
+        if len(c.ways) < 2 and c.chosen is not None:
+            continue
+        label = EVENT_LABELS.get(event_name(c.event), event_name(c.event))
+        refused = "; ".join(f"not {w.describe()}: {why}" for w, why in c.refused)
+        if c.chosen:
+            out.append((label, True, c.chosen.describe() + (f" ({refused})" if refused else "")))
+        else:
+            out.append((label, False, f"no way on this kernel ({refused}): the stage it feeds is missing"))
+    return out
+
+
+# ---------------- the object variant and the minimum kernel ----------------
+MAIN_OBJECT, COMPAT_OBJECT = "pathprof.bpf.o", "pathprof-compat.bpf.o"
+
+
+def object_for(facts) -> str:
+    """pathprof.bpf.o where the kernel has the bpf_rdonly_cast kfunc (6.2+), else pathprof-compat.bpf.o."""
+    return MAIN_OBJECT if facts.has_btf_func("bpf_rdonly_cast") else COMPAT_OBJECT
+
+
+# What every program family needs and no fallback replaces, with the Linux version that brought it. Checked in
+# the kernel's BTF (the helper's enum value, the map type), which backports carry too, rather than by version.
+REQUIREMENTS = (
+    ("BPF_FUNC_task_storage_get", "task-local storage (bpf_task_storage_get, Linux 5.11)"),
+    ("BPF_FUNC_sk_storage_get", "socket-local storage (bpf_sk_storage_get, Linux 5.2)"),
+    ("BPF_FUNC_ringbuf_output", "BPF ring buffers (Linux 5.8)"),
+    ("BPF_MAP_TYPE_TASK_STORAGE", "task storage maps (Linux 5.11)"),
+    ("BPF_FUNC_get_current_task_btf", "bpf_get_current_task_btf (Linux 5.11)"),
+    ("BPF_FUNC_skc_to_unix_sock", "bpf_skc_to_unix_sock (Linux 5.16)"),
+)
+
+
+def kernel_shortfalls(btf_present: bool, enum_values: set[str], release: str) -> list[str]:
+    """What this kernel lacks that pathprof's probes cannot do without (empty: it runs them). enum_values: the
+    names of the kernel BTF's enum values (bpf_func_id, bpf_map_type); release: uname -r."""
+    if not btf_present:
+        return ["BTF (/sys/kernel/btf/vmlinux: a kernel built with CONFIG_DEBUG_INFO_BTF, Linux >= 5.4)"]
+    missing = [what for name, what in REQUIREMENTS if name not in enum_values]
+    try:
+        major, minor = (int(x) for x in release.split(".")[:2])
+    except ValueError:
+        major = minor = 0
+    if (major, minor) and (major, minor) < (5, 12):   # atomics with fetch (BPF_ATOMIC | BPF_FETCH): not in BTF
+        missing.append("BPF atomic fetch/xchg/cmpxchg instructions (Linux 5.12)")
+    return missing

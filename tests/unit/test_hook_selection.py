@@ -1,0 +1,135 @@
+"""The way each probe event is measured, chosen per kernel (pathprof.agent.probing.hooks), against fake kernels:
+the 6.18 of this project's VM (tracepoints, fentry refused), Debian 12's 6.1 (no sk_data_ready & co, fentry works),
+a kernel without kprobes or fentry. The program table is the real object's, read from pathprof-compat.bpf.o."""
+from pathlib import Path
+
+import pytest
+from pathprof.agent.probing import hooks as H
+
+PROBES = Path(__file__).resolve().parents[2] / "probes"
+LATE_TRACEPOINTS = {"sk_data_ready", "sock_recv_length", "sock_send_length", "tcp_sendmsg_locked"}
+
+
+class FakeKernel:
+    """The KernelFacts methods, from sets."""
+
+    def __init__(self, tracepoints=(), funcs=(), traceable=None, kprobes=False, fentry_error=None, symbols=(),
+                 netfilter_links=False):
+        self.tps, self.funcs, self.symbols = set(tracepoints), set(funcs), set(symbols)
+        self.netfilter_links = netfilter_links
+        self._traceable = None if traceable is None else set(traceable)
+        self.kprobes, self.fentry_error = kprobes, fentry_error
+
+    def has_tracepoint(self, name):
+        return name in self.tps
+
+    def has_btf_func(self, name):
+        return name in self.funcs
+
+    def traceable(self, name):
+        return None if self._traceable is None else name in self._traceable
+
+    def has_kprobes(self):
+        return self.kprobes
+
+    def has_symbol(self, name):
+        return name in self.symbols
+
+
+@pytest.fixture(scope="module")
+def programs():
+    from pathprof.agent.probing.bpf.libbpf import BpfObject
+    with BpfObject(str(PROBES / "pathprof-compat.bpf.o")) as o:
+        return {n: p.section for n, p in o.programs.items()}
+
+
+def _all_tracepoints(programs):
+    return {sec.split("/", 1)[1] for sec in programs.values() if sec.startswith("tp_btf/")}
+
+
+FUNCS = {"sock_def_readable", "tcp_sendmsg_locked", "inet_recvmsg", "unix_stream_recvmsg", "inet_sendmsg",
+         "unix_stream_sendmsg", "nf_hook_slow", "bpf_rdonly_cast"}
+
+
+def test_every_tracepoint_present_chooses_tp_btf_and_leaves_every_fallback_out(programs):
+    # this VM: every tracepoint, fentry refused -- the fentry refusal is never even asked about
+    k = FakeKernel(_all_tracepoints(programs), FUNCS, fentry_error="Operation not permitted", netfilter_links=True)
+    choices = H.choose(programs, k)
+    assert all(c.chosen and c.chosen.kind in ("tp_btf", "netfilter link") for c in choices)
+    unused = H.unused_programs(choices)
+    assert unused == {n for n in programs if "__" in n and H.kind_of(programs[n])}
+    assert "pp_sk_data_ready__fentry" in unused and "pp_sk_data_ready" not in unused
+    assert H.object_for(k) == H.MAIN_OBJECT
+
+
+def test_debian_12_kernel_takes_fentry_fexit_for_the_late_tracepoints(programs):
+    k = FakeKernel(_all_tracepoints(programs) - LATE_TRACEPOINTS, FUNCS - {"bpf_rdonly_cast"}, traceable=FUNCS)
+    by_event = {H.event_name(c.event): c for c in H.choose(programs, k)}
+    dr = by_event["sk_data_ready"]
+    assert dr.chosen.describe() == "fentry sock_def_readable"
+    assert [w.describe() for w, _ in dr.refused] == ["tp_btf sk_data_ready"]
+    assert "no tracepoint sk_data_ready" in dr.refused[0][1]
+    # both protocols' recvmsg make up one way: AF_UNIX and TCP paths alike
+    assert sorted(n for n, _ in by_event["sock_recv"].chosen.programs) == ["pp_sock_recv__fexit_inet",
+                                                                          "pp_sock_recv__fexit_unix"]
+    assert by_event["tcp_send"].chosen.kind == "fentry/fexit"
+    unused = H.unused_programs(list(by_event.values()))
+    assert {"pp_sk_data_ready", "pp_sock_recv", "pp_sock_send", "pp_tcp_send"} <= unused
+    assert not unused & {"pp_sk_data_ready__fentry", "pp_sched_switch"}
+    assert H.object_for(k) == H.COMPAT_OBJECT
+    # no BPF netfilter links (6.4): the brackets come from fentry/fexit on nf_hook_slow
+    rec = {e["event"]: e for e in H.hooks_record(list(by_event.values()), H.COMPAT_OBJECT)["events"]}
+    assert rec["nf_begin"]["hook"] == "fentry nf_hook_slow" and rec["nf_end"]["hook"] == "fexit nf_hook_slow"
+    assert "Linux 6.4" in rec["nf_begin"]["refused"][0]["why"]
+
+
+def test_a_function_ftrace_cannot_attach_to_is_refused_with_its_reason(programs):
+    k = FakeKernel(_all_tracepoints(programs) - {"sk_data_ready"}, FUNCS, traceable=FUNCS - {"sock_def_readable"})
+    dr = {H.event_name(c.event): c for c in H.choose(programs, k)}["sk_data_ready"]
+    assert dr.chosen is None
+    assert "available_filter_functions" in dr.refused[1][1]
+    assert {"pp_sk_data_ready", "pp_sk_data_ready__fentry"} <= H.unused_programs([dr])
+    label, ok, detail = H.describe_choices([dr])[0]
+    assert not ok and "stage it feeds is missing" in detail
+
+
+def test_fentry_refused_by_the_kernel_leaves_the_event_without_a_way(programs):
+    k = FakeKernel(_all_tracepoints(programs) - {"sock_send_length"}, FUNCS, fentry_error="Operation not permitted")
+    send = {H.event_name(c.event): c for c in H.choose(programs, k)}["sock_send"]
+    assert send.chosen is None and "fentry/fexit refused here: Operation not permitted" in send.refused[-1][1]
+
+
+def test_kprobe_way_needs_the_pmu_and_the_symbol():
+    progs = {"pp_x": "tp_btf/x", "pp_x__kprobe": "kprobe/f"}
+    assert H.choose(progs, FakeKernel(kprobes=True, symbols={"f"}))[0].chosen.kind == "kprobe"
+    assert "no kprobes" in H.choose(progs, FakeKernel(symbols={"f"}))[0].refused[-1][1]
+    assert "no symbol f" in H.choose(progs, FakeKernel(kprobes=True))[0].refused[-1][1]
+
+
+def test_ways_are_tried_in_kind_order_whatever_the_object_order():
+    progs = {"pp_y__kp": "kprobe/g", "pp_y__fe": "fentry/g", "pp_y": "tp_btf/y", "pp_z": "usdt"}
+    ways = H.group_ways(progs)
+    assert list(ways) == ["pp_y"] and [w.kind for w in ways["pp_y"]] == ["tp_btf", "fentry/fexit", "kprobe"]
+
+
+def test_minimum_kernel_names_what_is_missing():
+    assert H.kernel_shortfalls(False, set(), "6.1.0")[0].startswith("BTF")
+    everything = {name for name, _ in H.REQUIREMENTS}
+    assert H.kernel_shortfalls(True, everything, "6.1.0-56-amd64") == []
+    old = H.kernel_shortfalls(True, everything - {"BPF_FUNC_task_storage_get", "BPF_MAP_TYPE_TASK_STORAGE"},
+                              "5.10.0-32-amd64")
+    assert any("task-local storage" in m for m in old) and any("Linux 5.12" in m for m in old)
+
+
+def test_diff_warns_when_two_runs_were_measured_through_different_hooks():
+    from pathprof.analysis.host_diff import hook_differences
+    vm = {"object": "pathprof.bpf.o", "events": [{"event": "sk_data_ready", "hook": "tp_btf sk_data_ready"},
+                                                 {"event": "netfilter", "hook": "netfilter link"}]}
+    deb12 = {"object": "pathprof-compat.bpf.o", "events": [
+        {"event": "sk_data_ready", "hook": "fentry sock_def_readable"}, {"event": "netfilter", "hook": None}]}
+    lines = hook_differences(vm, deb12)
+    assert "sk_data_ready: tp_btf sk_data_ready → fentry sock_def_readable" in lines[0]
+    assert lines[0].startswith("WARNING measured through different hooks")
+    assert "netfilter: netfilter link → none (stage missing)" in lines[1]
+    assert "probe object" in lines[2]
+    assert hook_differences(vm, vm) == [] and hook_differences(vm, None) == []
