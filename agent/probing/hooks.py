@@ -206,10 +206,20 @@ def unused_programs(choices: list[Choice]) -> set[str]:
     return {name for c in choices for w in c.ways for name, _ in w.programs} - chosen
 
 
-def hooks_record(choices: list[Choice], obj: str) -> dict:
+def hooks_record(choices: list[Choice], obj: str, usdt_multi: bool | None = None) -> dict:
     """run.json's probes.hooks: the object variant and, per event with a choice to make (more than one way, or
-    none usable), the way chosen and the ways refused."""
-    return {"object": obj, "events": [c.to_json() for c in choices if len(c.ways) > 1 or c.chosen is None]}
+    none usable), the way chosen and the ways refused; with --probes deep, how PostgreSQL's USDT notes were
+    attached (usdt_multi: one uprobe_multi link per program, else one uprobe per note)."""
+    events = [c.to_json() for c in choices if len(c.ways) > 1 or c.chosen is None]
+    if usdt_multi is not None:
+        events.append(usdt_record(usdt_multi))
+    return {"object": obj, "events": events}
+
+
+def usdt_record(multi: bool) -> dict:
+    return {"event": "postgres_usdt", "hook": "uprobe_multi" if multi else "uprobe per note",
+            "kind": "uprobe", "refused": [] if multi else [
+                {"hook": "uprobe_multi", "why": "no uprobe_multi links in this kernel (Linux 6.6)"}]}
 
 
 _facts: list = []
