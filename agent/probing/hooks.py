@@ -34,6 +34,9 @@ EVENT_LABELS = {
     "recv": "--connect: receive end",
     "nf_begin": "netfilter hook entry (netfilter.* starts)",
     "nf_end": "netfilter hook exit (netfilter.* ends)",
+    "qdisc_enq": "--link impairments: qdisc enqueue (qdisc.<dev>)",
+    "hold_begin": "--link delays: delay line entry (delay.<dev>, else in the wire)",
+    "hold_end": "--link delays: delay line exit (delay.<dev>, else in the wire)",
 }
 AVAILABLE_FILTER_FUNCTIONS = ("/sys/kernel/tracing/available_filter_functions",
                               "/sys/kernel/debug/tracing/available_filter_functions")
