@@ -7,7 +7,12 @@ serves: `pp_sock_recv` is the first way, `pp_sock_recv__fexit_inet` and `pp_sock
 second (all programs of one event with the same attach kind form one way). Each way is looked up in what the kernel
 offers (its BTF, the functions ftrace can attach to, kallsyms), as libbpf-tools' tracepoint_exists /
 fentry_can_attach / kprobe_exists do; the first usable way is loaded, every other program of the event gets
-autoload off. The stage an event feeds keeps its name and meaning whichever way it came.
+autoload off. The stage an event feeds keeps its name and meaning whichever way it came. The netfilter brackets
+are events too: BPF netfilter links (6.4), else fentry/fexit on nf_hook_slow.
+
+The object carries no kprobe way yet: the events' code reads kernel structures through the BTF-typed pointers
+tp_btf and fentry hand it, which a kprobe does not get, and every x86-64 kernel with BTF from 5.5 on has fentry.
+The selection below knows kprobes (a kernel without fentry, e.g. arm64 before 6.0, is where they would be needed).
 
 Also here: the object variant (pathprof.bpf.o reads kernel fields through the bpf_rdonly_cast kfunc, 6.2+;
 pathprof-compat.bpf.o through bpf_probe_read_kernel), and the minimum kernel (kernel_shortfalls).
