@@ -150,17 +150,25 @@ static __always_inline int setup_message(struct sock *sk, struct pp_sock *s, str
 /* A send upstream while a request is held that is not that request's forward: one whole simple Query ('Q' and
  * its length, the send's size) of another size than the bytes read of the request. A pooler forwards what it
  * read as it is, or in parts that are not simple queries (pgpool: Parse, Bind ... apart) */
+/* struct iov_iter before Linux 6.4 named its iovec pointer `iov` (then `__iov`); the iter_type values moved too */
+struct iov_iter___pre64 {
+	const struct iovec *iov;
+} __attribute__((preserve_access_index));
+
 static __always_inline int own_query(const struct msghdr *msg, __u32 held_len)
 {
 	__u64 count = msg->msg_iter.count;
 	const void *base;
 	if (count == held_len || count < 5 || count > 4096)
 		return 0;
-	if (msg->msg_iter.iter_type == ITER_UBUF) {
+	__u8 type = msg->msg_iter.iter_type;
+	if (type == bpf_core_enum_value(enum iter_type, ITER_UBUF)) {
 		base = msg->msg_iter.ubuf;
-	} else if (msg->msg_iter.iter_type == ITER_IOVEC) {
+	} else if (type == bpf_core_enum_value(enum iter_type, ITER_IOVEC)) {
 		struct iovec v;
-		if (bpf_probe_read_kernel(&v, sizeof(v), msg->msg_iter.__iov) || v.iov_len < 5)
+		const struct iovec *iov = bpf_core_field_exists(msg->msg_iter.__iov) ? msg->msg_iter.__iov :
+			BPF_CORE_READ((struct iov_iter___pre64 *)&msg->msg_iter, iov);
+		if (bpf_probe_read_kernel(&v, sizeof(v), iov) || v.iov_len < 5)
 			return 0;
 		base = v.iov_base;
 	} else {

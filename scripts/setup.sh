@@ -76,4 +76,8 @@ fi
 if [ $all = 1 ] && [ -x .venv/bin/python ]; then
     .venv/bin/python -c 'from pathprof.topologies.guest import GuestImage; GuestImage().ensure()' >&2 \
         || echo "setup.sh: the guest image was not built (see above); the kvm-tap path builds it on first use" >&2
+    # The same image grown with a Python userland and Debian 12's kernel and modules: pathprof itself runs inside it on
+    # that kernel (tests/integration/test_kernel_guest.py, bench/kernels); cached under /var/cache/pathprof/kernel-guest
+    .venv/bin/python -c 'from pathprof.topologies.guest.kernel_guest import KernelGuest; KernelGuest().ensure()' >&2 \
+        || echo "setup.sh: the kernel guest image was not built (see above); its test builds it on first use" >&2
 fi

@@ -180,6 +180,10 @@ def _hook_checks() -> list[Capability]:
             o.close()
         caps += [Capability(f"hook: {label}", ok, detail, required=False)
                  for label, ok, detail in hooks.describe_choices(choices)]
+    from pathprof.agent.probing.bpf import uprobe_multi
+    usdt = hooks.usdt_record(uprobe_multi.supported())
+    caps.append(Capability("hook: PostgreSQL USDT (--probes deep)", True, usdt["hook"] + "".join(
+        f" (not {r['hook']}: {r['why']})" for r in usdt["refused"]), required=False))
     return caps
 
 

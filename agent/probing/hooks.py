@@ -7,7 +7,12 @@ serves: `pp_sock_recv` is the first way, `pp_sock_recv__fexit_inet` and `pp_sock
 second (all programs of one event with the same attach kind form one way). Each way is looked up in what the kernel
 offers (its BTF, the functions ftrace can attach to, kallsyms), as libbpf-tools' tracepoint_exists /
 fentry_can_attach / kprobe_exists do; the first usable way is loaded, every other program of the event gets
-autoload off. The stage an event feeds keeps its name and meaning whichever way it came.
+autoload off. The stage an event feeds keeps its name and meaning whichever way it came. The netfilter brackets
+are events too: BPF netfilter links (6.4), else fentry/fexit on nf_hook_slow.
+
+The object carries no kprobe way yet: the events' code reads kernel structures through the BTF-typed pointers
+tp_btf and fentry hand it, which a kprobe does not get, and every x86-64 kernel with BTF from 5.5 on has fentry.
+The selection below knows kprobes (a kernel without fentry, e.g. arm64 before 6.0, is where they would be needed).
 
 Also here: the object variant (pathprof.bpf.o reads kernel fields through the bpf_rdonly_cast kfunc, 6.2+;
 pathprof-compat.bpf.o through bpf_probe_read_kernel), and the minimum kernel (kernel_shortfalls).
@@ -34,6 +39,9 @@ EVENT_LABELS = {
     "recv": "--connect: receive end",
     "nf_begin": "netfilter hook entry (netfilter.* starts)",
     "nf_end": "netfilter hook exit (netfilter.* ends)",
+    "qdisc_enq": "--link impairments: qdisc enqueue (qdisc.<dev>)",
+    "hold_begin": "--link delays: delay line entry (delay.<dev>, else in the wire)",
+    "hold_end": "--link delays: delay line exit (delay.<dev>, else in the wire)",
 }
 AVAILABLE_FILTER_FUNCTIONS = ("/sys/kernel/tracing/available_filter_functions",
                               "/sys/kernel/debug/tracing/available_filter_functions")
@@ -206,10 +214,20 @@ def unused_programs(choices: list[Choice]) -> set[str]:
     return {name for c in choices for w in c.ways for name, _ in w.programs} - chosen
 
 
-def hooks_record(choices: list[Choice], obj: str) -> dict:
+def hooks_record(choices: list[Choice], obj: str, usdt_multi: bool | None = None) -> dict:
     """run.json's probes.hooks: the object variant and, per event with a choice to make (more than one way, or
-    none usable), the way chosen and the ways refused."""
-    return {"object": obj, "events": [c.to_json() for c in choices if len(c.ways) > 1 or c.chosen is None]}
+    none usable), the way chosen and the ways refused; with --probes deep, how PostgreSQL's USDT notes were
+    attached (usdt_multi: one uprobe_multi link per program, else one uprobe per note)."""
+    events = [c.to_json() for c in choices if len(c.ways) > 1 or c.chosen is None]
+    if usdt_multi is not None:
+        events.append(usdt_record(usdt_multi))
+    return {"object": obj, "events": events}
+
+
+def usdt_record(multi: bool) -> dict:
+    return {"event": "postgres_usdt", "hook": "uprobe_multi" if multi else "uprobe per note",
+            "kind": "uprobe", "refused": [] if multi else [
+                {"hook": "uprobe_multi", "why": "no uprobe_multi links in this kernel (Linux 6.6)"}]}
 
 
 _facts: list = []

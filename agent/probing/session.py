@@ -545,7 +545,9 @@ class ProbeSession:
         traces = F.trace_frame(self._spans, self.hops, self.config.client) if self.config.trace_sample else None
         messages = F.message_frame(self._spans, self.hops) if self.config.trace_sample else None
         return ProbeResult(stages, cpu, cost, lost, traces, counters=stats, notes=notes, windows=list(self.windows),
-                           messages=messages, hooks=probe_hooks.hooks_record(self.hook_choices, self.object_name))
+                           messages=messages, hooks=probe_hooks.hooks_record(
+                               self.hook_choices, self.object_name,
+                               self._postgres.multi if self.config.level == "deep" else None))
 
     def close(self) -> None:
         if self._runner is not None:

@@ -92,14 +92,14 @@ def storage_entries(obj) -> dict[str, int]:
     """Entries of the task and socket storage maps, counted over the agent's process tree (every process of
     the run is a descendant of pathprof: servers, hops, pgbench): a thread's storage is looked up through its
     pidfd, a socket's through a copy of its fd (pidfd_getfd). Storage of anything outside the tree is not seen."""
-    from pathprof.agent.probing.session import PIDFD_THREAD, _threads_and_children
+    from pathprof.agent.probing.session import PIDFD_THREAD, _threads_and_children, pidfd_thread_ok
     tasks, socks = obj.maps.get("tasks"), obj.maps.get("socks")
     n_tasks = n_socks = 0
     seen_inodes: set[str] = set()
     tids = [t for t in _threads_and_children(os.getpid()) if t != os.getpid()]
     for tid in tids:
         try:
-            fd = os.pidfd_open(tid, PIDFD_THREAD)
+            fd = os.pidfd_open(tid, PIDFD_THREAD if pidfd_thread_ok() else 0)   # main threads only before 6.9
         except OSError:
             continue
         try:

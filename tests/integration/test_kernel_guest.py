@@ -4,7 +4,8 @@ bpf_rdonly_cast kfunc and BPF netfilter links), say which hooks it used instead,
 
 Real parts only: the guest image (built once, ~1-2 min, cached under /var/cache/pathprof/kernel-guest/), Debian's
 kernel, this checkout mounted inside, a real PostgreSQL and pgbench. Under TCG (this machine's KVM cannot boot a
-real guest) the run takes ~3-4 minutes, most of it emulated set-up: the probes' verification alone ~45 s.
+real guest) the test takes ~3 minutes (176 s measured), most of it emulated set-up: the probes' verification alone
+~45 s.
 """
 import json
 import os

@@ -133,3 +133,16 @@ def test_diff_warns_when_two_runs_were_measured_through_different_hooks():
     assert "netfilter: netfilter link → none (stage missing)" in lines[1]
     assert "probe object" in lines[2]
     assert hook_differences(vm, vm) == [] and hook_differences(vm, None) == []
+
+
+def test_this_kernel_with_every_tracepoint_keeps_the_first_ways():
+    """On a kernel that has every tracepoint and netfilter links (this project's 6.18), the real lookups choose
+    the main object and the first way of every event: nothing the probes measure or cost changes there."""
+    from pathprof.agent.probing.bpf.libbpf import BpfObject, kernel_has_tracepoint
+    facts = H.KernelFacts()
+    if not all(kernel_has_tracepoint(tp) for tp in LATE_TRACEPOINTS) or not facts.netfilter_links:
+        pytest.skip("not a kernel with every first way")
+    assert H.object_for(facts) == H.MAIN_OBJECT
+    with BpfObject(str(PROBES / H.MAIN_OBJECT)) as o:
+        choices = H.choose({n: p.section for n, p in o.programs.items()}, facts)
+    assert all(c.chosen is c.ways[0] and not c.refused for c in choices), [c.to_json() for c in choices if c.refused]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import lzma
 import os
 import shutil
 import subprocess
@@ -159,6 +160,7 @@ class KernelGuest:
         self._sh(log, ["resize2fs", str(disk)])
         mirror, security = host_mirrors(self.suite)
         kernel = "linux-image-amd64" if self.suite == "bookworm" else f"linux-image-amd64/{self.suite}"
+        # another suite's kernel only: -t bookworm keeps the userland bookworm's (the .venv needs its python3)
         extra = "" if self.suite == "bookworm" else f"deb {mirror} {self.suite} main\n"
         progress(f"installing {' '.join(PACKAGES)} and {kernel} (chroot apt-get; minutes)")
         script = f"""
@@ -171,7 +173,7 @@ printf '%s' '{extra}' > "{mnt}/etc/apt/sources.list.d/pp-kernel.list"
 printf '#!/bin/sh\\nexit 101\\n' > "{mnt}/usr/sbin/policy-rc.d"; chmod 755 "{mnt}/usr/sbin/policy-rc.d"
 mkdir -p "{mnt}/etc/initramfs-tools/conf.d"; echo 'MODULES=dep' > "{mnt}/etc/initramfs-tools/conf.d/pp"
 chroot "{mnt}" env DEBIAN_FRONTEND=noninteractive sh -ec 'apt-get -q update
-  apt-get -y -q --no-install-recommends install {' '.join(PACKAGES)} {kernel}
+  apt-get -y -q --no-install-recommends -t bookworm install {' '.join(PACKAGES)} {kernel}
   apt-get clean; rm -rf /var/lib/apt/lists/* /usr/share/doc /usr/share/man'
 rm -f "{mnt}/usr/sbin/policy-rc.d"
 cp "{mnt}"/boot/vmlinuz-* "{tmp}/"; cp -a "{mnt}/bin/busybox" "{tmp}/busybox"
@@ -183,7 +185,12 @@ tar -C "{mnt}/lib/modules" -cf "{tmp}/modules.tar" .
         mods = tmp / "modules"
         mods.mkdir()
         self._sh(log, ["tar", "-C", str(mods), "-xf", str(tmp / "modules.tar")])
-        wanted = _module_files(mods / kver / "kernel", INITRD_MODULES)
+        kdir = mods / kver / "kernel"
+        for sub in ("drivers/virtio", "drivers/block", "fs", "lib", "crypto"):   # trixie ships modules xz-compressed
+            for xz in (kdir / sub).rglob("*.ko.xz"):
+                xz.with_suffix("").write_bytes(lzma.decompress(xz.read_bytes()))
+                xz.unlink()
+        wanted = _module_files(kdir, INITRD_MODULES)
         files = {"bin/busybox": ((tmp / "busybox").read_bytes(), 0o755), "init": (INITRAMFS_INIT.encode(), 0o755),
                  "etc/pp-modules": ("\n".join(n for n, _ in wanted).encode() + b"\n", 0o644)}
         files.update({f"lib/modules/{n}.ko": (p.read_bytes(), 0o644) for n, p in wanted})
