@@ -105,6 +105,9 @@ def explanation_view(expl: dict, max_items: int = 8):
         lines.append(Text(f"speed: {speed_phrase(sf)}: {_num(sf['delta_us_per_txn']):+,.1f} {unit} "
                           f"({_num(sf['delta_low_us_per_txn']):+,.1f} … {_num(sf['delta_high_us_per_txn']):+,.1f})"
                           f"{share}"))
+    for c in expl.get("causes") or []:       # a cause that says what it is (the cgroup and quota of `cpu quota`)
+        if c.get("detail"):
+            lines.append(Text(f"{c['name']}: {c['detail']}"))
     return Group(*lines, t)
 
 

@@ -57,5 +57,8 @@ def test_a_quota_is_a_stage_named_with_its_cgroup_and_checked_against_it(base, w
     top = e["causes"][0]
     assert top["name"] == "cpu quota" and f"throttled.{proc}" in top["items"], e["causes"]
     assert q["cgroup"] in top["detail"] and "5 ms per 100 ms" in top["detail"], top
-    text = run_pathprof("diff", base["run_dir"], capped["run_dir"], check=True).stdout
-    assert "the CPU quota of cgroup" in " ".join(text.split()), text[-2000:]
+    # the report says which cgroup and quota, ranked or not: on a quiet machine the capped run also loses the
+    # base run's idle exits and runs its own work faster, so its parts can outgrow the gap (not ranked, CI r6)
+    text = " ".join(run_pathprof("diff", base["run_dir"], capped["run_dir"], check=True).stdout.split())
+    assert f"cpu quota: cgroup {q['cgroup']} (5 ms per 100 ms" in text, text[-2000:]
+    assert e.get("ranked") is False or "the CPU quota of cgroup" in text, text[-2000:]

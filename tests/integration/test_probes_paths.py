@@ -104,7 +104,9 @@ def test_deep_adds_usdt_breakdown(deep):
     kids = {s["name"]: s for s in deep["latency"]["stages"] if s.get("parent") == "backend.execute"}
     assert "backend.query" in kids or "backend.executor" in kids, sorted(deep["names"])
     q = kids.get("backend.query") or kids["backend.executor"]
-    assert 1500 <= q["us_per_txn"] <= 2600
+    # 2 ms of pg_sleep and the query around it; the sleep's own wake-up comes later on a loaded machine (the other
+    # lane beside it: 2,741 µs in fresh-clone CI r6, 2026-11-27), so the upper bound is what no stage mix-up reaches
+    assert 1500 <= q["us_per_txn"] <= 4000, q
 
 
 def test_untracked_postgres_never_enters_the_figures(deep):
