@@ -40,19 +40,19 @@ def test_a_lossy_run_closes_against_the_nohz_busy_time_and_the_tick_figure_was_o
     assert doc["tcp_retransmits"]["count"] > 10, doc.get("tcp_retransmits")     # the link did lose packets
     assert c["cpu_reference"] == "nohz", c
     assert abs(c["cpu_error_pct"]) <= 10, c
-    # the same run's components (without idle.wakeups) against /proc/stat's tick samples: the old figure, over by
-    # the timers' work the ticks miss. How much they miss depends on how often the CPUs idle between ticks: +36 …
-    # +68 % when this was built (2026-11-25), +4.3 % in fresh-clone CI on 2026-11-27 with the same run closing at
-    # -0.04 % against the no-HZ time. What holds is the direction: the tick figure over, by more than the no-HZ one
-    record("lossy: tick error - |nohz error| (points)", c["cpu_error_tick_pct"] - abs(c["cpu_error_pct"]), "> 2")
-    assert c["cpu_error_tick_pct"] > 0 and c["cpu_error_tick_pct"] - abs(c["cpu_error_pct"]) > 2, c
+    # The same run's components against /proc/stat's tick samples: the old figure, over by the timers' work the ticks
+    # miss. How much they miss depends on how often the CPUs idle between ticks, which a 16-client run on 2 CPUs
+    # mostly does not: +36 … +68 % when this was built (2026-11-25); +4.3 % and figures under the no-HZ one in
+    # fresh-clone CI on 2026-11-27 (r3, r5, r7), with the no-HZ closure -0.04 … -0.14 %. Recorded, not asserted:
+    # not a property of pathprof's (bench/truth_trials shows its spread)
+    record("lossy: tick error - |nohz error| (points)", c["cpu_error_tick_pct"] - abs(c["cpu_error_pct"]), "")
 
 
 def test_the_windows_record_both_busy_times_and_the_sleep(lossy):
     _, meta = lossy
     w = meta["probes"]["in_windows"]
     assert w["busy_source"] == "nohz", w
-    assert w["busy_ns"] > w["busy_tick_ns"], w               # the ticks missed the timers' work
+    record("lossy: busy_ns / busy_tick_ns", w["busy_ns"] / max(w["busy_tick_ns"], 1), "(> 1 when ticks miss work)")
     ncpu = meta["cpu"]["ncpu"]
     # busy + asleep is every CPU's time over the windows (each CPU read at its own instant: ~ms apart)
     assert abs(w["busy_ns"] + w["asleep_ns"] - ncpu * w["elapsed_ns"]) <= 0.01 * ncpu * w["elapsed_ns"], w
