@@ -63,7 +63,10 @@ def profile(pg: ThrowawayPostgres, level: str = "basic", *, unix: bool = False, 
         for c in pg.children():
             s.track(c, "pg_aux")
         host = str(pg.dir) if unix else "127.0.0.1"
-        p = subprocess.Popen(["runuser", "-u", "postgres", "--", "pgbench", "-n", "-M", "prepared",
+        # setpriv execs pgbench in its own process (runuser forks it: the child could exist before the track below,
+        # untracked, and the run had no pgbench stages at all: KeyError 'wire.pgbench' in fresh-clone CI r8)
+        p = subprocess.Popen(["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups",
+                              str(PG_BIN / "pgbench"), "-n", "-M", "prepared",
                               "-f", str(pg.dir / script), "-c", str(clients), "-j", str(min(clients, 2)),
                               "-T", str(duration), "-h", host, "-p", str(pg.port), "postgres"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
