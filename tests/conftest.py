@@ -157,6 +157,16 @@ def pytest_runtest_protocol(item, nextitem):
         yield
 
 
+def pytest_runtest_logreport(report):
+    """PATHPROF_TEST_TIMELINE=FILE: each phase of each test, with its lane and times, for bench/suite_timeline."""
+    path = os.environ.get("PATHPROF_TEST_TIMELINE")
+    if path and (os.environ.get("PYTEST_XDIST_WORKER") or not lanes.session_id()):   # workers, not the controller
+        with open(path, "a") as f:
+            f.write(json.dumps({"lane": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": report.nodeid,
+                                "phase": report.when, "start": report.start, "stop": report.stop,
+                                "outcome": report.outcome}) + "\n")
+
+
 def pytest_sessionfinish(session):
     lanes.write_stats(session.config)
 

@@ -35,6 +35,13 @@ def parse_pg_set(items: list[str]) -> dict[str, str]:
     return out
 
 
+def warm_template() -> Path:
+    """Build the cached template now (a machine image's build: its first run then copies instead of initdb)."""
+    from pathprof.agent.postgres import template
+    pw = pwd.getpwnam(PG_USER)
+    return template.ensure(INITDB_OPTIONS, HBA_LINES, PG_USER, pw.pw_uid, pw.pw_gid)[0]
+
+
 def prepare_cluster(pg_state_dir: Path) -> "PreparedCluster | None":
     """Start copying a cached initdb'ed template to what will be ManagedPostgres(pg_state_dir).data_dir, in the
     background; None when caching is off (PATHPROF_PG_CACHE=off), and initdb() then runs initdb itself."""

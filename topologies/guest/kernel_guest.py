@@ -41,7 +41,8 @@ PACKAGES = ("python3", "python3-venv", "iproute2", "iptables", "nftables", "conn
 DISK_GB = 4
 INITRD_MODULES = ("virtio", "virtio_ring", "virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio_pci",
                   "virtio_blk", "crc16", "crc32c_generic", "libcrc32c", "mbcache", "jbd2", "ext4")
-BUILD_FORMAT = 1
+BUILD_FORMAT = 2
+WARM_TEMPLATE = "from pathprof.agent.postgres.server import warm_template; warm_template()"
 
 INITRAMFS_INIT = r"""#!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -91,6 +92,12 @@ class GuestRun:
     seconds: float
     out_dir: Path
 
+    @property
+    def kernel_complaints(self) -> list[str]:
+        """The guest kernel's lockup and stall reports: why a guest that did not finish did not."""
+        return [line.strip() for line in self.console.splitlines()
+                if "soft lockup" in line or "self-detected stall" in line or "hung_task" in line][:6]
+
 
 class KernelGuest:
     def __init__(self, suite: str = "bookworm", cache_root: Path | None = None):
@@ -131,6 +138,9 @@ class KernelGuest:
             try:
                 self._build(tmp, progress)
                 os.rename(tmp, self.path)
+                for older in self.cache_root.glob(f"{self.suite}-*"):   # an earlier recipe's image: never booted again
+                    if older != self.path:
+                        shutil.rmtree(older, ignore_errors=True)
             except BaseException:
                 if (tmp / "build.log").exists():
                     shutil.copy(tmp / "build.log", self.cache_root / f"last-failed-{self.suite}.log")
@@ -163,6 +173,9 @@ class KernelGuest:
         # another suite's kernel only: -t bookworm keeps the userland bookworm's (the .venv needs its python3)
         extra = "" if self.suite == "bookworm" else f"deb {mirror} {self.suite} main\n"
         progress(f"installing {' '.join(PACKAGES)} and {kernel} (chroot apt-get; minutes)")
+        # The PostgreSQL template initdb'ed natively here, in the chroot with this checkout: under TCG the guest's
+        # first run would initdb it itself (~15 s emulated, every boot: the disk is booted snapshot=on).
+        src = Path(__file__).resolve().parents[2]
         script = f"""
 set -e
 mount -o loop "{disk}" "{mnt}"
@@ -176,6 +189,9 @@ chroot "{mnt}" env DEBIAN_FRONTEND=noninteractive sh -ec 'apt-get -q update
   apt-get -y -q --no-install-recommends -t bookworm install {' '.join(PACKAGES)} {kernel}
   apt-get clean; rm -rf /var/lib/apt/lists/* /usr/share/doc /usr/share/man'
 rm -f "{mnt}/usr/sbin/policy-rc.d"
+mkdir -p "{mnt}{src}"; mount --bind -o ro "{src}" "{mnt}{src}"
+chroot "{mnt}" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root {sys.executable} -c '{WARM_TEMPLATE}'
+umount "{mnt}{src}"
 cp "{mnt}"/boot/vmlinuz-* "{tmp}/"; cp -a "{mnt}/bin/busybox" "{tmp}/busybox"
 tar -C "{mnt}/lib/modules" -cf "{tmp}/modules.tar" .
 """
@@ -220,10 +236,14 @@ tar -C "{mnt}/lib/modules" -cf "{tmp}/modules.tar" .
         for f in ("output.log", "rc"):
             (out_dir / f).unlink(missing_ok=True)
         console = out_dir / "console.log"
-        argv = ["nice", "-n", "19", "qemu-system-x86_64", "-accel", "tcg,thread=multi", "-cpu", "max",
+        # thread=single: one host thread runs both vCPUs in turn. With thread=multi, 2 of 3 probed runs on 6.1 hung
+        # (2026-11-27): both vCPUs spun for minutes on sock_def_readable's first instruction, just patched into the
+        # call of an fentry trampoline (cross-vCPU code patching under MTTCG); 0 of 4 with single, and faster (72-88
+        # s against ~100: two emulating threads on a 2-CPU host contend). loglevel=5: a lockup's stack is printed.
+        argv = ["nice", "-n", "19", "qemu-system-x86_64", "-accel", "tcg,thread=single", "-cpu", "max",
                 "-m", str(memory_mb), "-smp", str(cpus), "-nographic", "-no-reboot", "-nic", "none",
                 "-kernel", str(self.kernel_file()), "-initrd", str(self.path / "initrd.img"),
-                "-append", f"console=ttyS0 panic=-1 loglevel=4 mitigations=off random.trust_cpu=on pp.src={src}",
+                "-append", f"console=ttyS0 panic=-1 loglevel=5 mitigations=off random.trust_cpu=on pp.src={src}",
                 "-drive", f"file={self.disk},format=raw,if=virtio,snapshot=on",
                 "-virtfs", f"local,path={src},mount_tag=pp-src,security_model=none,readonly=on",
                 "-virtfs", f"local,path={out_dir},mount_tag=pp-out,security_model=none",
