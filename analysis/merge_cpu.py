@@ -4,7 +4,7 @@ named with its host, closing against the busy time of the machines they ran on.
 Each host's agent accounts its own processes (user/sys per role and hop) and, machine-wide, softirq, netfilter
 and `other` (CPU time of the tasks it did not track). Hosts on different machines add up: their components sit
 side by side (a name several hosts have is named per host, `softirq.net@host`; `other` is summed) and the busy
-time is the sum of the machines'. Hosts that are namespaces of one machine (the same hostname) saw the same
+time is the sum of the machines'. Hosts that are namespaces of one machine (the same boot id) saw the same
 kernel: its machine-wide components and busy time are taken once (from the first of its hosts), and its
 `other` loses what the machine's other agents tracked (each agent's `other` held the others' processes).
 Every host's table is scaled to the first host's transactions, as the stages are."""
@@ -16,9 +16,25 @@ TRACKED = ("user", "sys")        # a host's own processes; every other component
 
 
 def machine_of(host) -> str:
-    """The machine a host's run was recorded on (attach's scope.hostname, else run.json host.hostname)."""
+    """The machine (the kernel) a host's run was recorded on, as a key: its boot id (attach's scope, else run.json
+    host), which namespaces of one kernel share and two machines never do -- even two VMs cloned from one image,
+    with one hostname and one /etc/machine-id; the hostname for runs recorded before the boot id was."""
+    m = host.rd.meta
+    scope, info = m.get("scope") or {}, m.get("host") or {}
+    boot = scope.get("boot_id") or info.get("boot_id")
+    return f"boot:{boot}" if boot else f"host:{_hostname(host)}"
+
+
+def _hostname(host) -> str:
     m = host.rd.meta
     return str((m.get("scope") or {}).get("hostname") or (m.get("host") or {}).get("hostname") or host.name)
+
+
+def machine_names(machines: dict[str, list]) -> dict[str, str]:
+    """key -> the machine's name: its hostname, with its boot id where two machines share one."""
+    names = {k: _hostname(hs[0]) for k, hs in machines.items()}
+    return {k: n if list(names.values()).count(n) == 1 or not k.startswith("boot:") else f"{n} (boot {k[5:13]})"
+            for k, n in names.items()}
 
 
 def _machine_rows(hs: list, n: int, machine: str) -> tuple[list[pd.DataFrame], dict]:
@@ -55,8 +71,9 @@ def merged_cpu(hosts: list, n: int) -> tuple[pd.DataFrame | None, dict | None, s
     for h in hosts:
         machines.setdefault(machine_of(h), []).append(h)
     frames, busy_ns, tick_ns, ncpu, sources = [], 0.0, 0.0, 0, set()
-    for machine, hs in machines.items():
-        fr, b = _machine_rows(hs, n, machine)
+    names = machine_names(machines)
+    for key, hs in machines.items():
+        fr, b = _machine_rows(hs, n, names[key])
         frames += fr
         busy_ns += b["busy_ns"]
         tick_ns += b["busy_tick_ns"]
@@ -67,10 +84,10 @@ def merged_cpu(hosts: list, n: int) -> tuple[pd.DataFrame | None, dict | None, s
     source = "nohz" if sources == {"nohz"} else "tick"
     doc = {"busy_ns": int(round(busy_ns if source == "nohz" else tick_ns)), "elapsed_ns": hosts[0].elapsed_ns,
            "ncpu": ncpu, "busy_source": source, "busy_tick_ns": int(round(tick_ns)),
-           "machines": {m: [h.name for h in hs] for m, hs in machines.items()}}
+           "machines": {names[k]: [h.name for h in hs] for k, hs in machines.items()}}
     if source == "tick":
         frames = [fr[fr["comp"] != "idle"] for fr in frames]
-    shared = [f"{m} ({', '.join(h.name for h in hs)})" for m, hs in machines.items() if len(hs) > 1]
+    shared = [f"{names[k]} ({', '.join(h.name for h in hs)})" for k, hs in machines.items() if len(hs) > 1]
     note = ("CPU view: every host's components per transaction, named with their host; busy time of "
             + (f"{len(machines)} machines, summed" if len(machines) > 1 else "one machine")
             + (f"; hosts sharing a machine counted once for its kernel's work: {'; '.join(shared)}" if shared

@@ -327,8 +327,8 @@ static __always_inline int on_data_ready(struct sock *sk)
 	if (!more && trace_every && t) {  /* the sender's transaction number, where the sender is known */
 		int is_unix = sk->__sk_common.skc_family == AF_UNIX_NUM;
 		if (is_unix && !t->in_send) { /* AF_UNIX: its send starts here; the sender's socket is the peer */
-			struct unix_sock *u = bpf_skc_to_unix_sock(sk);
-			t->send_seq = u && u->peer ? send_number(u->peer, t) : 0;
+			struct sock *peer = unix_peer(sk);
+			t->send_seq = peer ? send_number(peer, t) : 0;
 		}
 		if ((t->in_send || is_unix) && t->send_seq)
 			s->seq = seq = t->send_seq;

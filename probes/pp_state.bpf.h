@@ -21,6 +21,10 @@ const volatile __u32 nf_nns = 0;                       /* namespaces in nf_netns
 const volatile __u32 trace_every = 0;                 /* --trace-sample N: 1 in N messages per socket */
 const volatile __u32 time_lo = 1;                     /* dev.lo as its own stage (else left inside the wire) */
 const volatile __u32 tap_wire = 1;                    /* the path has a qemu guest behind a tap (wire.qemu) */
+/* bpf_skc_to_unix_sock (Linux 5.16): a unix stream socket's peer. 0 where the kernel lacks it (set before load, so
+ * the verifier drops the call as dead code): unix sends then go without a transaction number for sampled traces,
+ * and a unix sender blocked at its send buffer is not a window stall (doctor and run.json say so) */
+const volatile __u32 unix_peer_ok = 1;
 const volatile __u32 conn_split = 0;  /* --connect: setup exchanges are the connection probe's (conn.bpf.c), not ours */
 /* a client's or server's TCP send is closed at its start (pp_tcp_send), so sock_send_length need not be attached on
  * a path without hops or AF_UNIX messages: two program runs per message saved. Off with --connect. */
@@ -191,6 +195,15 @@ extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
  * id 0, which the verifier of those kernels refuses even in dead code, and nearly every program reaches kcast. */
 #define kread(p, T, f) ({ T *__kp = (T *)(p); BPF_CORE_READ(__kp, f); })   /* p outside the CO-RE access */
 #endif
+
+/* the peer of AF_UNIX socket sk, a typed pointer (its socket storage can be looked up), or 0 (unix_peer_ok) */
+static __always_inline struct sock *unix_peer(void *sk)
+{
+	if (!unix_peer_ok)
+		return 0;
+	struct unix_sock *u = bpf_skc_to_unix_sock(sk);
+	return u ? u->peer : 0;
+}
 
 static __always_inline void stat_add(__u32 idx, __u64 n)
 {

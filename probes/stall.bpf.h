@@ -35,8 +35,7 @@ static __always_inline __u8 piece_fills_window(struct sock *sk)
 	}
 	if (sk->__sk_common.skc_family == AF_UNIX_NUM) {
 		/* a unix stream's queued bytes are charged to the sender, which blocks at its sk_sndbuf */
-		struct unix_sock *u = bpf_skc_to_unix_sock(sk);
-		struct sock *peer = u ? u->peer : 0;
+		struct sock *peer = unix_peer(sk);
 		if (!peer)
 			return 0;
 		return (__u32)peer->sk_wmem_alloc.refs.counter * 2 >= (__u32)peer->sk_sndbuf;

@@ -89,6 +89,7 @@ def scope_doc(t: SocketTable, netns: str | None, host_name: str | None) -> dict:
     """run.json `scope`: which "machine" this run is (a namespace standing for one, or the whole machine)."""
     import socket
     name = host_name or (netns.rsplit("/", 1)[-1] if netns else socket.gethostname())
-    return {"host": name, "netns": netns, "hostname": socket.gethostname(),
+    from pathprof.agent.host.machine import boot_id
+    return {"host": name, "netns": netns, "hostname": socket.gethostname(), "boot_id": boot_id(),
             "whole_machine": netns is None}
 

@@ -15,6 +15,16 @@ def require_root() -> None:
                                "try: sudo pathprof ...")
 
 
+def boot_id() -> str | None:
+    """This kernel's boot (/proc/sys/kernel/random/boot_id): namespaces share it, two machines or VMs never do --
+    even clones of one image, which share a hostname and /etc/machine-id."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 def host_info() -> dict:
     u = platform.uname()
     osname = ""
@@ -23,7 +33,7 @@ def host_info() -> dict:
     except (OSError, StopIteration):
         pass
     return {"kernel": u.release, "cpus": os.cpu_count(), "hostname": socket.gethostname(), "os": osname,
-            "machine": u.machine}
+            "machine": u.machine, "boot_id": boot_id()}
 
 
 def net_counters(text: str, wanted: dict[str, tuple[str, ...]]) -> dict[str, int]:

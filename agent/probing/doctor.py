@@ -184,6 +184,13 @@ def _hook_checks() -> list[Capability]:
     usdt = hooks.usdt_record(uprobe_multi.supported())
     caps.append(Capability("hook: PostgreSQL USDT (--probes deep)", True, usdt["hook"] + "".join(
         f" (not {r['hook']}: {r['why']})" for r in usdt["refused"]), required=False))
+    lacking = {d["feature"]: d for d in hooks.degraded(facts)}
+    for helper, (what, since, effect) in hooks.OPTIONAL_HELPERS.items():
+        caps.append(Capability(f"helper: {what}", what not in lacking, f"{since}: present" if what not in lacking
+                               else f"missing ({since}): {effect}", required=False))
+    if facts.lacks:
+        caps.append(Capability("pretended lacks", False, f"{hooks.LACKS_ENV}={','.join(sorted(facts.lacks))}: this "
+                               "kernel is taken to lack these", required=False))
     return caps
 
 

@@ -97,18 +97,37 @@ class Choice:
                 "refused": [{"hook": w.describe(), "why": why} for w, why in self.refused]}
 
 
+LACKS_ENV = "PATHPROF_KERNEL_LACKS"
+
+
+def pretended_lacks() -> frozenset[str]:
+    """PATHPROF_KERNEL_LACKS=name,...: tracepoints, kfuncs (bpf_rdonly_cast), helpers (skc_to_unix_sock),
+    `netfilter_links` or `fentry` this kernel is to be taken as lacking, so that the fallbacks an older kernel
+    needs are tried here (the suite's tests of them; a user comparing hooks). run.json records them."""
+    return frozenset(x.strip() for x in os.environ.get(LACKS_ENV, "").split(",") if x.strip())
+
+
 class KernelFacts:
     """What this kernel offers to attach to, looked up once per process. Tests give a fake one (same methods)."""
+
+    def __init__(self):
+        self.lacks = pretended_lacks()
 
     @functools.lru_cache(maxsize=None)
     def has_tracepoint(self, name: str) -> bool:
         from pathprof.agent.probing.bpf.libbpf import kernel_has_tracepoint
-        return kernel_has_tracepoint(name)
+        return name not in self.lacks and kernel_has_tracepoint(name)
 
     @functools.lru_cache(maxsize=None)
     def has_btf_func(self, name: str) -> bool:
         from pathprof.agent.probing.bpf.libbpf import kernel_btf_find
-        return kernel_btf_find(name, BTF_KIND_FUNC)
+        return name not in self.lacks and kernel_btf_find(name, BTF_KIND_FUNC)
+
+    @functools.lru_cache(maxsize=None)
+    def has_helper(self, name: str) -> bool:
+        """A BPF helper (bpf_func_id's BPF_FUNC_<name>) in this kernel's BTF."""
+        from pathprof.agent.probing.bpf.libbpf import kernel_enum_values
+        return name not in self.lacks and f"BPF_FUNC_{name}" in kernel_enum_values("bpf_func_id")
 
     @functools.cached_property
     def _traceable(self) -> set[str] | None:
@@ -143,12 +162,14 @@ class KernelFacts:
     def netfilter_links(self) -> bool:
         """BPF netfilter programs and links (Linux 6.4): the program type in the kernel's BTF."""
         from pathprof.agent.probing.bpf.libbpf import kernel_enum_values
-        return "BPF_PROG_TYPE_NETFILTER" in kernel_enum_values("bpf_prog_type")
+        return "netfilter_links" not in self.lacks and "BPF_PROG_TYPE_NETFILTER" in kernel_enum_values("bpf_prog_type")
 
     @functools.cached_property
     def fentry_error(self) -> str | None:
         """None when an fentry program loads and attaches here (tried once: some kernels have the functions in
         BTF and still refuse fentry), else why not."""
+        if "fentry" in self.lacks:
+            return f"taken as absent ({LACKS_ENV})"
         from pathprof.agent.probing.doctor import try_fentry
         return try_fentry()
 
@@ -214,14 +235,36 @@ def unused_programs(choices: list[Choice]) -> set[str]:
     return {name for c in choices for w in c.ways for name, _ in w.programs} - chosen
 
 
-def hooks_record(choices: list[Choice], obj: str, usdt_multi: bool | None = None) -> dict:
+def hooks_record(choices: list[Choice], obj: str, usdt_multi: bool | None = None,
+                 facts: KernelFacts | None = None) -> dict:
     """run.json's probes.hooks: the object variant and, per event with a choice to make (more than one way, or
     none usable), the way chosen and the ways refused; with --probes deep, how PostgreSQL's USDT notes were
-    attached (usdt_multi: one uprobe_multi link per program, else one uprobe per note)."""
+    attached (usdt_multi: one uprobe_multi link per program, else one uprobe per note); with `facts`, what the
+    kernel's lacks cost the run (`degraded`) and what it was only taken to lack (`pretended`)."""
     events = [c.to_json() for c in choices if len(c.ways) > 1 or c.chosen is None]
     if usdt_multi is not None:
         events.append(usdt_record(usdt_multi))
-    return {"object": obj, "events": events}
+    out = {"object": obj, "events": events}
+    if facts is not None:
+        out["degraded"] = degraded(facts)
+        if facts.lacks:
+            out["pretended"] = sorted(facts.lacks)
+    return out
+
+
+# Helpers a measurement needs and no other way replaces: without one, the probes load (the code that calls it is
+# dead, set before load) and the measurement it serves is not made. helper -> (what, since, what the run lacks)
+OPTIONAL_HELPERS = {
+    "skc_to_unix_sock": ("unix stream peer", "bpf_skc_to_unix_sock, Linux 5.16",
+                         "AF_UNIX sends carry no transaction number in sampled traces, and a unix sender blocked "
+                         "at its send buffer is not a window stall"),
+}
+
+
+def degraded(facts) -> list[dict]:
+    """What this kernel's missing optional helpers cost a run (empty on a kernel that has them all)."""
+    return [{"feature": what, "needs": since, "effect": effect}
+            for helper, (what, since, effect) in OPTIONAL_HELPERS.items() if not facts.has_helper(helper)]
 
 
 def usdt_record(multi: bool) -> dict:
@@ -274,6 +317,11 @@ def object_for(facts) -> str:
     return MAIN_OBJECT if facts.has_btf_func("bpf_rdonly_cast") else COMPAT_OBJECT
 
 
+# The oldest kernel that runs every stage: what REQUIREMENTS and the atomics check below imply, and the newest
+# helper the objects an older kernel loads call unguarded (tests/unit/test_kernel_floor.py reads their code).
+MINIMUM_KERNEL = (5, 12)
+
+
 # What every program family needs and no fallback replaces, with the Linux version that brought it. Checked in
 # the kernel's BTF (the helper's enum value, the map type), which backports carry too, rather than by version.
 REQUIREMENTS = (
@@ -282,7 +330,6 @@ REQUIREMENTS = (
     ("BPF_FUNC_ringbuf_output", "BPF ring buffers (Linux 5.8)"),
     ("BPF_MAP_TYPE_TASK_STORAGE", "task storage maps (Linux 5.11)"),
     ("BPF_FUNC_get_current_task_btf", "bpf_get_current_task_btf (Linux 5.11)"),
-    ("BPF_FUNC_skc_to_unix_sock", "bpf_skc_to_unix_sock (Linux 5.16)"),
 )
 
 
@@ -296,6 +343,6 @@ def kernel_shortfalls(btf_present: bool, enum_values: set[str], release: str) ->
         major, minor = (int(x) for x in release.split(".")[:2])
     except ValueError:
         major = minor = 0
-    if (major, minor) and (major, minor) < (5, 12):   # atomics with fetch (BPF_ATOMIC | BPF_FETCH): not in BTF
+    if (major, minor) and (major, minor) < MINIMUM_KERNEL:   # atomics with fetch (BPF_ATOMIC | BPF_FETCH): not in BTF
         missing.append("BPF atomic fetch/xchg/cmpxchg instructions (Linux 5.12)")
     return missing

@@ -195,7 +195,8 @@ class ProbeSession:
         deep = self.config.level == "deep"
         try:
             inos = self._netns_inodes()
-            self.object_name = probe_hooks.object_for(probe_hooks.kernel_facts())   # kfunc or compat variant
+            facts = probe_hooks.kernel_facts()
+            self.object_name = probe_hooks.object_for(facts)   # kfunc or compat variant
             self.main = BpfObject(str(_probes_dir() / self.object_name))
             self.main.set_rodata(svc_ports=(C.c_uint16 * L.MAX_PORTS)(*ports), nf_netns=inos,
                                  nf_nns=C.c_uint32(len(self.netns_names)), lat_hops=C.c_uint32(hop_slots),
@@ -204,7 +205,8 @@ class ProbeSession:
                                  time_lo=C.c_uint32(1 if self.config.lo_device else 0),
                                  qdisc_on=C.c_uint32(1 if self.config.qdisc else 0),
                                  conn_split=C.c_uint32(1 if self.config.conn_split else 0),
-                                 send_at_start=C.c_uint32(0 if self.config.conn_split else 1))
+                                 send_at_start=C.c_uint32(0 if self.config.conn_split else 1),
+                                 unix_peer_ok=C.c_uint32(1 if facts.has_helper("skc_to_unix_sock") else 0))
             self.main.maps["lat"].set_max_entries(L.lat_entries(hop_slots))
             self.main.maps["nfagg"].set_max_entries((len(self.netns_names) + 1) * L.NF_PER_NETNS)
             self.main.maps["cpu_idle"].set_max_entries(num_possible_cpus())
@@ -237,6 +239,8 @@ class ProbeSession:
         for label, ok, detail in probe_hooks.describe_choices(self.hook_choices):
             if not ok or detail.startswith(("fentry", "fexit", "kprobe")):
                 self._note(f"{label}: {detail}")
+        for d in probe_hooks.degraded(probe_hooks.kernel_facts()):
+            self._note(f"{d['feature']}: this kernel lacks {d['needs']}: {d['effect']}")
         for name, prog in self.main.programs.items():
             if name in alternatives:
                 continue
@@ -547,7 +551,8 @@ class ProbeSession:
         return ProbeResult(stages, cpu, cost, lost, traces, counters=stats, notes=notes, windows=list(self.windows),
                            messages=messages, hooks=probe_hooks.hooks_record(
                                self.hook_choices, self.object_name,
-                               self._postgres.multi if self.config.level == "deep" else None))
+                               self._postgres.multi if self.config.level == "deep" else None,
+                               probe_hooks.kernel_facts()))
 
     def close(self) -> None:
         if self._runner is not None:

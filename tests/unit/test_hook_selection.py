@@ -146,3 +146,42 @@ def test_this_kernel_with_every_tracepoint_keeps_the_first_ways():
     with BpfObject(str(PROBES / H.MAIN_OBJECT)) as o:
         choices = H.choose({n: p.section for n, p in o.programs.items()}, facts)
     assert all(c.chosen is c.ways[0] and not c.refused for c in choices), [c.to_json() for c in choices if c.refused]
+
+
+def test_a_kernel_without_skc_to_unix_sock_is_not_refused_and_the_run_says_what_it_lacks(monkeypatch):
+    """bpf_skc_to_unix_sock (5.16) is optional: the minimum kernel no longer needs it (Ubuntu 22.04's 5.15 and
+    RHEL 9's 5.14 have everything else), and a kernel without it records what its runs lack."""
+    everything = {name for name, _ in H.REQUIREMENTS}
+    assert "BPF_FUNC_skc_to_unix_sock" not in everything
+    assert H.kernel_shortfalls(True, everything, "5.15.0-91-generic") == []
+    assert H.kernel_shortfalls(True, everything, "5.14.0-362.el9.x86_64") == []
+
+    class Helpers:
+        lacks = frozenset()
+
+        def __init__(self, helpers):
+            self.helpers = helpers
+
+        def has_helper(self, name):
+            return name in self.helpers
+    (d,) = H.degraded(Helpers(set()))
+    assert d["feature"] == "unix stream peer" and "5.16" in d["needs"] and "window stall" in d["effect"]
+    assert H.degraded(Helpers({"skc_to_unix_sock"})) == []
+    rec = H.hooks_record([], "pathprof-compat.bpf.o", facts=Helpers(set()))
+    assert rec["degraded"] == [d] and "pretended" not in rec
+
+
+def test_pretended_lacks_hide_what_the_kernel_has(monkeypatch):
+    """PATHPROF_KERNEL_LACKS takes this kernel as an older one: tracepoints, kfuncs, helpers, netfilter links and
+    fentry named there are absent for the selection, without a lookup."""
+    monkeypatch.setenv(H.LACKS_ENV, "sk_data_ready, bpf_rdonly_cast,skc_to_unix_sock,netfilter_links,fentry")
+    f = H.KernelFacts()
+    assert f.lacks == {"sk_data_ready", "bpf_rdonly_cast", "skc_to_unix_sock", "netfilter_links", "fentry"}
+    assert not f.has_tracepoint("sk_data_ready") and not f.has_btf_func("bpf_rdonly_cast")
+    assert not f.has_helper("skc_to_unix_sock") and not f.netfilter_links
+    assert "PATHPROF_KERNEL_LACKS" in f.fentry_error
+    assert H.object_for(f) == H.COMPAT_OBJECT
+    rec = H.hooks_record([], H.COMPAT_OBJECT, facts=f)
+    assert rec["pretended"] == sorted(f.lacks) and rec["degraded"][0]["feature"] == "unix stream peer"
+    monkeypatch.delenv(H.LACKS_ENV)
+    assert H.KernelFacts().lacks == frozenset()

@@ -279,3 +279,21 @@ def test_the_disk_is_counted_once_per_machine(tmp_path, machines, rows):
     rd = merge([c, s], tmp_path / "m", tmp_path)
     disk = summarize(RunDir.open(rd.path))["disk"]
     assert len(disk) == rows and all(d["requests_per_txn"] == pytest.approx(0.01) for d in disk), disk
+
+
+@pytest.mark.parametrize("boots, machines", [(("b1", "b1"), 1), (("b1", "b2"), 2)])
+def test_machines_are_told_apart_by_boot_id_not_hostname(tmp_path, boots, machines):
+    """Two VMs cloned from one image share a hostname (two kernel guests, bench/two_guests: both `pp-kern-guest`):
+    their boot ids tell them apart, so each one's busy time and softirq count; namespaces of one kernel share
+    their boot id and stay one machine."""
+    c, s, _ = two_runs(tmp_path, cpu=ONE_MACHINE if machines == 1 else TWO_MACHINES, machines=("vm", "vm"))
+    for path, boot in zip((c, s), boots):
+        rd = RunDir.open(path)
+        rd.update(scope={**rd.meta["scope"], "boot_id": boot})
+    d = summarize(merge([c, s], tmp_path / "m", tmp_path))
+    meta = RunDir.open(d["run_dir"]).meta
+    assert meta["cpu"]["ncpu"] == 2 * machines
+    assert len(meta["cpu"]["machines"]) == machines
+    if machines == 2:
+        assert sorted(meta["cpu"]["machines"]) == ["vm (boot b1)", "vm (boot b2)"]
+    assert d["closure"]["cpu_error_pct"] == pytest.approx(0.0, abs=0.01)

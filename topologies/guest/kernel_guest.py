@@ -230,8 +230,15 @@ tar -C "{mnt}/lib/modules" -cf "{tmp}/modules.tar" .
             cpus: int = 2) -> GuestRun:
         """Boot the guest (TCG: this machine's KVM cannot boot a real guest), run `commands` (sh) inside with the
         checkout `src` mounted at its own path, wait for the poweroff. qemu runs at nice 19."""
+        return self.start(commands, out_dir, src, memory_mb=memory_mb, cpus=cpus).wait(timeout_s)
+
+    def start(self, commands: str, out_dir: Path, src: Path, memory_mb: int = 3072, cpus: int = 2,
+              nic: "GuestNic | None" = None) -> "BootedGuest":
+        """Boot without waiting (several guests at once); `nic`: a network card joined to another guest's."""
         self.ensure()
         out_dir.mkdir(parents=True, exist_ok=True)
+        if nic is not None:
+            commands = nic.setup_commands() + commands
         (out_dir / "commands.sh").write_text(commands)
         for f in ("output.log", "rc"):
             (out_dir / f).unlink(missing_ok=True)
@@ -247,16 +254,59 @@ tar -C "{mnt}/lib/modules" -cf "{tmp}/modules.tar" .
                 "-drive", f"file={self.disk},format=raw,if=virtio,snapshot=on",
                 "-virtfs", f"local,path={src},mount_tag=pp-src,security_model=none,readonly=on",
                 "-virtfs", f"local,path={out_dir},mount_tag=pp-out,security_model=none",
-                "-serial", f"file:{console}", "-monitor", "none", "-display", "none"]
-        t0 = time.monotonic()
+                "-serial", f"file:{console}", "-monitor", "none", "-display", "none",
+                *(nic.qemu_args() if nic is not None else [])]
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                  stderr=open(out_dir / "qemu.err", "w"), start_new_session=True)
+        return BootedGuest(child, out_dir, time.monotonic())
+
+
+@dataclass
+class GuestNic:
+    """A virtio network card whose frames travel as UDP datagrams between two qemu processes on the host's loopback
+    (qemu's socket netdev): two guests on one wire, nothing else on it, no bridge or tap on the host."""
+    address: str            # this guest's, with its prefix (198.18.0.0/15)
+    local_port: int
+    remote_port: int
+    mac: str
+
+    def qemu_args(self) -> list[str]:
+        return ["-netdev", f"socket,id=pp0,udp=127.0.0.1:{self.remote_port},localaddr=127.0.0.1:{self.local_port}",
+                "-device", f"virtio-net-pci,netdev=pp0,mac={self.mac}"]
+
+    def setup_commands(self) -> str:
+        return (f"modprobe virtio_net; i=0; while ! ip link show eth0 >/dev/null 2>&1 && [ $i -lt 100 ]; do "
+                f"sleep 0.1; i=$((i+1)); done\nip link set eth0 up && ip addr add {self.address} dev eth0\n")
+
+
+def nic_pair(address_a: str, address_b: str) -> tuple[GuestNic, GuestNic]:
+    """Two cards on one wire: free UDP ports on the host's loopback, one per end."""
+    import socket
+    ports = []
+    for _ in range(2):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    return (GuestNic(address_a, ports[0], ports[1], "52:54:00:70:70:01"),
+            GuestNic(address_b, ports[1], ports[0], "52:54:00:70:70:02"))
+
+
+@dataclass
+class BootedGuest:
+    child: subprocess.Popen
+    out_dir: Path
+    t0: float
+
+    def wait(self, timeout_s: float = 900) -> GuestRun:
+        """Until the guest powers off (killed after timeout_s: rc None)."""
         try:
-            child.wait(timeout_s)
+            self.child.wait(max(0.0, timeout_s - (time.monotonic() - self.t0)))
         except subprocess.TimeoutExpired:
-            child.kill()      # our own qemu, by its pid
-            child.wait()
+            self.child.kill()      # our own qemu, by its pid
+            self.child.wait()
+        out_dir = self.out_dir
         rc_file = out_dir / "rc"
         rc = int(rc_file.read_text()) if rc_file.exists() and rc_file.read_text().strip() else None
         read = lambda p: p.read_text(errors="replace") if p.exists() else ""  # noqa: E731
-        return GuestRun(rc, read(out_dir / "output.log"), read(console), time.monotonic() - t0, out_dir)
+        return GuestRun(rc, read(out_dir / "output.log"), read(out_dir / "console.log"), time.monotonic() - self.t0,
+                        out_dir)
