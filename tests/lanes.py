@@ -54,7 +54,7 @@ MACHINE_OBJECTS = {
     "test_rules_scale.py": "replays a killed run's journal with `cleanup`",
     "test_uprobe_multi.py": "USDT semaphores are counted by every uprobe on the binary, the other lane's too",
     "test_cpu_quota.py": "cgroups are machine-wide (its pp- CPU cgroup, and the state check that it is gone)",
-    "test_kernel_guest.py": "a TCG guest at nice 19 for ~80 s: beside the other lane's unit tests, not its runs (a "
+    "test_kernel_guest.py": "a TCG guest at nice 19 for ~60 s: beside the other lane's unit tests, not its runs (a "
                             "saturated lane would starve it); its image build (once) uses loop devices",
 }
 MACHINE_SCOPE = "machine-objects"

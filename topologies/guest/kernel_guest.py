@@ -227,12 +227,12 @@ tar -C "{mnt}/lib/modules" -cf "{tmp}/modules.tar" .
         return self.path / "vmlinux" if (self.path / "vmlinux").exists() else self.path / "vmlinuz"
 
     def run(self, commands: str, out_dir: Path, src: Path, timeout_s: float = 900, memory_mb: int = 3072,
-            cpus: int = 2) -> GuestRun:
+            cpus: int = 1) -> GuestRun:
         """Boot the guest (TCG: this machine's KVM cannot boot a real guest), run `commands` (sh) inside with the
         checkout `src` mounted at its own path, wait for the poweroff. qemu runs at nice 19."""
         return self.start(commands, out_dir, src, memory_mb=memory_mb, cpus=cpus).wait(timeout_s)
 
-    def start(self, commands: str, out_dir: Path, src: Path, memory_mb: int = 3072, cpus: int = 2,
+    def start(self, commands: str, out_dir: Path, src: Path, memory_mb: int = 3072, cpus: int = 1,
               nic: "GuestNic | None" = None) -> "BootedGuest":
         """Boot without waiting (several guests at once); `nic`: a network card joined to another guest's."""
         self.ensure()
@@ -243,10 +243,12 @@ tar -C "{mnt}/lib/modules" -cf "{tmp}/modules.tar" .
         for f in ("output.log", "rc"):
             (out_dir / f).unlink(missing_ok=True)
         console = out_dir / "console.log"
-        # thread=single: one host thread runs both vCPUs in turn. With thread=multi, 2 of 3 probed runs on 6.1 hung
-        # (2026-11-27): both vCPUs spun for minutes on sock_def_readable's first instruction, just patched into the
-        # call of an fentry trampoline (cross-vCPU code patching under MTTCG); 0 of 4 with single, and faster (72-88
-        # s against ~100: two emulating threads on a 2-CPU host contend). loglevel=5: a lockup's stack is printed.
+        # One vCPU on one host thread by default (2026-11-27, probed unix runs on 6.1): two vCPUs under thread=multi
+        # hung 2 runs of 3 (both spun for minutes on sock_def_readable's first instruction, just patched into the
+        # call of an fentry trampoline: cross-vCPU code patching under MTTCG); two vCPUs under thread=single took
+        # turns, and a vCPU frozen while the other ran put time outside every stage (latency closure -8.98 % and
+        # -8.94 % in 5); one vCPU: closures -3.9 to -1.0 % latency, -1.7 to +1.6 % CPU in 6, three beside a busy
+        # host CPU, 51-56 s each against 72-104. loglevel=5: a lockup's stack is printed.
         argv = ["nice", "-n", "19", "qemu-system-x86_64", "-accel", "tcg,thread=single", "-cpu", "max",
                 "-m", str(memory_mb), "-smp", str(cpus), "-nographic", "-no-reboot", "-nic", "none",
                 "-kernel", str(self.kernel_file()), "-initrd", str(self.path / "initrd.img"),
