@@ -60,9 +60,15 @@ class CostCalibration:
             os.close(self._open[0])
             self._open = None
 
-    def estimate(self, messages_total: int) -> dict:
-        """The run.json `probes.cost` document: totals scaled to `messages_total`, per-program figures."""
+    def estimate(self, messages_total: int, window_ns: int | None = None) -> dict:
+        """The run.json `probes.cost` document: totals scaled to `messages_total`, per-program figures. With
+        `window_ns` (the windows' length), never scaled beyond the windows' time over the slices': a slice that
+        counted few of the run's messages while a neighbour's traffic ran the programs (they fire machine-wide)
+        scaled 46.6x and its "probe" time took every process's CPU (CI 2026-11-27; the slice's rate, held for the
+        windows, is the most the probes can have cost)."""
         scale = messages_total / self.messages if self.messages else 0.0
+        if window_ns and self.slice_ns:
+            scale = min(scale, max(1.0, window_ns / self.slice_ns))
         programs = {}
         for name, d in self.progs.items():
             if not d["run_cnt"]:
@@ -77,4 +83,4 @@ class CostCalibration:
                 "calibration": {"method": "bpf_stats in calibration slices, scaled by messages",
                                 "slices": self.slices, "slice_s": round(self.slice_ns / 1e9, 3),
                                 "slice_messages": self.messages, "messages": messages_total,
-                                "scale": round(scale, 3)}}
+                                "scale": round(scale, 3), "window_s": round(window_ns / 1e9, 3) if window_ns else None}}

@@ -529,7 +529,8 @@ class ProbeSession:
             self.close()
         base = self._base
         stats = F.sub(now["stats"], base.get("stats", {}))
-        cost = self.calibration.estimate(stats.get("messages", 0))
+        cost = self.calibration.estimate(stats.get("messages", 0),
+                                         sum(int(w.get("elapsed_ns") or 0) for w in self.windows) or None)
         cost["netfilter_hooks"] = {ns: hooks for ns, hooks in self.nf_hooks.items()}
         lost = {k: v for k, v in stats.items() if k in F.LOSS and v}
         misses = sum(p.get("recursion_misses", 0) for p in F.sub_prog(now["progs"], base.get("progs", {})).values())
