@@ -160,6 +160,7 @@ class CpuTime:
     machines: dict | None = None        # merged runs: machine -> its hosts (analysis.merge_cpu)
     busy_tick_ns: float | None = None     # /proc/stat's tick-sampled busy time (1.2; busy_ns is it before)
     asleep_ns: float | None = None        # the CPUs' no-HZ idle + iowait sleep (1.2, busy_source "nohz")
+    steal_ns: float | None = None         # /proc/stat's steal: a hypervisor ran others on these CPUs (1.3)
     busy_source: str | None = None        # "nohz" | "tick"; absent (< 1.2): tick
     doc: dict = _doc_field()
 
@@ -185,6 +186,7 @@ class WindowFigures:
     client_s: float | None = None     # in windows: the clients' time, each to its own last transaction
     busy_tick_ns: float | None = None     # /proc/stat's tick-sampled busy time (1.2; busy_ns is it before)
     asleep_ns: float | None = None        # the CPUs' no-HZ idle + iowait sleep (1.2, busy_source "nohz")
+    steal_ns: float | None = None         # /proc/stat's steal: a hypervisor ran others on these CPUs (1.3)
     busy_source: str | None = None        # "nohz" | "tick"; absent (< 1.2): tick
     doc: dict = _doc_field()
 
@@ -206,6 +208,7 @@ class ProbeWindow:
     elapsed_ns: int | None = None
     busy_tick_ns: float | None = None     # /proc/stat's tick-sampled busy time (1.2; busy_ns is it before)
     asleep_ns: float | None = None        # the CPUs' no-HZ idle + iowait sleep (1.2, busy_source "nohz")
+    steal_ns: float | None = None         # /proc/stat's steal: a hypervisor ran others on these CPUs (1.3)
     busy_source: str | None = None        # "nohz" | "tick"; absent (< 1.2): tick
     doc: dict = _doc_field()
 

@@ -15,8 +15,9 @@ from pathprof.errors import UserError
 # in_windows `busy_source` "nohz", with busy_tick_ns and asleep_ns) and the CPU component `idle` (idle.wakeups).
 # A run without busy_source is tick-sampled and has no `idle` row: it reads and closes as it was recorded.
 # workload.client (attach: the client's program, analysis.client) is optional within 1.2: a reader that does not
-# know it names the client `pgbench`, as every run before it did.
-SCHEMA = "pathprof-run/1.2"
+# know it names the client `pgbench`, as every run before it did. 1.3: `steal_ns` beside busy_ns (cpu, windows,
+# in_windows): the hypervisor's steal time; a run without it says nothing of steal.
+SCHEMA = "pathprof-run/1.3"
 SCHEMA_MAJOR = 1
 
 

@@ -38,6 +38,7 @@ def summarize(rd: RunDir) -> dict:
         from pathprof.analysis.conn_view import add_connection_setup
         add_connection_setup(out, rd)     # no latency view to fold it into (probes off, no transactions)
     out.update(probe_cost_share(out))
+    _add_steal(out, basis)
     from pathprof.analysis.losses import add_to_summary as add_losses
     add_losses(out, probes, stages, cpu)          # after the views: each loss checked against their closure
     _add_checks(out, run)
@@ -118,7 +119,8 @@ def _basis(run: RunMeta, out: dict) -> dict:
     b = {"txns": res.transactions or 0, "tps": res.tps or 0, "mean_ms": res.latency_ms.mean,
          "busy": cpu_time.busy_ns, "elapsed": cpu_time.elapsed_ns,
          "ncpu": cpu_time.ncpu or run.host.cpus or 1,
-         "busy_source": cpu_time.busy_source or "tick", "busy_tick": cpu_time.busy_tick_ns or cpu_time.busy_ns}
+         "busy_source": cpu_time.busy_source or "tick", "busy_tick": cpu_time.busy_tick_ns or cpu_time.busy_ns,
+         "steal": cpu_time.steal_ns}
     if b["busy"] and b["elapsed"]:
         out["busy_cpus"] = b["busy"] / b["elapsed"]
     win = _windows(run.probes, out)
@@ -130,7 +132,8 @@ def _basis(run: RunMeta, out: dict) -> dict:
         b.update(txns=win.txns, tps=win.tps or 0, mean_ms=win.latency_ms_mean or b["mean_ms"],
                  busy=win.busy_ns or b["busy"], elapsed=win.elapsed_ns or b["elapsed"], client_s=win.client_s)
         if win.busy_ns:
-            b.update(busy_source=win.busy_source or "tick", busy_tick=win.busy_tick_ns or win.busy_ns)
+            b.update(busy_source=win.busy_source or "tick", busy_tick=win.busy_tick_ns or win.busy_ns,
+                     steal=win.steal_ns)
     return b
 
 
@@ -185,6 +188,18 @@ def _add_cpu_view(out: dict, cpu, basis: dict, clients: int, probes: Probes, cli
     out["predicted_tps"] = cv.get("predicted_tps")
     out["predicted_probed_tps"] = cv.get("predicted_probed_tps")
     out["prediction"] = _prediction(out["predicted_tps"], probes)
+
+
+def _add_steal(out: dict, basis: dict) -> None:
+    """The hypervisor's steal time over the same interval as the views (analysis.steal), and its note."""
+    from pathprof.analysis.steal import steal_figures, steal_note
+    fig = steal_figures(basis.get("steal"), basis["elapsed"], basis["ncpu"], basis["txns"])
+    if fig is None:
+        return
+    out["steal"] = fig
+    note = steal_note(fig, out["closure"].get("cycle_us"))
+    if note:
+        out["notes"].append(note)
 
 
 def _add_checks(out: dict, run: RunMeta) -> None:

@@ -725,6 +725,8 @@ static __always_inline int on_send_end(struct sock *sk, int ret)
 		return 0;
 	int was_sending = t->in_send;
 	t->in_send = 0;                   /* the send is over, whatever its outcome */
+	t->send_sk = 0;                   /* and so is a send closed at its start: a later lock on a socket at the
+					   * same address (closed, its memory reused) is not this send (sending()) */
 	/* --connect: pgbench's Terminate ('X' + length: 5 bytes). Its trip is its wire stage (send start -> delivered
 	 * inside this send); nobody answers it, so the rest of the send (the softirq finishing, a receiver it woke on
 	 * this CPU running first) is pgbench's own, up to where connect.thread_wait starts: this send's end */

@@ -49,28 +49,37 @@ def net_counters(text: str, wanted: dict[str, tuple[str, ...]]) -> dict[str, int
     return out
 
 
-def cpu_busy_ns() -> tuple[int, int]:
-    """(busy, total) CPU ns since boot from /proc/stat's cpu line; busy = total - idle - iowait
-    (tick-sampled by the kernel: 1/HZ resolution)."""
+def proc_stat_ns() -> tuple[int, int, int]:
+    """(busy, total, steal) CPU ns since boot from /proc/stat's cpu line; busy = total - idle - iowait
+    (tick-sampled by the kernel: 1/HZ resolution). steal is the time a hypervisor ran something else on this
+    virtual machine's CPUs while they had work: inside busy, and inside every stage that was running then."""
     with open("/proc/stat") as f:
         vals = [int(x) for x in f.readline().split()[1:]]
     hz = os.sysconf("SC_CLK_TCK")
     total = sum(vals[:8])          # guest/guest_nice are already inside user/nice
     busy = total - vals[3] - vals[4]
-    return busy * 10**9 // hz, total * 10**9 // hz
+    steal = vals[7] if len(vals) > 7 else 0
+    return busy * 10**9 // hz, total * 10**9 // hz, steal * 10**9 // hz
+
+
+def cpu_busy_ns() -> tuple[int, int]:
+    """(busy, total) CPU ns since boot (proc_stat_ns)."""
+    busy, total, _ = proc_stat_ns()
+    return busy, total
 
 
 def cpu_times() -> dict:
-    """The CPUs' time since boot, all CPUs summed: {busy_ns, total_ns, asleep_ns, busy_tick_ns, busy_source}.
+    """The CPUs' time since boot, all CPUs summed: {busy_ns, total_ns, asleep_ns, busy_tick_ns, steal_ns,
+    busy_source}.
 
     busy_ns is the CPUs' time not asleep in the no-HZ idle state (total - idle - iowait sleep, ns-precise, the
     kernel's own tick_sched accounting) where the kernel keeps it; busy_tick_ns is /proc/stat's busy fields,
     which are tick samples: work that starts right after a tick (TCP's retransmission and loss-probe timers
     fire from the tick) and ends before the next is never sampled, so under loss they miss most of it.
     busy_source says which busy_ns is ("nohz", else "tick" with busy_ns = busy_tick_ns). Subtract two readings."""
-    tick_busy, tick_total = cpu_busy_ns()
+    tick_busy, tick_total, steal = proc_stat_ns()
     out = {"busy_tick_ns": tick_busy, "busy_ns": tick_busy, "total_ns": tick_total, "asleep_ns": tick_total - tick_busy,
-           "busy_source": "tick"}
+           "steal_ns": steal, "busy_source": "tick"}
     nohz = nohz_times()
     if nohz is not None:
         total, asleep = nohz

@@ -368,7 +368,7 @@ class ProbeSession:
             self._detach()
             w["detached_mono_ns"], w["detached_realtime_ns"] = time.monotonic_ns(), time.time_ns()
             cpu0 = w.pop("cpu0")
-            w.update({k: cpu1[k] - cpu0[k] for k in ("busy_ns", "total_ns", "asleep_ns", "busy_tick_ns")})
+            w.update({k: cpu1[k] - cpu0[k] for k in ("busy_ns", "total_ns", "asleep_ns", "busy_tick_ns", "steal_ns")})
             w["busy_source"] = cpu1["busy_source"] if cpu0["busy_source"] == cpu1["busy_source"] else "tick"
             if w["busy_source"] == "tick":    # a mixed pair: both ends from /proc/stat
                 w["busy_ns"] = w["busy_tick_ns"]

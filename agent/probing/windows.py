@@ -136,5 +136,7 @@ def cpu_in_windows(windows: list[dict]) -> dict:
            "elapsed_ns": sum(w.get("elapsed_ns", 0) for w in windows), "windows": len(windows)}
     if asleep is not None:
         out["asleep_ns"] = int(asleep)
+    if windows and all("steal_ns" in w for w in windows):     # the hypervisor's steal (analysis.steal)
+        out["steal_ns"] = sum(w["steal_ns"] for w in windows)
     return out
 

@@ -95,7 +95,7 @@ class Measurement:
     def cpu(self) -> dict:
         """run.json `cpu` for the interval so far: the machine's busy and total CPU time, the elapsed time."""
         c1, t1, c0 = cpu_times(), time.monotonic_ns(), self.cpu0
-        out = {k: c1[k] - c0[k] for k in ("busy_ns", "total_ns", "busy_tick_ns", "asleep_ns")}
+        out = {k: c1[k] - c0[k] for k in ("busy_ns", "total_ns", "busy_tick_ns", "asleep_ns", "steal_ns")}
         out.update(elapsed_ns=t1 - self.t0, ncpu=os.cpu_count(), busy_source=c1["busy_source"])
         if c0["busy_source"] != c1["busy_source"]:
             out.update(busy_ns=out["busy_tick_ns"], busy_source="tick")

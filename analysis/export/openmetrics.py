@@ -144,6 +144,13 @@ def _closure(doc: _Doc, runs) -> None:
                    "how far the sum of a view is from what was measured: (sum - measured) / measured", "ratio")
         for lb, view, v in rows:
             doc.sample("pathprof_closure_error_ratio", {**lb, "view": view}, v / 100.0)
+    steal = [(lb, _num((s.doc.get("steal") or {}).get("pct"))) for lb, s in runs]
+    steal = [r for r in steal if r[1] is not None]
+    if steal:
+        doc.family("pathprof_steal_ratio", "gauge",
+                   "share of the CPUs' time a hypervisor ran other work while they had work (steal)", "ratio")
+        for lb, v in steal:
+            doc.sample("pathprof_steal_ratio", lb, v / 100.0)
 
 
 def stage_histograms(stages_frame, client: str = "pgbench") -> list[dict]:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from pathprof.analysis.merge import hist_of, merge, parse_drift, parse_shift
-from pathprof.analysis.rundir import RunDir
+from pathprof.analysis.rundir import SCHEMA, RunDir
 from pathprof.analysis.summary import summarize
 from pathprof.errors import UserError
 
@@ -106,7 +106,7 @@ def test_merge_recovers_the_offset_places_the_wire_and_closes(tmp_path, theta_ms
     import jsonschema
     from pathprof.analysis.schemas import load
     jsonschema.validate(RunDir.open(rd.path).meta, load("run"))
-    assert RunDir.open(rd.path).meta["schema"] == "pathprof-run/1.2"    # >= 1.1: merged keys
+    assert RunDir.open(rd.path).meta["schema"] == SCHEMA    # >= 1.1: merged keys
 
 
 @pytest.mark.parametrize("ppm", [50.0, -50.0])

@@ -91,6 +91,10 @@ def test_a_run_with_delay_lines_teaches_their_cost_per_packet():
     # two delay lines (both directions): the packets per round trip of each
     assert learned["delayline_packets_per_round_trip_each"] == pytest.approx(
         10000 / s["transactions"] / P.base_of(rd, s).round_trips / 2, rel=0.01)
+    # a run whose messages took many packets (a large result, retransmissions): its workload, not the machine
+    rd.meta["delay_lines"] = [{"line": "pp-a/4200", "cpu_us": 3e6, "packets": int(s["transactions"] * 80)}]
+    learned = learned_costs(rd, s)
+    assert "delayline_packets_per_round_trip_each" not in learned and learned["delayline_cpu_us_per_packet"] > 0
 
 
 def test_the_machine_file_keeps_each_cost_with_the_run_that_measured_it(tmp_path):

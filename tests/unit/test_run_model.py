@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from pathprof.analysis import run_model as M
-from pathprof.analysis.rundir import RunDir
+from pathprof.analysis.rundir import SCHEMA, RunDir
 from pathprof.analysis.schemas import load as load_schema
 from pathprof.analysis.summary import summarize
 
@@ -60,7 +60,7 @@ def test_schema_1_1_merged_run_loads(tmp_path):
     c, s, _ = two_runs(tmp_path)
     rd = RunDir.open(merge([c, s], tmp_path / "m", tmp_path).path)
     r = rd.run
-    assert r.schema == "pathprof-run/1.2" and r.driver == "observed" and r.load_result is r.observed
+    assert r.schema == SCHEMA and r.driver == "observed" and r.load_result is r.observed
     assert [h["name"] for h in r.hosts] == ["cli", "srv"] and len(r.clock_offsets) == 1
     summary = rd.summary()
     assert summary.driver == "observed" and [h["name"] for h in summary.hosts] == ["cli", "srv"]
