@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import lanes
+import premise
 import pytest
 import truth
 
@@ -105,38 +106,19 @@ def _bpf_orphans() -> tuple[dict, dict]:
     return orphan_progs, orphan_links
 
 
-# A run's figures are ground truth only if its CPUs were its own: a hypervisor that ran other guests on them for
-# more than this share of their time (steal, analysis.steal) stretched whichever stages were running, by ms at a
-# time (a 1-client -C run at half its rate, every stage's p99 in ms: CI 2026-11-27). Such a run is made again.
-STEAL_PREMISE_PCT = 2.0
-STEAL_TRIES = 3
-
-
-def stolen_pct(cp: subprocess.CompletedProcess, args) -> float | None:
-    """The steal share of a successful `run ... --json`'s measured interval, else None."""
-    if cp.returncode != 0 or not args or args[0] != "run" or "--json" not in args:
-        return None
-    try:
-        return (json.loads(cp.stdout).get("steal") or {}).get("pct")
-    except (ValueError, AttributeError):
-        return None
-
-
 def run_pathprof(*args, timeout=300, check=False, **kw) -> subprocess.CompletedProcess:
-    """`pathprof ARGS` as the tests run it; a `run --json` whose CPUs the hypervisor took (STEAL_PREMISE_PCT) is
-    made again, its run directory removed, up to STEAL_TRIES times (the last one stands, its steal in its notes)."""
+    """`pathprof ARGS` as the tests run it. A `run --json` whose machine was not its own (tests/premise.py: steal,
+    a missed closure) is made again, its run directory removed; the remakes are listed at the session's end."""
     env = dict(kw.pop("env", os.environ))
     lane = os.environ.get("PYTEST_XDIST_WORKER")       # each lane its own default runs directory
     default_runs = "/tmp/pp-test-runs" + (f"-{lane}" if lane else "")
     env["PATHPROF_RUNS"] = str(kw.pop("runs_dir", env.get("PATHPROF_RUNS", default_runs)))
-    for attempt in range(STEAL_TRIES):
+    remakes: dict = {}
+    while True:
         cp = subprocess.run([*PATHPROF, *args], capture_output=True, text=True, timeout=timeout, env=env,
                             stdin=subprocess.DEVNULL, **kw)
-        stolen = stolen_pct(cp, args)
-        if stolen is None or stolen < STEAL_PREMISE_PCT or attempt == STEAL_TRIES - 1:
+        if cp.returncode != 0 or not premise.should_remake(cp.stdout, args, remakes):
             break
-        print(f"premise: the hypervisor took {stolen:.1f} % of the CPUs during `pathprof {' '.join(args)}`: "
-              "made again", file=sys.stderr)
         shutil.rmtree(json.loads(cp.stdout).get("run_dir") or "/nonexistent", ignore_errors=True)
     if check and cp.returncode != 0:
         raise AssertionError(f"pathprof {' '.join(args)} exited {cp.returncode}:\n{cp.stderr[-3000:]}")
@@ -203,6 +185,10 @@ def pytest_terminal_summary(terminalreporter, config):
     if text:
         terminalreporter.write_sep("-", "lanes")
         terminalreporter.write_line(text)
+    remade = None if hasattr(config, "workerinput") else premise.summary()
+    if remade:
+        terminalreporter.write_sep("-", "runs made again (tests/premise.py)")
+        terminalreporter.write_line(remade)
 
 
 def pytest_unconfigure(config):

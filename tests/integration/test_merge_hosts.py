@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+import premise  # noqa: E402
 from two_hosts import pgbench, two_hosts, wait_connected  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,8 +40,8 @@ def _done(p: subprocess.Popen) -> dict:
     return json.loads(out)
 
 
-def test_two_agents_merge_into_one_path(tmp_path):
-    runs = tmp_path / "runs"
+def _two_agents(runs: Path) -> tuple[dict, dict, dict]:
+    """Both hosts attached at once to one pgbench load: (the hosts, the server's run, the client's run)."""
     with two_hosts() as h:
         load = pgbench(2, 10, h["tmp"])
         try:
@@ -51,6 +52,26 @@ def test_two_agents_merge_into_one_path(tmp_path):
         finally:
             load.terminate()
             load.wait(timeout=30)
+    return h, s, c
+
+
+def _merge(s: dict, c: dict, merged: Path) -> dict:
+    cp = subprocess.run([*PP, "merge", s["run_dir"], c["run_dir"], "-o", str(merged), "--json"],
+                        capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    return json.loads(cp.stdout)
+
+
+def test_two_agents_merge_into_one_path(tmp_path):
+    # made again once when the merged run's machine was not its own (tests/premise.py: +10.56 % once in a CI
+    # round beside the other lane, within 1-3 % otherwise)
+    remakes: dict = {}
+    for attempt in range(3):
+        h, s, c = _two_agents(tmp_path / f"runs{attempt}")
+        merged = tmp_path / f"merged{attempt}"
+        d = _merge(s, c, merged)
+        if not premise.remake_reason(d, remakes):
+            break
     # each agent saw only its own host: the client side no backend, the server side no pgbench
     assert {x["name"] for x in c["stages"]} >= {"client.pgbench"}
     assert not any("backend" in x["name"] for x in c["stages"])
@@ -63,11 +84,6 @@ def test_two_agents_merge_into_one_path(tmp_path):
     assert all(x["nat"] and x["wire_local"] == h["remote"] for x in scope_s["leaving_connections"])
     assert all(not x["nat"] and x["remote"] == h["remote"] for x in scope_c["leaving_connections"])
 
-    merged = tmp_path / "merged"
-    cp = subprocess.run([*PP, "merge", s["run_dir"], c["run_dir"], "-o", str(merged), "--json"],
-                        capture_output=True, text=True, timeout=120)
-    assert cp.returncode == 0, cp.stderr
-    d = json.loads(cp.stdout)
     (o,) = d["clock_offsets"]
     assert (o["host_a"], o["host_b"]) == (h["client_ns"], h["server_ns"])
     assert abs(o["offset_us"]) <= o["bound_us"], o          # one kernel: the true offset is 0

@@ -1,0 +1,80 @@
+"""The premise of a real run's figures in the suite: a machine that was its own while the run measured. On this
+kind of machine (2 CPUs, a VM on a shared host, the other lane's runs beside) a run now and then is disturbed:
+the hypervisor takes its CPUs for ms at a time (steal), or a burst elsewhere lands inside its 2-s window, and its
+views miss their closure by 6-13 % while the same path closes within 1-4 % in every other run (CI rounds of
+2026-11-27: a 1-client -C nic run at half its rate with every stage's p99 in ms, +9.46 %; a merged two-agent run
++10.56 %). Such a run is made again (`pathprof run --json` through conftest.run_pathprof), loudly: each remake is
+printed at the end of the session and recorded for bench/truth_trials. A product regression misses in the second
+run too and fails the test; a disturbed machine does so in about one run of 400 instead of one in 20.
+
+  steal     the hypervisor took >= STEAL_PCT of the CPUs' time (analysis.steal): made again up to twice
+  closure   a view outside +-CLOSURE_PCT, the product's promise: made again once"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import lanes
+import truth
+
+STEAL_PCT = 2.0
+CLOSURE_PCT = 5.0
+MAX_REMAKES = {"steal": 2, "closure": 1}
+_LOCAL: list[str] = []       # without lanes: this process's remakes
+
+
+def miss(doc: dict) -> tuple[str, str] | None:
+    """(kind, why) when a run document's premise did not hold, else None."""
+    steal = (doc.get("steal") or {}).get("pct")
+    if steal is not None and steal >= STEAL_PCT:
+        return "steal", f"the hypervisor took {steal:.1f} % of the CPUs"
+    if any(str(n).startswith("THE PATH BROKE") for n in doc.get("notes") or []):
+        return None          # a broken path's run is the test's subject, not a disturbed one
+    cl = doc.get("closure") or {}
+    bad = {v: cl.get(f"{v}_error_pct") for v in ("latency", "cpu")}
+    bad = {v: e for v, e in bad.items() if isinstance(e, (int, float)) and abs(e) > CLOSURE_PCT}
+    if bad:
+        return "closure", "closure " + ", ".join(f"{v} {e:+.2f} %" for v, e in bad.items())
+    return None
+
+
+def should_remake(stdout: str, args, remakes: dict) -> str | None:
+    """Why a successful `run --json` must be made again (counting into `remakes`), or None."""
+    if not args or args[0] != "run" or "--json" not in args:
+        return None
+    try:
+        doc = json.loads(stdout)
+    except ValueError:
+        return None
+    return remake_reason(doc, remakes) if isinstance(doc, dict) else None
+
+
+def remake_reason(doc: dict, remakes: dict) -> str | None:
+    """Why the run (or merged run) behind `doc` must be made again (counting into `remakes`), or None."""
+    found = miss(doc)
+    if found is None:
+        return None
+    kind, why = found
+    if remakes.get(kind, 0) >= MAX_REMAKES[kind]:
+        return None
+    remakes[kind] = remakes.get(kind, 0) + 1
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0]
+    line = f"{test}: {why} in {doc.get('run_dir')}: made again"
+    truth.record(f"premise.{kind}", 1.0, "remade")
+    if lanes.session_id():
+        with open(lanes.lanes_file(".remade"), "a") as f:
+            f.write(line + "\n")
+    else:
+        _LOCAL.append(line)
+    return line
+
+
+def summary() -> str | None:
+    """The session's remakes, for the terminal summary (the controller's, or a run without lanes)."""
+    lines = list(_LOCAL)
+    if lanes.session_id():
+        f = lanes.lanes_file(".remade")
+        if Path(f).exists():
+            lines += Path(f).read_text().splitlines()
+    return "\n".join(lines) or None

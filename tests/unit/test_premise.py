@@ -1,0 +1,39 @@
+"""tests/premise.py: which real runs the suite makes again, and how many times."""
+import json
+
+import premise
+
+
+def doc(latency=0.5, cpu=-0.2, steal=None, notes=()):
+    d = {"run_dir": "/tmp/x", "closure": {"latency_error_pct": latency, "cpu_error_pct": cpu}, "notes": list(notes)}
+    if steal is not None:
+        d["steal"] = {"pct": steal}
+    return d
+
+
+def test_a_run_that_closes_on_its_own_cpus_stands():
+    assert premise.miss(doc()) is None
+    assert premise.miss(doc(latency=None, cpu=None)) is None          # probes off: nothing to judge
+    assert premise.miss(doc(latency=-4.9, steal=1.9)) is None
+
+
+def test_steal_or_a_missed_closure_is_named():
+    assert premise.miss(doc(steal=2.5)) == ("steal", "the hypervisor took 2.5 % of the CPUs")
+    assert premise.miss(doc(latency=9.46)) == ("closure", "closure latency +9.46 %")
+    assert premise.miss(doc(latency=9.46, notes=["THE PATH BROKE DURING THIS RUN: x"])) is None
+
+
+def test_remakes_are_bounded_per_kind_and_only_for_runs(monkeypatch):
+    monkeypatch.setattr(premise, "_LOCAL", [])                 # this session's own list stays its own
+    monkeypatch.setattr(premise.lanes, "session_id", lambda: None)
+    remakes: dict = {}
+    bad = json.dumps(doc(latency=12.0))
+    assert premise.should_remake(bad, ["report", "--json"], remakes) is None
+    assert premise.should_remake(bad, ["run", "-t", "nic"], remakes) is None       # not a document
+    assert "closure latency +12.00 %" in premise.should_remake(bad, ["run", "--json"], remakes)
+    assert premise.should_remake(bad, ["run", "--json"], remakes) is None           # once for a closure
+    stolen = json.dumps(doc(steal=5.0))
+    assert premise.should_remake(stolen, ["run", "--json"], remakes)
+    assert premise.should_remake(stolen, ["run", "--json"], remakes)
+    assert premise.should_remake(stolen, ["run", "--json"], remakes) is None        # twice for steal
+    assert premise.summary().count("made again") == 3
