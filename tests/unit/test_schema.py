@@ -10,7 +10,9 @@ from pathprof.analysis.rundir import RunDir
 from pathprof.analysis.schemas import load
 from pathprof.analysis.summary import summarize
 
-RUNS = sorted(p for p in (Path(__file__).parent / "data" / "runs").iterdir() if (p / "run.json").exists())
+DATA = Path(__file__).parent / "data"
+# runs/: schema 1.0 recordings; recent/: later ones (1.3: steal_ns)
+RUNS = sorted(p for d in ("runs", "recent") for p in (DATA / d).iterdir() if (p / "run.json").exists())
 
 
 @pytest.fixture(scope="module")
