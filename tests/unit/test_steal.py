@@ -60,8 +60,8 @@ def test_steal_is_a_metric_where_the_run_recorded_it():
 
 
 def test_a_recorded_connect_run_with_steal():
-    """A real 1-client -C run over nic recorded in a CI round (tests/unit/data/recent/nic-connect-steal, schema 1.3): the
-    hypervisor took 8.7 % of its window's CPU time. The note names it; pgbench's latency leaves out the
+    """A real 1-client -C run over nic recorded in a CI round (tests/unit/data/recent/nic-connect-steal, schema
+    1.3): the hypervisor took 8.7 % of its window's CPU time. The note names it; pgbench's latency leaves out the
     connections' set-up, which is no sign of lazy timestamps (that note was said of every -C run)."""
     s = summarize(RunDir.open(RUNS.parent / "recent" / "nic-connect-steal"))
     assert s["workload"]["connect"] and s["steal"]["pct"] > NOTE_PCT
