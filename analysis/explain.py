@@ -259,6 +259,9 @@ def _explain_on(baseline: Summary, other: Summary, basis: str, noise_pct: float)
     tps_delta = (other_tps - base_tps) / base_tps * 100.0 if base_tps else 0.0
     # one speed ratio shared by every stage's own CPU work is one cause, not a share of each stage's (speed.py)
     factor = speed_factor(a, b, basis, gap if abs(gap) > _MIN_GAP_US else 0.0)
+    steal = [(s.doc.get("steal") or {}).get("pct") for s in (baseline, other)]
+    if factor and None not in steal:      # a hypervisor's steal stretches every stage alike (analysis.steal)
+        factor["steal_pct"] = steal
     causes = group(residual_items(items, factor), gap if abs(gap) > _MIN_GAP_US else 0.0, hop_names(baseline),
                    hop_names(other))
     for c in causes:      # the client by its program's name: pgbench, or what `attach` found (analysis.client)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import statistics
 
+from pathprof.analysis.steal import NOTE_PCT as STEAL_NOTE_PCT
+
 # Latency view: stages that are a process's or the kernel's own CPU work between two events on one CPU. Not
 # recv.* (switched in -> the receive returned): its work is a few µs of copying, but on a CPU just out of idle it
 # is tens of µs more (a 1-client nic run alone: recv.pgbench 80 µs, beside busy loops 2 µs), the scheduler's.
@@ -129,5 +131,8 @@ def speed_words(ratio: float) -> str:
 def speed_phrase(factor: dict) -> str:
     """One line: what the factor is, its band, and what it may come from."""
     why = WHY["faster" if factor["ratio"] < 1.0 else "slower"]
+    steal = factor.get("steal_pct")
+    if steal and max(steal) >= STEAL_NOTE_PCT:    # the hypervisor's share moved with it: say so first
+        why = f"the hypervisor's steal {steal[0]:.1f} % → {steal[1]:.1f} % of the CPUs; {why}"
     return (f"every stage's own CPU work {speed_words(factor['ratio'])} (× {factor['ratio']:.2f}, "
             f"interquartile {factor['low']:.2f}–{factor['high']:.2f} over {factor['stages_n']} stages; {why})")

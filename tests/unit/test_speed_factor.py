@@ -87,6 +87,9 @@ def test_a_factor_needs_enough_stages_and_a_real_move():
     sf = speed_factor(dict(OWN), {n: v * 1.3 for n, v in OWN.items()}, "latency", 6.0)
     assert sf and sf["ratio"] == pytest.approx(1.3)
     assert "30 % slower" in speed_phrase(sf) and "shared with other work" in speed_phrase(sf)
+    # the hypervisor's steal grew with it: named first (analysis.steal), a quiet host's share not at all
+    assert "steal 0.2 % → 9.0 %" in speed_phrase(dict(sf, steal_pct=[0.2, 9.0]))
+    assert "steal" not in speed_phrase(dict(sf, steal_pct=[0.2, 0.4]))
     # a stage under MIN_VOTE_US in either run does not vote (its ratio is noise), but the factor still scales it
     tiny = dict(OWN, **{"dev.pp-nic-c": 0.3})
     sf = speed_factor(tiny, {n: v * 0.65 for n, v in tiny.items()}, "latency", -8.0)
