@@ -119,7 +119,8 @@ def run_pathprof(*args, timeout=300, check=False, **kw) -> subprocess.CompletedP
                             stdin=subprocess.DEVNULL, **kw)
         if cp.returncode != 0 or not premise.should_remake(cp.stdout, args, remakes):
             break
-        shutil.rmtree(json.loads(cp.stdout).get("run_dir") or "/nonexistent", ignore_errors=True)
+        for made in premise.run_docs(json.loads(cp.stdout)):
+            shutil.rmtree(made.get("run_dir") or "/nonexistent", ignore_errors=True)
     if check and cp.returncode != 0:
         raise AssertionError(f"pathprof {' '.join(args)} exited {cp.returncode}:\n{cp.stderr[-3000:]}")
     if cp.returncode == 0 and "--json" in args and os.environ.get(truth.LOG_ENV):

@@ -25,6 +25,7 @@ def test_steal_or_a_missed_closure_is_named():
 
 def test_remakes_are_bounded_per_kind_and_only_for_runs(monkeypatch):
     monkeypatch.setattr(premise, "_LOCAL", [])                 # this session's own list stays its own
+    monkeypatch.setattr(premise, "wait_for_own_cpus", lambda: 0.0)
     monkeypatch.setattr(premise.lanes, "session_id", lambda: None)
     remakes: dict = {}
     bad = json.dumps(doc(latency=12.0))
@@ -37,3 +38,20 @@ def test_remakes_are_bounded_per_kind_and_only_for_runs(monkeypatch):
     assert premise.should_remake(stolen, ["run", "--json"], remakes)
     assert premise.should_remake(stolen, ["run", "--json"], remakes) is None        # twice for steal
     assert premise.summary().count("made again") == 3
+
+
+def test_a_compare_is_made_again_for_any_of_its_runs(monkeypatch):
+    monkeypatch.setattr(premise, "_LOCAL", [])
+    monkeypatch.setattr(premise, "wait_for_own_cpus", lambda: 0.0)
+    monkeypatch.setattr(premise.lanes, "session_id", lambda: None)
+    compared = {"runs": [doc(), dict(doc(steal=9.8), run_dir="/tmp/pool1")], "explanations": []}
+    line = premise.should_remake(json.dumps(compared), ["compare", "a", "b", "--json"], {})
+    assert line and "9.8 %" in line and "/tmp/pool1" in line
+    assert premise.should_remake(json.dumps({"runs": [doc(), doc()]}), ["compare", "--json"], {}) is None
+    assert [d["run_dir"] for d in premise.run_docs(compared)] == ["/tmp/x", "/tmp/pool1"]
+
+
+def test_the_wait_for_a_calm_host_is_bounded():
+    t0 = premise.time.monotonic()
+    waited = premise.wait_for_own_cpus(limit_s=1.5)
+    assert 1.0 <= waited <= premise.time.monotonic() - t0 <= 3.5      # at least one second's sample
