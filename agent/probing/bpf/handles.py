@@ -104,6 +104,10 @@ class Map(_Handle):
             e = C.get_errno()
             raise OSError(e, f"update {self.name}: {os.strerror(e)}")
 
+    def delete(self, key: bytes) -> bool:
+        """Remove the entry under key; False when there was none."""
+        return _lib.bpf_map_delete_elem(self.fd, C.c_char_p(key)) == 0
+
     def items(self) -> list[tuple[bytes, bytes]]:
         """All (key, value) pairs: one BPF_MAP_LOOKUP_BATCH pass where the map supports it."""
         ks, vs = self.key_size, self._vbuf_size()
