@@ -289,10 +289,12 @@ static __always_inline struct pp_sock *learn_sock(struct sock *sk, struct pp_tas
 }
 
 #ifdef PP_NO_LOCAL_STORAGE
-/* pathprof-510.bpf.o: a socket's entry in the hash that stands in for socket storage (pp_state.bpf.h) goes when
- * the socket is freed (its last reference dropped: sk_free, every socket of every family), before its address can
- * be reused by another. Attached for the whole session, as pp_fork is. */
-SEC("fentry/sk_free")
+/* pathprof-510.bpf.o: a socket's entry in the hash that stands in for socket storage (pp_state.bpf.h) goes where socket
+ * storage would: bpf_sk_storage_free, called from __sk_destruct for every socket of every family, before its memory
+ * (and so its address) can be reused. Not sk_free: TCP calls it on a live socket to drop a write-memory reference
+ * (tcp_wfree), which emptied the hash under a run on 5.10 (every message's socket unknown). Attached for the whole
+ * session, as pp_fork is. */
+SEC("fentry/bpf_sk_storage_free")
 int BPF_PROG(pp_sk_free, struct sock *sk)
 {
 	__u64 k = (__u64)sk;
@@ -300,7 +302,7 @@ int BPF_PROG(pp_sk_free, struct sock *sk)
 	return 0;
 }
 
-SEC("kprobe/sk_free")                 /* the same where fentry is refused */
+SEC("kprobe/bpf_sk_storage_free")    /* the same where fentry is refused */
 int BPF_KPROBE(pp_sk_free__kprobe, struct sock *sk)
 {
 	__u64 k = (__u64)sk;

@@ -37,7 +37,7 @@ const volatile struct pp_trace pp_trace_layout = {};
  * dies with its task or socket. pathprof-510.bpf.o (-DPP_NO_LOCAL_STORAGE, for 5.8 .. 5.10: no task storage, no
  * bpf_sk_storage_get from tracing programs, no bpf_get_current_task_btf) keeps them in hash maps instead: tasks keyed
  * by thread id, sockets by the socket's address. Their entries are removed when the thread exits (pp_exit) and when
- * the socket is freed (pp_sk_free), two programs attached for the whole session as pp_fork is, so that an id or an
+ * the socket is destroyed (pp_sk_free, at bpf_sk_storage_free), two programs attached for the whole session as pp_fork is, so that an id or an
  * address reused by a new thread or socket never finds the old one's entry; a map full refuses a new entry, counted
  * (PP_STAT_TASKS_FULL, PP_STAT_SOCKS_FULL) as a failed storage creation is. The code that uses them goes through
  * these macros:

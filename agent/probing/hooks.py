@@ -44,7 +44,7 @@ EVENT_LABELS = {
     "qdisc_enq": "--link impairments: qdisc enqueue (qdisc.<dev>)",
     "hold_begin": "--link delays: delay line entry (delay.<dev>, else in the wire)",
     "hold_end": "--link delays: delay line exit (delay.<dev>, else in the wire)",
-    "sk_free": "socket freed (pathprof-510.bpf.o: its entry leaves the socket hash)",
+    "sk_free": "socket destroyed (pathprof-510.bpf.o: its entry leaves the socket hash)",
 }
 AVAILABLE_FILTER_FUNCTIONS = ("/sys/kernel/tracing/available_filter_functions",
                               "/sys/kernel/debug/tracing/available_filter_functions")
