@@ -21,6 +21,44 @@ static __always_inline __u32 hist_slot(__u64 v)
 	return idx < PP_HIST_SLOTS ? idx : PP_HIST_SLOTS - 1;
 }
 
+/* Atomic read-modify-writes that return the old value: fetch-add, xchg, cmpxchg (BPF_ATOMIC | BPF_FETCH, the v3
+ * instruction set, Linux >= 5.12). An object for an older kernel (-DPP_NO_FETCH_ATOMICS: pathprof-510.bpf.o,
+ * conn-510.bpf.o) has only BPF_XADD, an add whose result is not returned (an unused __sync_fetch_and_add compiles
+ * to it), so these become a load and a store: what they arbitrated between two CPUs is then arbitrated by nothing.
+ * Each caller says what that gives up; pp_cas counts what it can still see: after its store it reads the value
+ * back, and another CPU's store in between makes it fail as a lost compare-and-swap does (both CPUs can still
+ * pass when their loads and stores interleave one by one). On one CPU nothing changes. */
+#ifndef PP_NO_FETCH_ATOMICS
+#define pp_fetch_add(p, v) __sync_fetch_and_add(p, v)
+#define pp_xchg(p, v) __sync_lock_test_and_set(p, v)
+#define pp_cas(p, old, new) __sync_val_compare_and_swap(p, old, new)
+#else
+#define PP_ONCE(p) (*(volatile __typeof__(*(p)) *)(p))
+#define pp_fetch_add(p, v) ({ __typeof__(*(p)) __o = PP_ONCE(p); PP_ONCE(p) = __o + (v); __o; })
+#define pp_xchg(p, v) ({ __typeof__(*(p)) __o = PP_ONCE(p); PP_ONCE(p) = (v); __o; })
+#define pp_cas(p, old, new) ({ __typeof__(*(p)) __o = PP_ONCE(p), __n = (new); \
+	if (__o == (old)) { PP_ONCE(p) = __n; if (PP_ONCE(p) != __n) __o = ~(__typeof__(*(p)))(old); } __o; })
+#endif
+
+/* sched_switch's arguments and the CPU of a task. -DPP_PRE_518 (the objects for old kernels): before Linux 5.18 the
+ * tracepoint has no prev_state argument, so the state prev leaves its CPU in is read from prev itself (`__state`
+ * from 5.14, `state` before), which is what __schedule passed as prev_state once it had let a thread with a signal
+ * pending run on; before 5.16 a task's CPU is task_struct.cpu, not thread_info.cpu. Only that object reads them
+ * this way (the others' code stays as it was). */
+#ifdef PP_PRE_518
+struct task_struct___pre514 { volatile long state; } __attribute__((preserve_access_index));
+struct task_struct___pre516 { unsigned int cpu; } __attribute__((preserve_access_index));
+#define PP_SWITCH_ARGS bool preempt, struct task_struct *prev, struct task_struct *next
+#define PP_PREV_STATE ((unsigned int)(bpf_core_field_exists(prev->__state) ? prev->__state : \
+	((struct task_struct___pre514 *)prev)->state))
+#define pp_task_cpu(p) (bpf_core_field_exists((p)->thread_info.cpu) ? (p)->thread_info.cpu : \
+	((struct task_struct___pre516 *)(p))->cpu)
+#else
+#define PP_SWITCH_ARGS bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state
+#define PP_PREV_STATE prev_state
+#define pp_task_cpu(p) ((p)->thread_info.cpu)
+#endif
+
 /* per-CPU histograms only: plain adds, no atomics needed */
 static __always_inline void hist_add(struct pp_hist *h, __u64 ns)
 {

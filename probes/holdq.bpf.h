@@ -21,7 +21,9 @@ static __always_inline __u32 hold_id_of(struct pp_sock *s)
 		__u32 zero = 0, *next = bpf_map_lookup_elem(&hold_ids, &zero);
 		if (!next)
 			return 0;
-		__u32 id = __sync_fetch_and_add(next, 1) + 1;
+		/* pathprof-510.bpf.o (no fetch-add): two sockets numbered at once on two CPUs may share an id, and so
+		 * a slot of `holdts`, as two ids PP_HOLD_SLOTS apart do (a held request then looks superseded) */
+		__u32 id = pp_fetch_add(next, 1) + 1;
 		s->hold_id = id ? id : 1;
 	}
 	return s->hold_id;
@@ -30,7 +32,7 @@ static __always_inline __u32 hold_id_of(struct pp_sock *s)
 /* a hop consumed a client's request on s at `now` (len bytes): queue it until a forward upstream takes it */
 static __always_inline void hold_push(struct task_struct *task, struct pp_sock *s, __u64 now, __u32 seq, __u32 len)
 {
-	struct pp_holdq *q = bpf_task_storage_get(&holdq, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	struct pp_holdq *q = task_create(&holdq, task, 0);
 	__u32 id = hold_id_of(s), slot = id & (PP_HOLD_SLOTS - 1);
 	__u64 *valid = bpf_map_lookup_elem(&holdts, &slot);
 	if (!q || !id || !valid)
@@ -108,7 +110,7 @@ static __always_inline void hold_response(struct pp_sock *u, struct pp_task *t)
  * stamp stays: the answer to the client charges the wait (hold_answered). */
 static __always_inline struct pp_hold *hold_pop(struct task_struct *task, __u64 ws, __u64 *act)
 {
-	struct pp_holdq *q = bpf_task_storage_get(&holdq, task, 0, 0);
+	struct pp_holdq *q = task_get(&holdq, task);
 	if (!q)
 		return 0;
 	for (int i = 0; i < PP_HOLD_SKIPS; i++) {
@@ -132,7 +134,7 @@ static __always_inline struct pp_hold *hold_pop(struct task_struct *task, __u64 
  * 0 when none: a stale entry (superseded, answered by the hop itself, read before the window) holds nothing */
 static __always_inline struct pp_hold *hold_peek(struct task_struct *task, __u64 ws)
 {
-	struct pp_holdq *q = bpf_task_storage_get(&holdq, task, 0, 0);
+	struct pp_holdq *q = task_get(&holdq, task);
 	if (!q)
 		return 0;
 	for (int i = 0; i < PP_HOLD_SKIPS; i++) {
@@ -158,7 +160,7 @@ static __always_inline __u32 hold_peek_seq(struct task_struct *task)
 /* the hop's activity that is not a held request: where the next held request's forwarding may begin */
 static __always_inline void hold_activity(struct task_struct *task, __u64 ts)
 {
-	struct pp_holdq *q = bpf_task_storage_get(&holdq, task, 0, 0);
+	struct pp_holdq *q = task_get(&holdq, task);
 	if (q && ts > q->last_act)
 		q->last_act = ts;
 }

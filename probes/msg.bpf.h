@@ -12,13 +12,13 @@
 static __always_inline __u32 send_number(struct sock *sk, struct pp_task *t)
 {
 	if (is_hop_role(t->role)) {
-		struct pp_sock *u = sk ? bpf_sk_storage_get(&socks, sk, 0, 0) : 0;
-		__u32 held = u && u->leg == PP_LEG_RESPONSE ? hold_peek_seq(bpf_get_current_task_btf()) : 0;
+		struct pp_sock *u = sk ? sock_get(&socks, sk) : 0;
+		__u32 held = u && u->leg == PP_LEG_RESPONSE ? hold_peek_seq(cur_task_ptr()) : 0;
 		return held ? held : t->consume_seq;   /* upstream: the held request this send will take */
 	}
 	if (t->role == PP_ROLE_PGBENCH && sk && sk->sk_protocol == IPPROTO_TCP_NUM)
 		return BPF_CORE_READ((struct tcp_sock *)sk, write_seq);
-	struct pp_sock *s = sk ? bpf_sk_storage_get(&socks, sk, 0, 0) : 0;
+	struct pp_sock *s = sk ? sock_get(&socks, sk) : 0;
 	if (!s)
 		return 0;
 	return t->role == PP_ROLE_PGBENCH ? s->seq + 1 : s->seq;
@@ -184,14 +184,14 @@ static __always_inline int own_query(const struct msghdr *msg, __u32 held_len)
 static __always_inline void own_or_reply(const struct sock *sk, const struct msghdr *msg, struct pp_task *t,
 					 __u64 ws)
 {
-	struct pp_sock *u = bpf_sk_storage_get(&socks, (struct sock *)sk, 0, 0);
+	struct pp_sock *u = sock_get(&socks, (struct sock *)sk);
 	t->own_msg = 0;
 	t->setup_reply = 0;
 	if (!u)
 		return;
 	if (is_hop_role(t->role) && u->leg == PP_LEG_RESPONSE) {
 		/* only a valid entry is held: a stale one (superseded, answered, from before the window) is not */
-		struct pp_hold *e = hold_peek(bpf_get_current_task_btf(), ws);
+		struct pp_hold *e = hold_peek(cur_task_ptr(), ws);
 		if (e)
 			t->own_msg = own_query(msg, e->len) ? PP_OWN_HELD : 0;
 		else
@@ -217,7 +217,7 @@ static __always_inline int on_tcp_send(const struct sock *sk, const struct msghd
 		t->send_ts = bpf_ktime_get_ns();
 		t->in_send = !close_now;
 		t->send_sk = close_now ? (__u64)sk : 0;
-		struct pp_sock *u = trace_every ? bpf_sk_storage_get(&socks, (struct sock *)sk, 0, 0) : 0;
+		struct pp_sock *u = trace_every ? sock_get(&socks, (struct sock *)sk) : 0;
 		if (trace_every && (u || !own_conn((struct sock *)sk))) {   /* no marker on pathprof's own */
 			t->send_seq = send_number((struct sock *)sk, t);
 			if (u && u->leg == PP_LEG_RESPONSE)
@@ -274,7 +274,7 @@ static __always_inline __u32 tcp_copied(struct sock *sk)
 /* the socket's storage, created on first use by a tracked thread; 0 for a fresh socket (nothing pending) */
 static __always_inline struct pp_sock *learn_sock(struct sock *sk, struct pp_task *t)
 {
-	struct pp_sock *s = bpf_sk_storage_get(&socks, sk, 0, 0);
+	struct pp_sock *s = sock_get(&socks, sk);
 	if (s || own_conn(sk))
 		return s;             /* pathprof's own connection: never known, so nothing on it is measured */
 	struct pp_sock n = { .role = t->role, .hop = t->hop, .leg = sock_leg(t->role, sk),
@@ -283,10 +283,33 @@ static __always_inline struct pp_sock *learn_sock(struct sock *sk, struct pp_tas
 		n.owner = (__u32)bpf_get_current_pid_tgid();
 	if (sk->sk_protocol == IPPROTO_TCP_NUM)
 		n.copied = tcp_copied(sk);
-	if (!bpf_sk_storage_get(&socks, sk, &n, BPF_SK_STORAGE_GET_F_CREATE))
+	if (!sock_create(&socks, sk, &n))
 		stat_inc(PP_STAT_SOCKS_FULL);
 	return 0;
 }
+
+#ifdef PP_NO_LOCAL_STORAGE
+/* pathprof-510.bpf.o: a socket's entry in the hash that stands in for socket storage (pp_state.bpf.h) goes where socket
+ * storage would: bpf_sk_storage_free, called from __sk_destruct for every socket of every family, before its memory
+ * (and so its address) can be reused. Not sk_free: TCP calls it on a live socket to drop a write-memory reference
+ * (tcp_wfree), which emptied the hash under a run on 5.10 (every message's socket unknown). Attached for the whole
+ * session, as pp_fork is. */
+SEC("fentry/bpf_sk_storage_free")
+int BPF_PROG(pp_sk_free, struct sock *sk)
+{
+	__u64 k = (__u64)sk;
+	bpf_map_delete_elem(&socks, &k);
+	return 0;
+}
+
+SEC("kprobe/bpf_sk_storage_free")    /* the same where fentry is refused */
+int BPF_KPROBE(pp_sk_free__kprobe, struct sock *sk)
+{
+	__u64 k = (__u64)sk;
+	bpf_map_delete_elem(&socks, &k);
+	return 0;
+}
+#endif
 
 /* A message (or a piece of one) was queued on sk and its reader woken. Reached from the sk_data_ready tracepoint
  * (Linux >= 6.3) or, on older kernels, from fentry on sock_def_readable: the callback that fires that tracepoint
@@ -296,7 +319,7 @@ static __always_inline int on_data_ready(struct sock *sk)
 	__u64 ws = win_start();
 	if (!ws)
 		return 0;
-	struct pp_sock *s = bpf_sk_storage_get(&socks, sk, 0, 0);
+	struct pp_sock *s = sock_get(&socks, sk);
 	if (!s) {
 		if (cur_task(ws))
 			stat_inc(PP_STAT_READY_UNLEARNED);
@@ -311,7 +334,9 @@ static __always_inline int on_data_ready(struct sock *sk)
 	if (more && is_hop_role(s->role))
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
-	if (__sync_val_compare_and_swap(&s->ready_ts, old, now) != old) {
+	/* pathprof-510.bpf.o (no cmpxchg, hist.bpf.h pp_cas): a race seen after the store is counted alike; one whose
+	 * loads and stores interleave lets both CPUs on, the later overwriting the message's start and seq */
+	if (pp_cas(&s->ready_ts, old, now) != old) {
 		stat_inc(PP_STAT_READY_RACE);   /* another CPU marked it first: that one is the message's start */
 		return 0;
 	}
@@ -468,13 +493,15 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 			conn_busy_mark((__u32)bpf_get_current_pid_tgid(), bpf_ktime_get_ns(), 0);   /* connected */
 	} else if (t->role == PP_ROLE_PGBENCH && bytes > 1 && !(s->setup_msg & PP_SETUP_SEEN) &&
 		   sk->sk_protocol == IPPROTO_TCP_NUM) {
-		struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+		struct tcp_sock *tp = tcp_sk_of(sk);
 		if (tp) {                     /* bytes read on the socket, this read included */
-			__u64 read = tp->bytes_received - (tp->rcv_nxt - tp->copied_seq);
+			__u64 read = tcp_field(tp, bytes_received) - (tcp_field(tp, rcv_nxt) - tcp_field(tp, copied_seq));
 			s->setup_msg |= PP_SETUP_SEEN | (read <= (__u64)bytes + 1 ? PP_SETUP_HELLO : 0);
 		}
 	}
-	__u64 r = __sync_lock_test_and_set(&s->ready_ts, 0), now = bpf_ktime_get_ns();
+	/* pathprof-510.bpf.o (no xchg): a message marked ready on another CPU between the load and the store is lost
+	 * (its consume then finds none, counted as unpaired) */
+	__u64 r = pp_xchg(&s->ready_ts, 0), now = bpf_ktime_get_ns();
 	int later = 0;                    /* a hop's later part of a reply: its chain kept (relay.bpf.h) */
 	if (r && r < ws) {
 		stat_inc(PP_STAT_WINDOW_EDGE);  /* became ready before the window: its wait is not whole */
@@ -512,10 +539,10 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 		if (s->leg == PP_LEG_REQUEST && !off_path) {
 			/* a client's request: held until a forward upstream takes it (at once when a server connection
 			 * is free, later when the hop is a pooler out of them); see holdq.bpf.h */
-			hold_push(bpf_get_current_task_btf(), s, now, s->seq, tcp ? moved : (__u32)bytes);
+			hold_push(cur_task_ptr(), s, now, s->seq, tcp ? moved : (__u32)bytes);
 			return;
 		}
-		hold_activity(bpf_get_current_task_btf(), now);
+		hold_activity(cur_task_ptr(), now);
 		if (s->leg == PP_LEG_RESPONSE && !off_path)
 			hold_response(s, t);  /* where the request it answers began its forwarding */
 		t->consume_ts = now;
@@ -593,7 +620,7 @@ static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 w
 		return 0;
 	}
 	if (!was_sending) {               /* its start unseen: still an answer, after which a piece starts anew */
-		struct pp_sock *a = bpf_sk_storage_get(&socks, sk, 0, 0);
+		struct pp_sock *a = sock_get(&socks, sk);
 		if (a)
 			a->piece_ts = 0;
 		return 0;
@@ -603,7 +630,7 @@ static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 w
 		s->last_send = t->send_ts;
 	else if (own_conn(sk)) {          /* an answer on pathprof's own connection: not the path's work, but */
 		if (is_hop_role(t->role)) /* work a held request waited behind (poolwait) */
-			hold_activity(bpf_get_current_task_btf(), bpf_ktime_get_ns());
+			hold_activity(cur_task_ptr(), bpf_ktime_get_ns());
 		return 0;
 	}    /* a retransmission of this message goes back to here (tcp_loss.bpf.h) */
 	if (conn_split && !s && t->role == PP_ROLE_PGBENCH)
@@ -612,7 +639,7 @@ static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 w
 	__u32 seq = 0;
 	__u8 leg = 0;
 	if (is_hop_role(t->role)) {
-		struct task_struct *task = bpf_get_current_task_btf();
+		struct task_struct *task = cur_task_ptr();
 		struct pp_hold *e = 0;
 		__u64 act = 0;
 		if (s && s->leg == PP_LEG_RESPONSE)
@@ -697,7 +724,7 @@ static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 w
 					    s->pend_seq, s->pend_busy);
 			s->pend_done = 0;
 		}
-		start = __sync_lock_test_and_set(&s->consume_ts, 0);
+		start = pp_xchg(&s->consume_ts, 0);   /* 510 object: load then store, the sending thread's own socket */
 		seq = s->seq;
 		leg = t->role == PP_ROLE_PGBENCH ? PP_LEG_CLIENT : PP_LEG_SERVER;
 		if (start)

@@ -32,20 +32,82 @@ const volatile __u32 send_at_start = 0;
 /* unused: keeps struct pp_trace in the object's BTF for the layout test (the ring buffer has no value type) */
 const volatile struct pp_trace pp_trace_layout = {};
 
-/* ---------------- maps ---------------- */
+/* ---------------- task and socket storage ----------------
+ * Where the kernel has them (Linux >= 5.11 for tracing programs), task- and socket-local storage: an entry lives and
+ * dies with its task or socket. pathprof-510.bpf.o (-DPP_NO_LOCAL_STORAGE, for 5.8 .. 5.10: no task storage, no
+ * bpf_sk_storage_get from tracing programs, no bpf_get_current_task_btf) keeps them in hash maps instead: tasks keyed
+ * by thread id, sockets by the socket's address. Their entries are removed when the thread exits (pp_exit) and when
+ * the socket is destroyed (pp_sk_free, at bpf_sk_storage_free), two programs attached for the whole session as pp_fork is, so that an id or an
+ * address reused by a new thread or socket never finds the old one's entry; a map full refuses a new entry, counted
+ * (PP_STAT_TASKS_FULL, PP_STAT_SOCKS_FULL) as a failed storage creation is. The code that uses them goes through
+ * these macros:
+ *   PP_TASK_STORAGE(name, V), PP_SOCK_STORAGE(name, V)   the map of values V
+ *   task_get(map, p), sock_get(map, sk)                  the entry of task p / socket sk, or 0
+ *   task_create(map, p, init), sock_create(map, sk, init)  ... created from *init (0: zeroed) if absent; 0 if full
+ *   cur_task_ptr()                                       the current task, to pass to them (a BTF pointer >= 5.11) */
+#ifndef PP_NO_LOCAL_STORAGE
+#define PP_TASK_STORAGE(name, V) struct { \
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE); __uint(map_flags, BPF_F_NO_PREALLOC); \
+	__type(key, int); __type(value, V); } name SEC(".maps")
+#define PP_SOCK_STORAGE(name, V) struct { \
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE); __uint(map_flags, BPF_F_NO_PREALLOC); \
+	__type(key, int); __type(value, V); } name SEC(".maps")
+#define task_get(map, p) bpf_task_storage_get(map, p, 0, 0)
+#define task_create(map, p, init) bpf_task_storage_get(map, p, init, BPF_LOCAL_STORAGE_GET_F_CREATE)
+#define sock_get(map, sk) bpf_sk_storage_get(map, sk, 0, 0)
+#define sock_create(map, sk, init) bpf_sk_storage_get(map, sk, init, BPF_SK_STORAGE_GET_F_CREATE)
+#define cur_task_ptr() bpf_get_current_task_btf()
+/* the current thread's entry (cur_task) */
+#define cur_task_get(map) task_get(map, cur_task_ptr())
+#else
+#define PP_TASKS_MAX 16384    /* tracked threads: the run's processes' (pgbench, servers, hops) */
+#define PP_SOCKS_MAX 16384    /* sockets tracked threads sent or received on */
+#define PP_TASK_STORAGE(name, V) struct { \
+	__uint(type, BPF_MAP_TYPE_HASH); __uint(map_flags, BPF_F_NO_PREALLOC); __uint(max_entries, PP_TASKS_MAX); \
+	__type(key, __u32); __type(value, V); } name SEC(".maps")
+#define PP_SOCK_STORAGE(name, V) struct { \
+	__uint(type, BPF_MAP_TYPE_HASH); __uint(map_flags, BPF_F_NO_PREALLOC); __uint(max_entries, PP_SOCKS_MAX); \
+	__type(key, __u64); __type(value, V); } name SEC(".maps")
+/* bpf_get_current_task (4.8) gives the current task as a plain address, not a BTF pointer: its fields are read
+ * with CO-RE probe-reads (task_tid), never loaded directly */
+#define cur_task_ptr() ((struct task_struct *)bpf_get_current_task())
+/* a task's thread id (the key): one probe-read, p being a BTF pointer or an address alike */
+#define task_tid(p) ((__u32)BPF_CORE_READ((struct task_struct *)(p), pid))
+/* all-zero source of a new entry created without an initial value (too big for the stack) */
+union pp_zero_val { struct pp_task t; struct pp_holdq q; struct pp_sock s; };
 struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct pp_task);
-} tasks SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, union pp_zero_val);
+} zero_val SEC(".maps");
+/* the entry under *key; with create, one made from *init (0: zeroed) if there is none, unless the map is full */
+static __always_inline void *pp_hash_get(void *map, void *key, void *init, int create)
+{
+	void *v = bpf_map_lookup_elem(map, key);
+	if (v || !create)
+		return v;
+	if (!init) {
+		__u32 zero = 0;
+		init = bpf_map_lookup_elem(&zero_val, &zero);
+		if (!init)
+			return 0;
+	}
+	bpf_map_update_elem(map, key, init, BPF_NOEXIST);   /* may race another CPU: either one's entry stays */
+	return bpf_map_lookup_elem(map, key);
+}
+#define pp_val_t(map) __typeof__((map)->value)
+#define task_get(map, p) ({ __u32 __k = task_tid(p); (pp_val_t(map))pp_hash_get(map, &__k, 0, 0); })
+#define task_create(map, p, init) ({ __u32 __k = task_tid(p); (pp_val_t(map))pp_hash_get(map, &__k, init, 1); })
+#define sock_get(map, sk) ({ __u64 __k = (__u64)(sk); (pp_val_t(map))pp_hash_get(map, &__k, 0, 0); })
+#define sock_create(map, sk, init) ({ __u64 __k = (__u64)(sk); (pp_val_t(map))pp_hash_get(map, &__k, init, 1); })
+/* the current thread's entry: its id from bpf_get_current_pid_tgid, no probe-read */
+#define cur_task_get(map) ({ __u32 __k = (__u32)bpf_get_current_pid_tgid(); (pp_val_t(map))pp_hash_get(map, &__k, 0, 0); })
+#endif
 
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct pp_holdq);
-} holdq SEC(".maps");
+/* ---------------- maps ---------------- */
+PP_TASK_STORAGE(tasks, struct pp_task);
+PP_TASK_STORAGE(holdq, struct pp_holdq);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -68,12 +130,7 @@ struct {
 	__type(value, struct pp_retx);
 } retx SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct pp_sock);
-} socks SEC(".maps");
+PP_SOCK_STORAGE(socks, struct pp_sock);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -196,6 +253,16 @@ extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
 #define kread(p, T, f) ({ T *__kp = (T *)(p); BPF_CORE_READ(__kp, f); })   /* p outside the CO-RE access */
 #endif
 
+/* sk as a TCP socket (the caller knows it is one) and its fields: bpf_skc_to_tcp_sock (Linux 5.9) checks it and gives a
+ * BTF pointer whose fields are plain loads; pathprof-510.bpf.o (from 5.8 on) takes sk as one and probe-reads them */
+#ifndef PP_NO_LOCAL_STORAGE
+#define tcp_sk_of(sk) bpf_skc_to_tcp_sock(sk)
+#define tcp_field(tp, f) ((tp)->f)
+#else
+#define tcp_sk_of(sk) ((struct tcp_sock *)(sk))
+#define tcp_field(tp, f) BPF_CORE_READ(tp, f)
+#endif
+
 /* the peer of AF_UNIX socket sk, a typed pointer (its socket storage can be looked up), or 0 (unix_peer_ok) */
 static __always_inline struct sock *unix_peer(void *sk)
 {
@@ -311,9 +378,8 @@ static __always_inline __u64 nonzero(__u64 x)
 /* A task's timestamps are valid only inside the window that set them: on its first use in a new window,
  * whatever it had pending began before the window opened and is discarded -- counted, never silently.
  * oncpu_ts = 0 then means "on CPU since before the window" to sched_switch. */
-static __always_inline struct pp_task *task_of(struct task_struct *p, __u64 ws)
+static __always_inline struct pp_task *task_fresh(struct pp_task *t, __u64 ws)
 {
-	struct pp_task *t = bpf_task_storage_get(&tasks, p, 0, 0);
 	if (t && t->win != ws) {
 		/* counted without a branch per stamp (nonzero(), below): each `!= 0` was one, and the verifier walked
 		 * every combination of them (~2^11 paths, 60 % of sk_data_ready's 782k verified instructions) */
@@ -335,9 +401,14 @@ static __always_inline struct pp_task *task_of(struct task_struct *p, __u64 ws)
 	return t;
 }
 
+static __always_inline struct pp_task *task_of(struct task_struct *p, __u64 ws)
+{
+	return task_fresh(task_get(&tasks, p), ws);
+}
+
 static __always_inline struct pp_task *cur_task(__u64 ws)
 {
-	return task_of(bpf_get_current_task_btf(), ws);
+	return task_fresh(cur_task_get(&tasks), ws);
 }
 
 /* A CPU record per (role, hop); pg_aux's hop is its kind (layout.AUX_KINDS), so the CPU view names each kind.

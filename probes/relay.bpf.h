@@ -73,9 +73,17 @@ static __always_inline __u64 relay_link(__u8 stage, __u8 role, __u8 leg, __u32 h
 
 /* the hop t's kept chain from `at` up to its consume: the upstream sender's work, wire into the hop, its wait.
  * A global function, verified once on its own: inlined, its branches multiplied sk_data_ready's paths past the
- * verifier's limit */
+ * verifier's limit. Before Linux 5.12 a global function takes no pointer argument: pathprof-510.bpf.o's looks t up
+ * itself, as the current thread's (the hop whose send delivers the piece: every caller's t is cur_task's) */
+#ifndef PP_NO_LOCAL_STORAGE
 __noinline __u64 relay_links(struct pp_task *t, __u8 leg, __u64 at, __u32 seq)
 {
+#else
+#define relay_links(t, leg, at, seq) relay_links_cur(leg, at, seq)
+__noinline __u64 relay_links_cur(__u8 leg, __u64 at, __u32 seq)
+{
+	struct pp_task *t = cur_task_get(&tasks);
+#endif
 	if (!t)
 		return at;
 	__u8 ur = t->ch_up_role;

@@ -23,8 +23,7 @@ static __always_inline int throttle_at_wakeup(void)
 }
 
 SEC("tp_btf/sched_switch")
-int BPF_PROG(pp_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
-	     unsigned int prev_state)
+int BPF_PROG(pp_sched_switch, PP_SWITCH_ARGS)
 {
 	__u64 ws = win_start();
 	if (!ws)
@@ -57,7 +56,7 @@ int BPF_PROG(pp_sched_switch, bool preempt, struct task_struct *prev, struct tas
 		pt->last_utime = ut;
 		pt->last_stime = st;
 		pt->oncpu_ts = 0;
-		if (preempt || prev_state == 0) {
+		if (preempt || PP_PREV_STATE == 0) {
 			pt->runnable_ts = now;       /* still runnable: waits on the run queue */
 			if (cfs_throttled(prev))
 				pt->thr_from = now;  /* ... or for its cgroup's next CPU quota */
@@ -83,7 +82,9 @@ int BPF_PROG(pp_sched_switch, bool preempt, struct task_struct *prev, struct tas
 	if (nt) {
 		nt->oncpu_ts = now;
 		nt->excl_snap = cs->excl_total;
-		__u64 r = __sync_lock_test_and_set(&nt->runnable_ts, 0);   /* a waker on another CPU may write it */
+		/* a waker on another CPU may write it; pathprof-510.bpf.o (no xchg): a wakeup stamped between the load
+		 * and the store is lost, and with it that run-queue wait */
+		__u64 r = pp_xchg(&nt->runnable_ts, 0);
 		struct pp_cpu_val *a = r ? cpu_acc(nt) : 0;
 		if (a && now > r) {
 			a->runq_ns += now - r;
@@ -128,7 +129,7 @@ static __always_inline void on_wakeup(struct task_struct *p)
 		if (throttle_at_wakeup() && cfs_throttled(p))
 			t->thr_from = now;          /* woken into a group whose CPU quota is used up */
 		/* woken onto an idle CPU? (a queued wakeup runs on that CPU once it left idle: still idle here) */
-		__u32 cpu = p->thread_info.cpu;   /* a plain load: p is a BTF pointer */
+		__u32 cpu = pp_task_cpu(p);   /* a plain load: p is a BTF pointer */
 		__u64 *idle = bpf_map_lookup_elem(&cpu_idle, &cpu);
 		t->wake_idle = idle && *idle != 0;
 	}
@@ -142,11 +143,11 @@ int BPF_PROG(pp_sched_wakeup_new, struct task_struct *p) { on_wakeup(p); return 
 
 /* Always attached (rare, and it keeps the tracked set right between windows): a child of a tracked thread
  * inherits its role; a new process forked by the postmaster is a backend. An exiting thread needs nothing:
- * its CPU time is already in `cpuacc`, and its storage goes away with it. */
+ * its CPU time is already in `cpuacc`, and its storage goes away with it (pathprof-510.bpf.o: pp_exit). */
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(pp_fork, struct task_struct *parent, struct task_struct *child)
 {
-	struct pp_task *pt = bpf_task_storage_get(&tasks, parent, 0, 0);
+	struct pp_task *pt = task_get(&tasks, parent);
 	if (!pt)
 		return 0;
 	struct pp_task n = { .role = pt->role, .hop = pt->hop };
@@ -154,10 +155,24 @@ int BPF_PROG(pp_fork, struct task_struct *parent, struct task_struct *child)
 		n.role = PP_ROLE_BACKEND;
 		n.conn_setup = conn_split;    /* a new connection: its first exchange is the setup */
 	}
-	if (!bpf_task_storage_get(&tasks, child, &n, BPF_LOCAL_STORAGE_GET_F_CREATE))
+	if (!task_create(&tasks, child, &n))
 		stat_inc(PP_STAT_TASKS_FULL);
 	return 0;
 }
+
+#ifdef PP_NO_LOCAL_STORAGE
+/* pathprof-510.bpf.o: the thread's entries in the hash maps that stand in for task storage (pp_state.bpf.h) go
+ * with it, before its id can be reused. Attached for the whole session, as pp_fork is (one run per exiting thread
+ * of the machine, two hash deletes). */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(pp_exit, struct task_struct *p)
+{
+	__u32 tid = p->pid;
+	bpf_map_delete_elem(&tasks, &tid);
+	bpf_map_delete_elem(&holdq, &tid);
+	return 0;
+}
+#endif
 
 /* ---------------- NET softirqs: carved out of the task they interrupted ---------------- */
 /* this CPU's state when `vec` is a NET softirq inside an open window, else 0 */
@@ -218,7 +233,7 @@ int pp_adopt(struct bpf_iter__task *ctx)
 	struct pp_task *want = bpf_map_lookup_elem(&adopt, &tid);
 	if (!want)
 		return 0;
-	struct pp_task *t = bpf_task_storage_get(&tasks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	struct pp_task *t = task_create(&tasks, task, 0);
 	if (t) {             /* as user space does through a pidfd: what it has in flight is kept, role and hop set */
 		t->role = want->role;
 		t->hop = want->hop;

@@ -45,15 +45,15 @@ int BPF_PROG(pp_tcp_retransmit, const struct sock *csk, const struct sk_buff *sk
 	if (!ws)
 		return 0;
 	struct sock *sk = (struct sock *)csk;
-	struct pp_sock *s = bpf_sk_storage_get(&socks, sk, 0, 0);
+	struct pp_sock *s = sock_get(&socks, sk);
 	if (!s)
 		return 0;                     /* not a socket of the run's */
-	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	struct tcp_sock *tp = tcp_sk_of(sk);
 	if (!tp)
 		return 0;
 	struct inet_connection_sock *icsk = &tp->inet_conn;
 	__u8 ca = BPF_CORE_READ_BITFIELD_PROBED(icsk, icsk_ca_state);
-	__u8 kind = icsk->icsk_pending == ICSK_TIME_LOSS_PROBE_NUM ? PP_ST_RETX_PROBE :
+	__u8 kind = tcp_field(icsk, icsk_pending) == ICSK_TIME_LOSS_PROBE_NUM ? PP_ST_RETX_PROBE :
 		    ca == TCP_CA_Loss ? PP_ST_RETX_RTO : ca == TCP_CA_Recovery ? PP_ST_RETX_FAST : PP_ST_RETX_PROBE;
 	stat_inc(PP_STAT_RETRANSMITS);
 	__u8 out = s->leg == PP_LEG_REQUEST ? PP_LEG_RESPONSE : PP_LEG_REQUEST;   /* s->leg is what arrives */

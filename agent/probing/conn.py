@@ -135,7 +135,7 @@ class ConnProbe:
             return
         from pathprof.agent.probing.bpf.libbpf import BpfObject, enable_stats
         try:
-            self.obj = BpfObject(str(_probes_dir() / "conn.bpf.o"))
+            self.obj = BpfObject(str(_probes_dir() / hooks.conn_object_for(hooks.kernel_facts())))
             self.obj.set_rodata(pm_pid=C.c_uint32(self.pm_pid), svc_ports=(C.c_uint16 * MAX_PORTS)(*self.ports),
                                 max_closed=C.c_uint32(self.clients_per_thread),
                                 hop_ports=(C.c_uint16 * MAX_PORTS)(*self.hop_ports),

@@ -169,10 +169,9 @@ def _hook_checks() -> list[Capability]:
     from pathprof.agent.probing.bpf.libbpf import BpfObject
     facts = hooks.kernel_facts()
     name = hooks.object_for(facts)
-    caps = [Capability("probe object", True, name + ("" if name == hooks.MAIN_OBJECT else
-                       " (no bpf_rdonly_cast kfunc, Linux < 6.2: kernel fields read with bpf_probe_read_kernel)"),
+    caps = [Capability("probe object", True, name if name == hooks.MAIN_OBJECT else hooks.describe_object(facts),
                        required=False)]
-    for path in (name, "conn.bpf.o"):
+    for path in (name, hooks.conn_object_for(facts)):
         o = BpfObject(str(_probes_dir() / path))
         try:
             choices = hooks.choose({n: p.section for n, p in o.programs.items()}, facts)

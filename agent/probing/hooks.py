@@ -15,7 +15,9 @@ tp_btf and fentry hand it, which a kprobe does not get, and every x86-64 kernel 
 The selection below knows kprobes (a kernel without fentry, e.g. arm64 before 6.0, is where they would be needed).
 
 Also here: the object variant (pathprof.bpf.o reads kernel fields through the bpf_rdonly_cast kfunc, 6.2+;
-pathprof-compat.bpf.o through bpf_probe_read_kernel), and the minimum kernel (kernel_shortfalls).
+pathprof-compat.bpf.o through bpf_probe_read_kernel; pathprof-510.bpf.o, for kernels without task and socket storage
+in tracing programs or without BPF atomics that fetch, keeps both in hash maps), and the minimum kernel
+(kernel_shortfalls).
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ EVENT_LABELS = {
     "qdisc_enq": "--link impairments: qdisc enqueue (qdisc.<dev>)",
     "hold_begin": "--link delays: delay line entry (delay.<dev>, else in the wire)",
     "hold_end": "--link delays: delay line exit (delay.<dev>, else in the wire)",
+    "sk_free": "socket destroyed (pathprof-510.bpf.o: its entry leaves the socket hash)",
 }
 AVAILABLE_FILTER_FUNCTIONS = ("/sys/kernel/tracing/available_filter_functions",
                               "/sys/kernel/debug/tracing/available_filter_functions")
@@ -110,8 +113,10 @@ def pretended_lacks() -> frozenset[str]:
 class KernelFacts:
     """What this kernel offers to attach to, looked up once per process. Tests give a fake one (same methods)."""
 
-    def __init__(self):
+    def __init__(self, release: str | None = None):
+        import platform
         self.lacks = pretended_lacks()
+        self.release = release or platform.release()
 
     @functools.lru_cache(maxsize=None)
     def has_tracepoint(self, name: str) -> bool:
@@ -128,6 +133,25 @@ class KernelFacts:
         """A BPF helper (bpf_func_id's BPF_FUNC_<name>) in this kernel's BTF."""
         from pathprof.agent.probing.bpf.libbpf import kernel_enum_values
         return name not in self.lacks and f"BPF_FUNC_{name}" in kernel_enum_values("bpf_func_id")
+
+    @functools.lru_cache(maxsize=None)
+    def has_map_type(self, name: str) -> bool:
+        """A BPF map type (bpf_map_type's BPF_MAP_TYPE_<name>) in this kernel's BTF."""
+        from pathprof.agent.probing.bpf.libbpf import kernel_enum_values
+        return name not in self.lacks and f"BPF_MAP_TYPE_{name}" in kernel_enum_values("bpf_map_type")
+
+    @functools.cached_property
+    def fetch_atomics(self) -> bool:
+        """BPF atomics that return the old value (BPF_FETCH: fetch-add, xchg, cmpxchg; Linux 5.12). Instructions
+        are not in BTF: the release says (a kernel that reports none is taken to have them)."""
+        rel = release_tuple(self.release)
+        return "fetch_atomics" not in self.lacks and (rel == (0, 0) or rel >= (5, 12))
+
+    @functools.cached_property
+    def switch_prev_state(self) -> bool:
+        """sched_switch hands tp_btf programs prev_state (its fourth argument: Linux 5.18)."""
+        from pathprof.agent.probing.bpf.libbpf import kernel_tracepoint_args
+        return "prev_state" not in self.lacks and (kernel_tracepoint_args("sched_switch") or 0) >= 4
 
     @functools.cached_property
     def _traceable(self) -> set[str] | None:
@@ -309,27 +333,71 @@ def describe_choices(choices: list[Choice]) -> list[tuple[str, bool, str]]:
 
 
 # ---------------- the object variant and the minimum kernel ----------------
-MAIN_OBJECT, COMPAT_OBJECT = "pathprof.bpf.o", "pathprof-compat.bpf.o"
+MAIN_OBJECT, COMPAT_OBJECT, OLD_OBJECT = "pathprof.bpf.o", "pathprof-compat.bpf.o", "pathprof-510.bpf.o"
+CONN_OBJECT, CONN_OLD_OBJECT = "conn.bpf.o", "conn-510.bpf.o"
+
+
+def old_kernel_lacks(facts) -> list[str]:
+    """What this kernel lacks that pathprof.bpf.o and pathprof-compat.bpf.o need and pathprof-510.bpf.o does without
+    (empty: one of those two runs here). Each from the kernel's BTF where it is there (backports carry it too)."""
+    out = []
+    if not facts.has_map_type("TASK_STORAGE") or not facts.has_helper("task_storage_get"):
+        out.append("task-local storage (BPF_MAP_TYPE_TASK_STORAGE, bpf_task_storage_get: Linux 5.11)")
+    if not facts.has_btf_func("bpf_sk_storage_get_tracing"):
+        out.append("bpf_sk_storage_get in tracing programs (Linux 5.11)")
+    if not facts.has_helper("get_current_task_btf"):
+        out.append("bpf_get_current_task_btf (Linux 5.11)")
+    if not facts.fetch_atomics:
+        out.append("BPF atomics that fetch: fetch-add, xchg, cmpxchg (Linux 5.12)")
+    if not facts.switch_prev_state:
+        out.append("sched_switch's prev_state argument (Linux 5.18)")
+    return out
 
 
 def object_for(facts) -> str:
-    """pathprof.bpf.o where the kernel has the bpf_rdonly_cast kfunc (6.2+), else pathprof-compat.bpf.o."""
+    """pathprof.bpf.o where the kernel has the bpf_rdonly_cast kfunc (6.2+), else pathprof-compat.bpf.o; on a kernel
+    without what those two need (old_kernel_lacks: Debian 11's 5.10, anything before 5.18), pathprof-510.bpf.o."""
+    if old_kernel_lacks(facts):
+        return OLD_OBJECT
     return MAIN_OBJECT if facts.has_btf_func("bpf_rdonly_cast") else COMPAT_OBJECT
 
 
-# The oldest kernel that runs every stage: what REQUIREMENTS and the atomics check below imply, and the newest
-# helper the objects an older kernel loads call unguarded (tests/unit/test_kernel_floor.py reads their code).
-MINIMUM_KERNEL = (5, 12)
+def conn_object_for(facts) -> str:
+    """The connection probe's object (--connect): conn-510.bpf.o where pathprof-510.bpf.o is the probes' object."""
+    return CONN_OLD_OBJECT if object_for(facts) == OLD_OBJECT else CONN_OBJECT
+
+
+OBJECT_WHY = {
+    MAIN_OBJECT: "kernel fields read by the bpf_rdonly_cast kfunc (Linux >= 6.2)",
+    COMPAT_OBJECT: "no bpf_rdonly_cast kfunc (Linux < 6.2): kernel fields read with bpf_probe_read_kernel",
+    OLD_OBJECT: "task and socket state in hash maps, no fetching atomics, kernel fields read with "
+                "bpf_probe_read_kernel",
+}
+
+
+def describe_object(facts) -> str:
+    """The object chosen here and why, for `doctor` and the run's notes."""
+    name = object_for(facts)
+    lacks = old_kernel_lacks(facts) if name == OLD_OBJECT else []
+    return f"{name} ({OBJECT_WHY[name]}" + (f"; this kernel lacks {'; '.join(lacks)}" if lacks else "") + ")"
+
+
+# The oldest kernel that runs every stage: what REQUIREMENTS imply, and the newest helper the objects an older kernel
+# loads call unguarded (tests/unit/test_kernel_floor.py reads their code, instructions included). Before it: no BPF
+# ring buffer (5.8), the first of REQUIREMENTS, on kernels that have BTF at all (5.4 on); fentry/fexit, tp_btf and
+# BPF-to-BPF calls in tracing programs came in 5.5, bpf_probe_read_kernel in 5.5 as well.
+MINIMUM_KERNEL = (5, 8)
 
 
 # What every program family needs and no fallback replaces, with the Linux version that brought it. Checked in
 # the kernel's BTF (the helper's enum value, the map type), which backports carry too, rather than by version.
+# Task and socket storage, bpf_get_current_task_btf and the fetching atomics are not among them any more: the
+# object for kernels without them (pathprof-510.bpf.o, object_for) does without.
 REQUIREMENTS = (
-    ("BPF_FUNC_task_storage_get", "task-local storage (bpf_task_storage_get, Linux 5.11)"),
-    ("BPF_FUNC_sk_storage_get", "socket-local storage (bpf_sk_storage_get, Linux 5.2)"),
     ("BPF_FUNC_ringbuf_output", "BPF ring buffers (Linux 5.8)"),
-    ("BPF_MAP_TYPE_TASK_STORAGE", "task storage maps (Linux 5.11)"),
-    ("BPF_FUNC_get_current_task_btf", "bpf_get_current_task_btf (Linux 5.11)"),
+    ("BPF_MAP_TYPE_RINGBUF", "BPF ring buffer maps (Linux 5.8)"),
+    ("BPF_FUNC_probe_read_kernel", "bpf_probe_read_kernel (Linux 5.5)"),
+    ("BPF_FUNC_get_current_task", "bpf_get_current_task (Linux 4.8)"),
 )
 
 
@@ -338,11 +406,13 @@ def kernel_shortfalls(btf_present: bool, enum_values: set[str], release: str) ->
     names of the kernel BTF's enum values (bpf_func_id, bpf_map_type); release: uname -r."""
     if not btf_present:
         return ["BTF (/sys/kernel/btf/vmlinux: a kernel built with CONFIG_DEBUG_INFO_BTF, Linux >= 5.4)"]
-    missing = [what for name, what in REQUIREMENTS if name not in enum_values]
+    return [what for name, what in REQUIREMENTS if name not in enum_values]
+
+
+def release_tuple(release: str) -> tuple[int, int]:
+    """uname -r -> (major, minor); (0, 0) when it does not parse."""
     try:
-        major, minor = (int(x) for x in release.split(".")[:2])
+        major, minor = (int(x.split("-")[0]) for x in release.split(".")[:2])
     except ValueError:
-        major = minor = 0
-    if (major, minor) and (major, minor) < MINIMUM_KERNEL:   # atomics with fetch (BPF_ATOMIC | BPF_FETCH): not in BTF
-        missing.append("BPF atomic fetch/xchg/cmpxchg instructions (Linux 5.12)")
-    return missing
+        return (0, 0)
+    return (major, minor)

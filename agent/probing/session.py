@@ -13,7 +13,9 @@ backends) between windows. Inside a window, the kernel's per-program statistics 
 read to every run of every BPF program) are on only for a calibration slice at its start; the probes' cost
 over the whole window is scaled from the slice by the messages the probes counted (pathprof.agent.probing.cost).
 
-Tracked threads are the ones with task-local storage: user space creates it through a thread pidfd.
+Tracked threads are the ones with task-local storage: user space creates it through a thread pidfd. With
+pathprof-510.bpf.o (kernels without task storage) it is a hash keyed by thread id, written by id; its pp_exit and
+pp_sk_free, which remove a thread's and a socket's entries, stay attached all the time as fork does.
 """
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ from pathprof.errors import UserError
 PROBES_DIR = Path(__file__).resolve().parents[2] / "probes"
 TRACEFS = "/sys/kernel/tracing"
 LEVELS = ("off", "basic", "deep")
-ALWAYS_ON = ("pp_fork",)               # attached for the whole session; everything else only in windows
+# attached for the whole session; everything else only in windows. pp_exit, pp_sk_free: pathprof-510.bpf.o only
+ALWAYS_ON = ("pp_fork", "pp_exit", "pp_sk_free")
 NETFILTER = ("nf_begin", "nf_end")      # BPF netfilter links, attached per (namespace, hook) with functions
 PIDFD_THREAD = os.O_EXCL                # pidfd_open flag: a pidfd for one thread (Linux >= 6.9)
 ADOPT = "pp_adopt"                      # the task iterator that tracks threads where PIDFD_THREAD is missing
@@ -196,7 +199,9 @@ class ProbeSession:
         try:
             inos = self._netns_inodes()
             facts = probe_hooks.kernel_facts()
-            self.object_name = probe_hooks.object_for(facts)   # kfunc or compat variant
+            self.object_name = probe_hooks.object_for(facts)   # kfunc, compat or 510 variant
+            if self.object_name == probe_hooks.OLD_OBJECT:
+                self._note("probe object " + probe_hooks.describe_object(facts))
             self.main = BpfObject(str(_probes_dir() / self.object_name))
             self.main.set_rodata(svc_ports=(C.c_uint16 * L.MAX_PORTS)(*ports), nf_netns=inos,
                                  nf_nns=C.c_uint32(len(self.netns_names)), lat_hops=C.c_uint32(hop_slots),
@@ -214,7 +219,8 @@ class ProbeSession:
             self._select_programs(deep)
             self.main.load()
             for name in ALWAYS_ON:
-                self.main.attach(name)
+                if name in self.main.programs and name not in self.dropped:
+                    self.main.attach(name)
             self._find_nf_hooks()
             if self.config.trace_sample:
                 self._ring = ring_reader(self.main.maps["traces"], C.sizeof(L.Trace), self._spans.append)
@@ -245,8 +251,8 @@ class ProbeSession:
             if name in alternatives:
                 continue
             prog.set_autoload(deep or not name.startswith("pg_"))
-            if name == ADOPT:           # needed only where user space cannot name a thread by pidfd
-                prog.set_autoload(not pidfd_thread_ok())
+            if name == ADOPT:           # needed only where user space cannot name a thread by pidfd (nor by id: 510)
+                prog.set_autoload(not pidfd_thread_ok() and self.object_name != probe_hooks.OLD_OBJECT)
                 self.dropped.add(name)  # never attached with the window's programs
                 continue
             if name in QDISC_PROGS and not self.config.qdisc:
@@ -437,6 +443,9 @@ class ProbeSession:
                 raise UserError(f"at most {self.hop_slots - 1} distinct hops can be profiled on this path "
                                 f"(hop {hop!r})")
         tasks = self.main.maps["tasks"]
+        if self.object_name == probe_hooks.OLD_OBJECT:    # a hash keyed by thread id: no pidfd needed
+            self._track_by_tid(tasks, _threads_and_children(int(pid), skip), role, hop_id)
+            return
         adopt = []                       # threads a pidfd cannot name on this kernel (pp_adopt gives them storage)
         for tid in _threads_and_children(int(pid), skip):
             try:
@@ -457,6 +466,23 @@ class ProbeSession:
                 os.close(fd)
         if adopt:
             self._adopt(adopt, role, hop_id)
+
+    def _track_by_tid(self, tasks, tids, role: str, hop_id: int) -> None:
+        """pathprof-510.bpf.o: `tasks` is a hash keyed by thread id (pp_state.bpf.h). A thread that exited meanwhile
+        (its pp_exit ran before the entry was written) has its entry taken out again, or its id, reused, would be
+        taken for it."""
+        from pathprof.agent.probing.bpf import layout as L
+        for tid in tids:
+            key = bytes(C.c_uint32(tid))
+            try:
+                old = tasks.lookup(key)  # already followed (forked): keep what it has in flight
+                t = L.Task.from_buffer_copy(old) if old else L.Task()
+                t.role, t.hop = L.ROLES[role], hop_id
+                tasks.update(key, bytes(t))
+                if not os.path.exists(f"/proc/{tid}"):
+                    tasks.delete(key)
+            except OSError as e:
+                self._note(f"could not track {tid} ({role}): {e}")
 
     def _adopt(self, tids: list[int], role: str, hop_id: int) -> None:
         """Storage for threads through the kernel (sched.bpf.h, pp_adopt): their tids into `adopt`, one pass of

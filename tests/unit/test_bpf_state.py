@@ -109,3 +109,12 @@ def test_trace_sampling_is_the_rule_python_mirrors(every):
         o.close()
     assert got == [int(x) for x in trace_sampled(np.array(numbers), every)]
     assert abs(sum(got[3:]) - 400 / every) <= max(3, 0.4 * 400 / every)
+
+
+def test_a_map_without_batch_lookup_is_read_key_by_key_alike(one_hop_slot):
+    """Per-CPU arrays have no BPF_MAP_LOOKUP_BATCH before Linux 5.11 (Debian 11's 5.10 answers ENOTSUPP, 524): the
+    maps are then read with get_next_key and a lookup per entry, to the same pairs."""
+    lat = one_hop_slot.maps["lat"]
+    batch = lat.items()
+    lat._no_batch = True
+    assert lat.items() == batch and len(batch) == lat.max_entries

@@ -14,9 +14,12 @@ class FakeKernel:
     """The KernelFacts methods, from sets."""
 
     def __init__(self, tracepoints=(), funcs=(), traceable=None, kprobes=False, fentry_error=None, symbols=(),
-                 netfilter_links=False):
+                 netfilter_links=False, helpers=None, map_types=None, fetch_atomics=True, switch_prev_state=True):
         self.tps, self.funcs, self.symbols = set(tracepoints), set(funcs), set(symbols)
         self.netfilter_links = netfilter_links
+        # helpers and map types: None = every one (a kernel from 5.18 on has what the objects ask for)
+        self.helpers, self.map_types = helpers, map_types
+        self.fetch_atomics, self.switch_prev_state = fetch_atomics, switch_prev_state
         self._traceable = None if traceable is None else set(traceable)
         self.kprobes, self.fentry_error = kprobes, fentry_error
 
@@ -25,6 +28,12 @@ class FakeKernel:
 
     def has_btf_func(self, name):
         return name in self.funcs
+
+    def has_helper(self, name):
+        return self.helpers is None or name in self.helpers
+
+    def has_map_type(self, name):
+        return self.map_types is None or name in self.map_types
 
     def traceable(self, name):
         return None if self._traceable is None else name in self._traceable
@@ -48,7 +57,7 @@ def _all_tracepoints(programs):
 
 
 FUNCS = {"sock_def_readable", "tcp_sendmsg_locked", "inet_recvmsg", "unix_stream_recvmsg", "inet_sendmsg",
-         "unix_stream_sendmsg", "nf_hook_slow", "bpf_rdonly_cast"}
+         "unix_stream_sendmsg", "nf_hook_slow", "bpf_rdonly_cast", "bpf_sk_storage_get_tracing"}
 
 
 def test_every_tracepoint_present_chooses_tp_btf_and_leaves_every_fallback_out(programs):
@@ -116,9 +125,38 @@ def test_minimum_kernel_names_what_is_missing():
     assert H.kernel_shortfalls(False, set(), "6.1.0")[0].startswith("BTF")
     everything = {name for name, _ in H.REQUIREMENTS}
     assert H.kernel_shortfalls(True, everything, "6.1.0-56-amd64") == []
-    old = H.kernel_shortfalls(True, everything - {"BPF_FUNC_task_storage_get", "BPF_MAP_TYPE_TASK_STORAGE"},
-                              "5.10.0-32-amd64")
-    assert any("task-local storage" in m for m in old) and any("Linux 5.12" in m for m in old)
+    assert H.kernel_shortfalls(True, everything, "5.10.0-32-amd64") == []    # the 510 object runs there
+    old = H.kernel_shortfalls(True, everything - {"BPF_FUNC_ringbuf_output", "BPF_MAP_TYPE_RINGBUF"}, "5.4.0")
+    assert any("ring buffers (Linux 5.8)" in m for m in old)
+
+
+def test_debian_11_kernel_takes_the_510_object_and_doctor_says_why():
+    """Debian 11's 5.10 (its BTF, checked 2026-11-27 in linux-image-5.10.0-32-amd64): no BPF_MAP_TYPE_TASK_STORAGE nor
+    bpf_task_storage_get, bpf_get_current_task_btf, bpf_sk_storage_get_tracing (bpf_sk_storage_get is there, for
+    networking programs only), sched_switch with three arguments; 5.10 < 5.12: no fetching atomics."""
+    k = FakeKernel(funcs=FUNCS - {"bpf_rdonly_cast", "bpf_sk_storage_get_tracing"},
+                   helpers={"sk_storage_get", "ringbuf_output", "probe_read_kernel", "get_current_task"},
+                   map_types={"HASH", "RINGBUF", "SK_STORAGE"}, fetch_atomics=False, switch_prev_state=False)
+    assert H.object_for(k) == H.OLD_OBJECT and H.conn_object_for(k) == H.CONN_OLD_OBJECT
+    lacks = H.old_kernel_lacks(k)
+    assert len(lacks) == 5 and "task-local storage" in lacks[0] and "Linux 5.12" in lacks[3]
+    why = H.describe_object(k)
+    assert why.startswith("pathprof-510.bpf.o (") and "hash maps" in why and "sched_switch" in why
+    # 5.12 .. 5.17 (Ubuntu 22.04's 5.15): everything but sched_switch's prev_state: the 510 object as well
+    assert H.object_for(FakeKernel(funcs=FUNCS - {"bpf_rdonly_cast"}, switch_prev_state=False)) == H.OLD_OBJECT
+    # 5.18 .. 6.1: compat, as before
+    assert H.object_for(FakeKernel(funcs=FUNCS - {"bpf_rdonly_cast"})) == H.COMPAT_OBJECT
+    assert H.conn_object_for(FakeKernel(funcs=FUNCS)) == H.CONN_OBJECT
+
+
+def test_pretended_lacks_take_this_kernel_for_a_510_one(monkeypatch):
+    monkeypatch.setenv(H.LACKS_ENV, "TASK_STORAGE,fetch_atomics,prev_state")
+    f = H.KernelFacts()
+    assert not f.has_map_type("TASK_STORAGE") and not f.fetch_atomics and not f.switch_prev_state
+    assert H.object_for(f) == H.OLD_OBJECT
+    assert not H.KernelFacts(release="5.10.0-32-amd64").fetch_atomics
+    monkeypatch.delenv(H.LACKS_ENV)
+    assert H.KernelFacts(release="6.1.0-56-amd64").fetch_atomics and H.KernelFacts(release="weird").fetch_atomics
 
 
 def test_diff_warns_when_two_runs_were_measured_through_different_hooks():

@@ -70,6 +70,8 @@ if _lib is not None:
         ("btf__name_by_offset", C.c_char_p, [_P, C.c_uint32]),
         ("bpf_map_lookup_elem", C.c_int, [C.c_int, _P, _P]),
         ("bpf_map_update_elem", C.c_int, [C.c_int, _P, _P, C.c_uint64]),
+        ("bpf_map_delete_elem", C.c_int, [C.c_int, _P]),
+        ("bpf_map_get_next_key", C.c_int, [C.c_int, _P, _P]),
         ("bpf_map_lookup_batch", C.c_int, [C.c_int, _P, _P, _P, _P, C.POINTER(C.c_uint32), _P]),
         ("bpf_obj_get_info_by_fd", C.c_int, [C.c_int, _P, C.POINTER(C.c_uint32)]),
         ("bpf_enable_stats", C.c_int, [C.c_int]),

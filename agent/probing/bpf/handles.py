@@ -104,8 +104,16 @@ class Map(_Handle):
             e = C.get_errno()
             raise OSError(e, f"update {self.name}: {os.strerror(e)}")
 
+    def delete(self, key: bytes) -> bool:
+        """Remove the entry under key; False when there was none."""
+        return _lib.bpf_map_delete_elem(self.fd, C.c_char_p(key)) == 0
+
+    _no_batch = False
+
     def items(self) -> list[tuple[bytes, bytes]]:
-        """All (key, value) pairs: one BPF_MAP_LOOKUP_BATCH pass where the map supports it."""
+        """All (key, value) pairs: one BPF_MAP_LOOKUP_BATCH pass where the map supports it, else key by key."""
+        if self._no_batch:
+            return self._items_one_by_one()
         ks, vs = self.key_size, self._vbuf_size()
         batch, out = 256, []
         keys, vals = C.create_string_buffer(ks * batch), C.create_string_buffer(vs * batch)
@@ -115,13 +123,33 @@ class Map(_Handle):
             n = C.c_uint32(batch)
             rc = _lib.bpf_map_lookup_batch(self.fd, token_in, token_out, keys, vals, C.byref(n), C.byref(opts))
             e = C.get_errno() if rc else 0
-            if rc and e != errno.ENOENT:     # every map type pathprof uses has batch ops (kernel >= 5.6)
+            if rc and e in NO_BATCH and not out and token_in is None:   # per-CPU arrays before Linux 5.11
+                self._no_batch = True
+                return self._items_one_by_one()
+            if rc and e != errno.ENOENT:     # hashes have batch ops from 5.6, arrays from 5.7, per-CPU arrays 5.11
                 raise OSError(e, f"batch lookup {self.name}: {os.strerror(e)}")
             raw_k, raw_v = keys.raw, vals.raw
             out += [(raw_k[i * ks:(i + 1) * ks], raw_v[i * vs:(i + 1) * vs]) for i in range(n.value)]
             if rc:   # ENOENT: that was the last batch
                 return out
             token_in = C.create_string_buffer(token_out.raw)
+
+
+    def _items_one_by_one(self) -> list[tuple[bytes, bytes]]:
+        """bpf_map_get_next_key and a lookup per entry (a kernel whose map type has no batch lookup)."""
+        ks, out = self.key_size, []
+        key, nxt = None, C.create_string_buffer(ks)
+        while _lib.bpf_map_get_next_key(self.fd, key, nxt) == 0:
+            k = nxt.raw
+            v = self.lookup(k)
+            if v is not None:
+                out.append((k, v))
+            key = C.create_string_buffer(k, ks)
+        return out
+
+
+# errno of a map type without batch ops: ENOTSUPP (the kernel's 524), EOPNOTSUPP, EINVAL
+NO_BATCH = {524, errno.EOPNOTSUPP, errno.EINVAL}
 
 
 class Program(_Handle):

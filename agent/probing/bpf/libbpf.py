@@ -257,6 +257,20 @@ def kernel_has_tracepoint(name: str) -> bool:
     return _lib.btf__find_by_name_kind(btf, f"btf_trace_{name}".encode(), BTF_KIND_TYPEDEF) > 0
 
 
+@functools.lru_cache(maxsize=None)
+def kernel_tracepoint_args(name: str) -> int | None:
+    """The arguments tracepoint `name` hands a tp_btf program (its `btf_trace_<name>` prototype's, less the first,
+    the tracepoint's own data pointer), None when the kernel has no such tracepoint."""
+    btf = _kernel_btf()
+    tid = _lib.btf__find_by_name_kind(btf, f"btf_trace_{name}".encode(), BTF_KIND_TYPEDEF) if btf else -1
+    if tid <= 0:
+        return None
+    for _ in range(2):                       # typedef -> pointer -> function prototype
+        tid = C.cast(_lib.btf__type_by_id(btf, tid), C.POINTER(C.c_uint32 * 3)).contents[2]
+    info = C.cast(_lib.btf__type_by_id(btf, tid), C.POINTER(C.c_uint32 * 3)).contents[1]
+    return (info & 0xFFFF) - 1
+
+
 def _kernel_btf():
     _require_lib()
     if not _vmlinux_btf:
