@@ -149,13 +149,18 @@ def test_a_reply_in_parts_is_not_called_unpaired_and_no_note_contradicts_the_clo
     called_lost = sum(i["count"] for i in full["losses"])      # what the report's head note counts
     assert called_lost <= 0.01 * proc["of"], full["losses"]
     # every loss that could cost time says how much, and what the closure says of it, in line with the closure
-    short_us = max(0.0, -err) / 100.0 * full["closure"]["cycle_us"]
+    # (each against its own view: a switch-in unseen is CPU time, against the CPU view, analysis.losses.COSTS)
+    from pathprof.analysis.losses import COSTS
+    whole = {"latency": full["closure"]["cycle_us"], "cpu": full["cpu_us_per_txn"]}
     for item in full["losses"]:
         if item.get("closure_short_us_per_txn") is None:
             continue
+        view = COSTS[item["name"]][0]
+        view_err = full["closure"][f"{view}_error_pct"]
+        short_us = max(0.0, -view_err) / 100.0 * whole[view]
         assert "could cost up to" in item["text"] or "their time is not known" in item["text"], item["text"]
         assert item["closure_short_us_per_txn"] == pytest.approx(short_us, abs=0.1), (item, full["closure"])
-        if err >= 0:
+        if view_err >= 0:
             assert "so it is not short by them" in item["text"], item["text"]
         assert "short by it" not in item["text"]
     assert proc.get("closure_short_us_per_txn") is not None or proc["count"] == 0, proc
