@@ -5,7 +5,8 @@ views miss their closure by 6-13 % while the same path closes within 1-4 % in ev
 2026-11-27: a 1-client -C nic run at half its rate with every stage's p99 in ms, +9.46 %; a merged two-agent run
 +10.56 %). Such a run is made again (`pathprof run --json` through conftest.run_pathprof), loudly: each remake is
 printed at the end of the session and recorded for bench/truth_trials. A product regression misses in the second
-run too and fails the test; a disturbed machine does so in about one run of 400 instead of one in 20.
+run too and fails the test; a disturbed machine's misses are independent and rarely come twice. A cell that misses
+its first try in round after round is not weather (the summary shows it): measure it with bench/truth_trials.
 
   steal     the hypervisor took >= STEAL_PCT of the CPUs' time (analysis.steal): made again up to twice
   closure   a view outside +-CLOSURE_PCT, the product's promise: made again once"""
