@@ -6,6 +6,7 @@ Each object is held to the oldest kernel hooks.object_for gives it: pathprof-510
 doctor's) to MINIMUM_KERNEL, pathprof-compat.bpf.o and conn.bpf.o to 5.18 (before it, object_for takes the 510
 object: sched_switch has no prev_state). A new helper in the probes fails here until it is added to the table with
 the version that brought it."""
+import functools
 import re
 import shutil
 import subprocess
@@ -40,24 +41,28 @@ def _helper_names() -> dict[int, str]:
     return {int(n): name for name, n in re.findall(r"\bBPF_FUNC_([a-z0-9_]+) = (\d+),", text)}
 
 
-def _helpers_called(obj: Path) -> set[int]:
+@functools.lru_cache(maxsize=None)
+def _instructions(obj: str) -> tuple[bytes, ...]:
+    """The built object's instructions, 8 bytes each (skips the test when it is not built)."""
+    path = PROBES / obj
+    if not path.exists():
+        pytest.skip(f"{obj} not built (make -C probes)")
+    out = subprocess.run(["llvm-objdump", "-d", str(path)], capture_output=True, text=True, check=True).stdout
+    return tuple(bytes(int(b, 16) for b in m.group(1).split())
+                 for m in re.finditer(r"^\s*\d+:\s+((?:[0-9a-f]{2} ){7}[0-9a-f]{2})", out, re.M))
+
+
+def _helpers_called(obj: str) -> set[int]:
     """The helper ids of the object's `call` instructions (src_reg 0; 1 is a call of a subprogram, 2 a kfunc)."""
-    out = subprocess.run(["llvm-objdump", "-d", str(obj)], capture_output=True, text=True, check=True).stdout
-    ids = set()
-    for m in re.finditer(r":\s+85 ([0-9a-f]{2}) 00 00 ([0-9a-f]{2}) ([0-9a-f]{2}) ([0-9a-f]{2}) ([0-9a-f]{2})", out):
-        if int(m.group(1), 16) & 0xF0 == 0:          # src_reg in the high nibble of the regs byte
-            ids.add(int.from_bytes(bytes(int(m.group(i), 16) for i in range(2, 6)), "little", signed=True))
-    return ids
+    return {int.from_bytes(i[4:8], "little", signed=True) for i in _instructions(obj)
+            if i[0] == 0x85 and i[1] >> 4 == 0}     # src_reg in the high nibble of the regs byte
 
 
 @pytest.mark.skipif(shutil.which("llvm-objdump") is None, reason="llvm-objdump (package llvm) not installed")
 @pytest.mark.parametrize("obj", OLD_KERNEL_OBJECTS)
 def test_every_helper_an_old_kernel_loads_came_by_the_minimum_kernel_or_is_guarded(obj):
-    path = PROBES / obj
-    if not path.exists():
-        pytest.skip(f"{obj} not built (make -C probes)")
     names = _helper_names()
-    called = {names.get(i, f"#{i}") for i in _helpers_called(path)}
+    called = {names.get(i, f"#{i}") for i in _helpers_called(obj)}
     assert called, "no helper call found: the disassembly's format changed"
     unknown = called - HELPER_SINCE.keys()
     assert not unknown, f"{obj} calls helpers with no version here: {sorted(unknown)} (add them to HELPER_SINCE)"
@@ -65,12 +70,6 @@ def test_every_helper_an_old_kernel_loads_came_by_the_minimum_kernel_or_is_guard
     too_new = {h: HELPER_SINCE[h] for h in called if HELPER_SINCE[h] > floor and h not in GUARDED}
     assert not too_new, f"{obj} needs Linux {max(too_new.values())} for {too_new}: past its oldest kernel {floor}"
     assert max(HELPER_SINCE[h] for h in called if h not in GUARDED) <= floor
-
-
-def _instructions(obj: Path) -> list[bytes]:
-    out = subprocess.run(["llvm-objdump", "-d", str(obj)], capture_output=True, text=True, check=True).stdout
-    return [bytes(int(b, 16) for b in m.group(1).split())
-            for m in re.finditer(r"^\s*\d+:\s+((?:[0-9a-f]{2} ){7}[0-9a-f]{2})", out, re.M)]
 
 
 # BPF_STX | BPF_ATOMIC, 32 and 64 bits: imm 0 is BPF_ADD without BPF_FETCH, the old BPF_XADD (Linux 3.x); any other
@@ -83,10 +82,7 @@ V4_OPCODES = {0x81, 0x89, 0x91, 0x06, 0xD7}
 @pytest.mark.skipif(shutil.which("llvm-objdump") is None, reason="llvm-objdump (package llvm) not installed")
 @pytest.mark.parametrize("obj", OLD_KERNEL_OBJECTS)
 def test_every_instruction_an_old_kernel_loads_came_by_its_oldest_kernel(obj):
-    path = PROBES / obj
-    if not path.exists():
-        pytest.skip(f"{obj} not built (make -C probes)")
-    insns = _instructions(path)
+    insns = _instructions(obj)
     assert insns, "no instruction found: the disassembly's format changed"
     fetching = [i for i in insns if i[0] in ATOMIC_OPCODES and int.from_bytes(i[4:], "little") != 0]
     kfuncs = [i for i in insns if i[0] == 0x85 and i[1] >> 4 == 2]     # call with src_reg 2 (BPF_PSEUDO_KFUNC_CALL)
