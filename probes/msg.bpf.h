@@ -154,6 +154,9 @@ static __always_inline int setup_message(struct sock *sk, struct pp_sock *s, str
 struct iov_iter___pre64 {
 	const struct iovec *iov;
 } __attribute__((preserve_access_index));
+struct iov_iter___pre514 {
+	unsigned int type;
+} __attribute__((preserve_access_index));
 
 static __always_inline int own_query(const struct msghdr *msg, __u32 held_len)
 {
@@ -161,10 +164,22 @@ static __always_inline int own_query(const struct msghdr *msg, __u32 held_len)
 	const void *base;
 	if (count == held_len || count < 5 || count > 4096)
 		return 0;
+#ifdef PP_PRE_518
+	/* before 5.14 the kind of iterator was `type`, its values (ITER_IOVEC 4, ...) or'ed with the direction
+	 * (bit 0); no ITER_UBUF before 6.0 (the old kernels' object, pathprof-510.bpf.o, serves 5.8 to 5.17) */
+	__u32 type = bpf_core_field_exists(msg->msg_iter.iter_type) ? msg->msg_iter.iter_type :
+		BPF_CORE_READ((struct iov_iter___pre514 *)&msg->msg_iter, type) & ~1u;
+	if (bpf_core_enum_value_exists(enum iter_type, ITER_UBUF) &&
+	    type == bpf_core_enum_value(enum iter_type, ITER_UBUF)) {
+		base = msg->msg_iter.ubuf;
+	}
+#else
 	__u8 type = msg->msg_iter.iter_type;
 	if (type == bpf_core_enum_value(enum iter_type, ITER_UBUF)) {
 		base = msg->msg_iter.ubuf;
-	} else if (type == bpf_core_enum_value(enum iter_type, ITER_IOVEC)) {
+	}
+#endif
+	else if (type == bpf_core_enum_value(enum iter_type, ITER_IOVEC)) {
 		struct iovec v;
 		const struct iovec *iov = bpf_core_field_exists(msg->msg_iter.__iov) ? msg->msg_iter.__iov :
 			BPF_CORE_READ((struct iov_iter___pre64 *)&msg->msg_iter, iov);
