@@ -401,7 +401,11 @@ static __always_inline int on_data_ready(struct sock *sk)
 	int relayed = !setup && relay_ready(sk, s, t, ws);
 	setup |= relayed;
 	__u64 qs = qdisc_on ? qdisc_send_start(ws) : 0;   /* out of a netem qdisc: sent from elsewhere, earlier */
-	if (qs && now > qs) {
+	int tcp = sk->__sk_common.skc_family != AF_UNIX_NUM;
+	int retx_first = tcp && retx_recent(ws);   /* tcp_loss.bpf.h: before a send start taken from another task */
+	if (retx_first && retx_delivered(sk, s, ws, now, seq, setup, 0)) {
+		/* a retransmission of the run's: its wait and its own trip emitted */
+	} else if (qs && now > qs) {
 		if (!setup)
 			span(PP_ST_WIRE, s->role, s->leg, s->hop, qs, now - qs, seq);
 	} else if (t && sending(t, (__u64)sk) && now > t->send_ts) {
@@ -416,8 +420,7 @@ static __always_inline int on_data_ready(struct sock *sk)
 		t->send_ts = now;             /* unix: the send path up to here stays in the sender's stage */
 		t->in_send = 1;
 		stat_inc(PP_STAT_WIRE_UNTIMED);
-	} else if (!(sk->__sk_common.skc_family != AF_UNIX_NUM && retx_delivered(sk, s, ws, now, seq, setup, 0)) &&
-		   !relayed) {
+	} else if (!(tcp && !retx_first && retx_delivered(sk, s, ws, now, seq, setup, 0)) && !relayed) {
 		stat_inc(PP_STAT_WIRE_UNPAIRED);
 	}
 	return 0;

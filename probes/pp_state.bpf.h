@@ -125,7 +125,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, PP_RETX_SLOTS);
+	__uint(max_entries, PP_RETX_SLOTS + 1);      /* + PP_RETX_LAST */
 	__type(key, __u32);
 	__type(value, struct pp_retx);
 } retx SEC(".maps");
