@@ -100,7 +100,7 @@ struct pp_sock {            /* socket-local storage of a socket a tracked thread
  * retransmitted segment's end_seq (a hole that no later segment waits behind); two slots when they differ. */
 #define PP_RETX_SLOTS 1024  /* power of two */
 /* one more slot past them (never a hash's): its retx_ts is the last retransmission parked, so a delivery looks for
- * one first only while a retransmission may be waiting (a lossy window), and a healthy one pays nothing */
+ * one first only once one was parked in its window; a healthy window pays that slot's lookup per TCP delivery */
 #define PP_RETX_LAST PP_RETX_SLOTS
 struct pp_retx {
 	__u32 seq;              /* the receiver's rcv_nxt that delivers it */

@@ -62,12 +62,6 @@ def proc_stat_ns() -> tuple[int, int, int]:
     return busy * 10**9 // hz, total * 10**9 // hz, steal * 10**9 // hz
 
 
-def cpu_busy_ns() -> tuple[int, int]:
-    """(busy, total) CPU ns since boot (proc_stat_ns)."""
-    busy, total, _ = proc_stat_ns()
-    return busy, total
-
-
 def cpu_times() -> dict:
     """The CPUs' time since boot, all CPUs summed: {busy_ns, total_ns, asleep_ns, busy_tick_ns, steal_ns,
     busy_source}.

@@ -45,8 +45,8 @@ class ThrowawayPostgres:
 
 
 def busy_ns() -> int:
-    from pathprof.agent.host.machine import cpu_busy_ns
-    return cpu_busy_ns()[0]
+    from pathprof.agent.host.machine import proc_stat_ns
+    return proc_stat_ns()[0]
 
 
 def profile(pg: ThrowawayPostgres, level: str = "basic", *, unix: bool = False, script: str = "select1.sql",
