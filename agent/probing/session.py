@@ -170,6 +170,7 @@ class ProbeSession:
         self._lock = threading.RLock()
         self._detail: list = []          # links of the open window
         self._window: dict | None = None
+        self._prepared: dict | None = None     # when prepare_window attached the next window's programs
         self.windows: list[dict] = []
         # called with each window's start (CLOCK_MONOTONIC ns) when it opens and 0 when it closes: other BPF
         # objects that must describe the same stretch of the run (the --connect probe, agent/probing/conn.py)
@@ -325,7 +326,9 @@ class ProbeSession:
         with self._lock:
             if not self.started or self._window is not None:
                 return
-            w = {"attach_mono_ns": time.monotonic_ns(), "attach_realtime_ns": time.time_ns()}
+            # attached earlier by prepare_window: the window's edge (programs attached, no window) begins there
+            w = self._prepared or {"attach_mono_ns": time.monotonic_ns(), "attach_realtime_ns": time.time_ns()}
+            self._prepared = None
             self._attach_detail_once()
             self.refresh_server()            # before the window starts: its spans land in the right role
             w["cpu0"] = cpu_times()
@@ -338,8 +341,10 @@ class ProbeSession:
         takes 0.1-0.5 s on a loaded machine, which made the window start that late (three agents' windows 19 %
         apart). Until the window opens they see no window and return at once."""
         with self._lock:
-            if self.started and self._window is None:
+            if self.started and self._window is None and not self._detail:
+                began = {"attach_mono_ns": time.monotonic_ns(), "attach_realtime_ns": time.time_ns()}
                 self._attach_detail_once()
+                self._prepared = began
 
     def _attach_detail_once(self) -> None:
         """The window's programs, unless prepare_window attached them already; none left attached on failure."""
@@ -386,7 +391,7 @@ class ProbeSession:
         self.calibration.abort()
         if self.main is not None:
             self.main.detach(self._detail)
-        self._detail = []
+        self._detail, self._prepared = [], None
 
     def start_windows(self, duration_s: float | None) -> None:
         """pgbench started: open windows on the configured schedule (or one window, always on)."""

@@ -16,6 +16,10 @@ import time
 DEFAULT_WINDOW_S, DEFAULT_PERIOD_S = 2.0, 4.0
 END_MARGIN_S = 0.5     # no window closes within this of pgbench's end (the last transactions drain)
 MIN_WINDOW_S = 0.25     # shorter windows hold too few transactions (and /proc/stat ticks are 10 ms)
+# the window's programs are attached this long before it opens: attaching takes 0.01-0.6 s beside a busy machine
+# and once 2.26 s (CI, pgpool, 3-s run: the window opened after its planned end and held no transaction). The
+# stretch between is an edge of the window (attached, not open), counted neither in nor out of it.
+PREPARE_LEAD_S = 0.5
 POLL_S = 0.1           # ring-buffer drain interval inside windows (--trace-sample)
 CALIBRATION_MAX_S = 0.5  # bpf_stats on at the start of each window for this long at most (agent.probing.cost)...
 CALIBRATION_SHARE = 0.2  # ...and at most this share of the window
@@ -59,6 +63,7 @@ class WindowRunner:
     def __init__(self, session, window_s: float, period_s: float, duration_s: float | None):
         self.session = session
         self.plan = plan(duration_s, window_s, period_s)
+        self.duration_s = duration_s
         self.cal_s = calibration_s(window_s if self.plan is not None else 0, duration_s)
         # always on: calibrate once the run is past pgbench's start-up (connections, first plans)
         self.cal_at = 0.0 if self.plan is not None else min(2.0, 0.2 * (duration_s or 10.0))
@@ -86,9 +91,13 @@ class WindowRunner:
         try:
             # always on: one window for the whole run, closed by stop()
             for s, e in (self.plan if self.plan is not None else [(0.0, float("inf"))]):
+                if not self._wait_until(self.t0 + s - PREPARE_LEAD_S, poll=False):
+                    return
+                self.session.prepare_window()
                 if not self._wait_until(self.t0 + s, poll=False):
                     return
                 self.session.open_window()
+                e = self._end(s, e, time.monotonic() - self.t0)
                 if not self._wait_until(self.t0 + s + self.cal_at, poll=True):
                     return
                 self.session.begin_calibration()
@@ -101,6 +110,14 @@ class WindowRunner:
         except BaseException as exc:          # a window that cannot open is a note, the run goes on
             self.error = exc
             self.session.notes.append(f"measurement window failed: {exc}")
+
+    def _end(self, start: float, end: float, opened: float) -> float:
+        """A window that opened late (its programs slow to attach) keeps its planned length as far as the run
+        leaves room before its end margin: a late open must not leave a window without transactions."""
+        late = opened - start
+        if late <= 0 or not self.duration_s or end == float("inf"):
+            return end
+        return max(end, min(end + late, self.duration_s - END_MARGIN_S))
 
     def stop(self) -> None:
         self._stop.set()

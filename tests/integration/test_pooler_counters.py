@@ -13,9 +13,9 @@ pytestmark = pytest.mark.integration
 CLIENTS = 4
 
 
-def _row(doc):
+def _row(doc, least: int = 4):
     (row,) = doc["pooler_counters"]
-    assert row["hop"] == "pgpool" and "error" not in row and row["samples"] >= 4, row
+    assert row["hop"] == "pgpool" and "error" not in row and row["samples"] >= least, row
     return row
 
 
@@ -83,5 +83,7 @@ def test_each_sampled_transaction_names_its_child_and_backend(tmp_path):
     assert {c[0] for c in children} == clients_children, (children, end["show_pool_pools"])
     assert all(x["backend_pid"] in {b["pid"] for b in backends} and x["txn"] for x in served["listed"])
     assert meta["probes"]["counters"].get("own_conn", 0) == 0, meta["probes"]["counters"]   # not even seen
-    row = _row(doc)
+    # one sample is all the children's count needs (pgpool forks them all before pgbench starts); a sampler every
+    # 0.2 s took only two in 3 s beside the other lane once (CI ci40-6), so more is not this test's premise
+    row = _row(doc, least=1)
     assert row["servers"] == CLIENTS and row["no_wait"], row

@@ -86,6 +86,53 @@ def test_plan_places_windows_inside_the_run():
     assert next(it) == (4.5, 5.5) and next(it) == (14.5, 15.5)
 
 
+class _SlowAttach:
+    """A session whose programs take `attach_s` to attach, recording when each step happened (s from the start)."""
+
+    def __init__(self, attach_s):
+        import time
+        self.attach_s, self.t0, self.steps, self.notes = attach_s, time.monotonic(), [], []
+
+    def _step(self, name):
+        import time
+        self.steps.append((name, time.monotonic() - self.t0))
+
+    def prepare_window(self):
+        import time
+        self._step("prepare")
+        time.sleep(self.attach_s)
+
+    def open_window(self):
+        self._step("open")
+
+    def close_window(self):
+        self._step("close")
+
+    def poll(self):
+        pass
+
+    begin_calibration = end_calibration = poll
+
+
+def test_a_window_s_programs_attach_before_it_and_a_late_open_keeps_its_length(monkeypatch):
+    monkeypatch.setattr(pw, "PREPARE_LEAD_S", 0.1)
+    monkeypatch.setattr(pw, "END_MARGIN_S", 0.05)
+    on_time = _SlowAttach(0.02)                  # attached within the lead: the window opens as planned
+    runner = pw.WindowRunner(on_time, 0.2, 0.4, 0.6)
+    (s, e), = runner.plan
+    runner.start()
+    runner._thread.join(5)
+    (p, tp), (o, to), (c, tc) = on_time.steps
+    assert (p, o, c) == ("prepare", "open", "close") and tp < s - 0.05 and to == pytest.approx(s, abs=0.05)
+    assert tc - to == pytest.approx(e - s, abs=0.05)
+    late = _SlowAttach(0.3)                      # opened 0.2 s late: closes as late, within the run's end margin
+    runner = pw.WindowRunner(late, 0.2, 0.4, 0.6)
+    runner.start()
+    runner._thread.join(5)
+    (_, to), (_, tc) = late.steps[1:]
+    assert to > s + 0.15 and tc == pytest.approx(min(e + (to - s), 0.6 - 0.05), abs=0.05) and tc - to > 0.1
+
+
 def test_probe_duty_flag_sets_the_period():
     import argparse
 
