@@ -114,13 +114,20 @@ def run_pathprof(*args, timeout=300, check=False, **kw) -> subprocess.CompletedP
     default_runs = "/tmp/pp-test-runs" + (f"-{lane}" if lane else "")
     env["PATHPROF_RUNS"] = str(kw.pop("runs_dir", env.get("PATHPROF_RUNS", default_runs)))
     remakes: dict = {}
+    tries: list[subprocess.CompletedProcess] = []
     while True:
         cp = subprocess.run([*PATHPROF, *args], capture_output=True, text=True, timeout=timeout, env=env,
                             stdin=subprocess.DEVNULL, **kw)
         if cp.returncode != 0 or not premise.should_remake(cp.stdout, args, remakes):
             break
-        for made in premise.run_docs(json.loads(cp.stdout)):
-            shutil.rmtree(made.get("run_dir") or "/nonexistent", ignore_errors=True)
+        tries.append(cp)
+    # every try was stolen from (a long burst of the host's): the one the hypervisor took least from is judged
+    best = premise.least_stolen(tries + [cp]) if cp.returncode == 0 else cp
+    for other in tries + [cp]:
+        if other is not best:
+            for made in premise.run_docs(json.loads(other.stdout)):
+                shutil.rmtree(made.get("run_dir") or "/nonexistent", ignore_errors=True)
+    cp = best
     if check and cp.returncode != 0:
         raise AssertionError(f"pathprof {' '.join(args)} exited {cp.returncode}:\n{cp.stderr[-3000:]}")
     if cp.returncode == 0 and "--json" in args and os.environ.get(truth.LOG_ENV):

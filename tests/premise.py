@@ -8,7 +8,8 @@ printed at the end of the session and recorded for bench/truth_trials. A product
 run too and fails the test; a disturbed machine's misses are independent and rarely come twice. A cell that misses
 its first try in round after round is not weather (the summary shows it): measure it with bench/truth_trials.
 
-  steal     the hypervisor took >= STEAL_PCT of the CPUs' time (analysis.steal): made again up to twice
+  steal     the hypervisor took >= STEAL_PCT of the CPUs' time (analysis.steal): made again up to three times,
+            and when every try was stolen from, the least stolen is judged
   closure   a view outside +-CLOSURE_PCT, the product's promise: made again once"""
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ import truth
 
 STEAL_PCT = 2.0
 CLOSURE_PCT = 5.0
-MAX_REMAKES = {"steal": 2, "closure": 1}
+# 3, not 2: a host's burst of steal once outlasted three tries of four -C runs in one CI round (18-43 %, ci41a)
+MAX_REMAKES = {"steal": 3, "closure": 1}
 CALM_WAIT_S = 30.0    # before a remake for steal: wait (this long at most) for a second with less steal
 _LOCAL: list[str] = []       # without lanes: this process's remakes
 
@@ -81,6 +83,35 @@ def remake_reason(doc: dict, remakes: dict) -> str | None:
     else:
         _LOCAL.append(line)
     return line
+
+
+def _stolen(cp) -> float:
+    """The worst steal share among the runs of a `run`/`compare` output (0 when it says none)."""
+    try:
+        docs = run_docs(json.loads(cp.stdout))
+    except (ValueError, TypeError, AttributeError):
+        return 0.0
+    return max([float((d.get("steal") or {}).get("pct") or 0.0) for d in docs] or [0.0])
+
+
+def least_stolen(tries: list):
+    """Of a command's tries (the last one kept by the remake budget), the one to judge: the last, unless it was
+    stolen from and an earlier try less so; a try that missed for any other reason is never preferred to it."""
+    last = tries[-1]
+    if (miss_of(last) or ("", ""))[0] != "steal":
+        return last
+    stolen = [t for t in tries if (miss_of(t) or ("", ""))[0] == "steal"]
+    return min(stolen, key=_stolen)
+
+
+def miss_of(cp) -> tuple[str, str] | None:
+    try:
+        doc = json.loads(cp.stdout)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    return next((m for d in run_docs(doc) for m in [miss(d)] if m), None)
 
 
 def summary() -> str | None:

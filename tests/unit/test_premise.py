@@ -35,9 +35,20 @@ def test_remakes_are_bounded_per_kind_and_only_for_runs(monkeypatch):
     assert premise.should_remake(bad, ["run", "--json"], remakes) is None           # once for a closure
     stolen = json.dumps(doc(steal=5.0))
     assert premise.should_remake(stolen, ["run", "--json"], remakes)
-    assert premise.should_remake(stolen, ["run", "--json"], remakes)
-    assert premise.should_remake(stolen, ["run", "--json"], remakes) is None        # twice for steal
-    assert premise.summary().count("made again") == 3
+    for _ in range(premise.MAX_REMAKES["steal"] - 1):
+        assert premise.should_remake(stolen, ["run", "--json"], remakes)
+    assert premise.should_remake(stolen, ["run", "--json"], remakes) is None        # a bounded number for steal
+    assert premise.summary().count("made again") == 1 + premise.MAX_REMAKES["steal"]
+
+
+def test_when_every_try_was_stolen_from_the_least_stolen_is_judged():
+    from types import SimpleNamespace as Out
+    tries = [Out(stdout=json.dumps(dict(doc(steal=s), run_dir=f"/tmp/{s}"))) for s in (18.0, 4.5, 43.0)]
+    assert premise.least_stolen(tries) is tries[1]
+    closing = Out(stdout=json.dumps(doc()))                  # the last try stands when it was not stolen from
+    assert premise.least_stolen(tries[:2] + [closing]) is closing
+    missed = Out(stdout=json.dumps(doc(latency=12.0)))       # nor is a stolen try preferred to a closure miss
+    assert premise.least_stolen(tries[:2] + [missed]) is missed
 
 
 def test_a_compare_is_made_again_for_any_of_its_runs(monkeypatch):
