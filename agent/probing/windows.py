@@ -19,7 +19,7 @@ MIN_WINDOW_S = 0.25     # shorter windows hold too few transactions (and /proc/s
 # the window's programs are attached this long before it opens: attaching takes 0.01-0.6 s beside a busy machine
 # and once 2.26 s (CI, pgpool, 3-s run: the window opened after its planned end and held no transaction). The
 # stretch between is an edge of the window (attached, not open), counted neither in nor out of it.
-PREPARE_LEAD_S = 0.5
+PREPARE_LEAD_S = 0.25
 POLL_S = 0.1           # ring-buffer drain interval inside windows (--trace-sample)
 CALIBRATION_MAX_S = 0.5  # bpf_stats on at the start of each window for this long at most (agent.probing.cost)...
 CALIBRATION_SHARE = 0.2  # ...and at most this share of the window

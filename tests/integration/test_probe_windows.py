@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_pathprof
+from pathprof.agent.probing import windows as pw
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +41,10 @@ def test_windowed_run_records_windows_and_closes(runs_dir):
         assert 0.75e9 < w["elapsed_ns"] < 1.2e9
     i, o = p["in_windows"], p["outside_windows"]
     assert p["log_clock"] == "realtime"
-    assert 0 < i["txns"] < o["txns"] and i["txns"] + o["txns"] <= doc["transactions"]
+    # in, out and the edges (programs attached before a window opens, detached after it closes) part the run
+    e = p["edges"]
+    assert i["txns"] > 0 and o["txns"] > 0 and i["txns"] + o["txns"] + e["txns"] <= doc["transactions"], (i, o, e)
+    assert 1.5 < i["duration_s"] <= 2.4 and 0 < e["duration_s"] < 2 * (pw.PREPARE_LEAD_S + 0.5), (i, e)
     assert i["busy_ns"] == sum(w["busy_ns"] for w in p["windows"])
     names = {s["name"] for s in doc["stages"]}
     assert {"wire.backend", "backend.execute", "wire.pgbench", "client.pgbench"} <= names
