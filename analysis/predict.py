@@ -83,6 +83,7 @@ class Base:
     wal_device: dict | None = None      # run.json postgres.wal_device, with device_us: its disk-view µs per txn
     machine: dict = field(default_factory=dict)      # the machine's costs (agent.host.machine_costs) for the run
     delaylines: dict = field(default_factory=dict)   # link -> (delay lines, their CPU µs per txn) a scenario adds
+    path_share: float = 1.0             # the share of the CPU demand on the transaction's path (the rest beside it)
 
 
 def _stage_sum(summary: Summary, prefixes: tuple) -> float:
@@ -94,11 +95,16 @@ def _part(summary: Summary, name: str) -> float:
     return sum(float(s.us_per_txn) for s in summary.stages if s.name == name and s.part)
 
 
-def _path_work(summary: Summary) -> float:
+def _path_work(summary: Summary, client_cpu: float | None = None) -> float:
+    """The latency view's own-work stages on the transaction's path, µs per transaction; `client_cpu` caps the
+    client's stage (under load a client thread's stage also holds its work for its other connections)."""
     names = summary.stages
+    client = f"client.{client_of(summary)}"
     own = sum(float(s.us_per_txn) for s in names if s.parent is None
-              and (s.name.startswith(PATH_WORK) or s.name.startswith("hop.")
-                   or s.name in ("backend.execute", f"client.{client_of(summary)}")))
+              and (s.name.startswith(PATH_WORK) or s.name.startswith("hop.") or s.name == "backend.execute"))
+    own += min([float(s.us_per_txn) for s in names if s.parent is None and s.name == client] or [0.0]) \
+        if client_cpu is None else min(sum(float(s.us_per_txn) for s in names if s.parent is None
+                                           and s.name == client), client_cpu)
     io = sum(float(s.us_per_txn) for s in names if s.part and s.name in
              ("backend.wal_flush", "backend.data_read", "backend.lock_wait"))
     return max(own - io, 0.0)
@@ -146,8 +152,16 @@ def base_from_run(summary: dict | Summary, progress_tps: list[float] | None = No
              client=client_of(summary))
     b.round_trips = max([float(s.count_per_txn or 0) for s in summary.stages
                          if s.name == "wire.backend" and s.leg == "request"] or [1.0]) or 1.0
+    client_cpu = comps.get(f"{b.client}.user", 0.0) + comps.get(f"{b.client}.sys", 0.0)
+    path = max(_path_work(summary, client_cpu if b.regime == "cpu-bound" else None) - probe_us, 0.0)
+    if b.regime == "cpu-bound" and 0 < path < view_us:
+        # the CPUs' work no transaction waits for runs beside the path where a CPU is free: at fewer clients
+        # only the path's share is on the cycle (analysis.mva, serial_us)
+        b.path_share = path / view_us
+        b.notes.append(f"of the CPU view's {view_us:.1f} µs per transaction, {path:.1f} µs is work on the "
+                       "transaction's path (the latency view's own-work stages); the rest runs beside it where a CPU "
+                       "is free")
     if b.regime != "cpu-bound":
-        path = max(_path_work(summary) - probe_us, 0.0)
         if 0 < path < view_us:
             b.cpu_scale = path / view_us
             b.cpu = {k: v * b.cpu_scale for k, v in comps.items()}
@@ -215,7 +229,19 @@ def _anchor(b: Base, summary: Summary) -> None:
         per_event = idle_stages / events if events >= MIN_IDLE_EVENTS_PER_TXN else 0.0
         b.idle_us = per_event * b.receivers
         machine_idle, source = machine_value(b.machine, "idle_wakeup_us")
-        if events < LEARN_IDLE_EVENTS_PER_TXN and machine_idle:
+        rq, rq_source = machine_value(b.machine, "lowload_runqueue_us")
+        if events < LEARN_IDLE_EVENTS_PER_TXN and machine_idle and rq is not None:
+            # a transaction on an idle machine: the processes it wakes find an idle CPU as long as there is one
+            # (a 1-client loopback run: 1.92 idle exits for its 2 processes; docker-dnat's 4 and pgbouncer's 4:
+            # 2.6 and 1.9, the others woken onto their waker's CPU), and every one waits on a run queue
+            exits = min(b.receivers, max(int(b.ncpu + 0.5), 1))
+            b.idle_us = exits * machine_idle + b.receivers * rq
+            per_event = b.idle_us / b.receivers
+            b.notes.append(f"the run woke a process onto an idle CPU {events:.2f} times per transaction: on an idle "
+                           f"machine its {b.receivers} processes woken per transaction would leave idle {exits} "
+                           f"CPUs ({machine_idle:.1f} µs each, {source}) and wait {rq:.1f} µs each on a run queue "
+                           f"({rq_source})")
+        elif events < LEARN_IDLE_EVENTS_PER_TXN and machine_idle:
             # the run (nearly) never idled: the few idle exits a saturated run has are outliers (a process woken
             # after a stall), so the machine's delay of one wakeup onto an idle CPU, learned by a run that idled
             # often (agent.host.machine_costs), prices each process a transaction wakes
@@ -295,7 +321,8 @@ def _saturated_hop(b: Base, summary: Summary) -> tuple[str | None, float]:
 
 
 def _centres(b: Base, clients: int) -> list[Centre]:
-    cs = [Centre("cpu", sum(b.cpu.values()), servers=b.ncpu)]
+    cpu = sum(b.cpu.values())
+    cs = [Centre("cpu", cpu, servers=b.ncpu, serial_us=cpu * b.path_share if b.path_share < 1.0 else None)]
     for h in b.hops:
         d = b.hop_us.get(h, b.cpu.get(f"hop.{h}.user", 0.0) + b.cpu.get(f"hop.{h}.sys", 0.0))
         if d > 0:

@@ -53,6 +53,12 @@ def learned_costs(rd, summary: dict | Summary) -> dict:
     events = sum(float(s.count_per_txn or 0) for s in idle)
     if events >= LEARN_IDLE_EVENTS_PER_TXN:
         out["idle_wakeup_us"] = round(sum(float(s.us_per_txn) for s in idle) / events, 2)
+        # and the rest of a woken process's wait on a mostly idle machine, per process a transaction wakes: the
+        # run queue (behind its waker where it was put on the waker's CPU) and the wakeup's own latency
+        if b.clients <= (summary.host.cpus or 1):
+            waits = sum(float(s.us_per_txn) for s in summary.stages if s.parent is None
+                        and s.name.startswith(("runqueue.", "wakeup.")))
+            out["lowload_runqueue_us"] = round(waits / max(b.receivers, 1), 2)
     lines = run.delay_lines or []
     packets, cpu = sum(x["packets"] for x in lines), sum(x["cpu_us"] for x in lines)
     txns = float(summary.transactions or 0)

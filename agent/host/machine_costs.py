@@ -5,6 +5,9 @@
   idle_wakeup_us            the delay of one wakeup onto an idle CPU (idle_exit.*: the CPU leaving idle until
                             the woken process runs), learned from a run whose wakeups often found an idle CPU
                             (analysis.predict_inputs.learned_costs)
+  lowload_runqueue_us       the rest of a woken process's wait on a mostly idle machine (its run queue, behind
+                            its waker where it was put on the waker's CPU, and the wakeup's latency), per process
+                            a transaction wakes, learned from a run with no more clients than CPUs that idled often
   delayline_cpu_us_per_packet, delayline_packets_per_round_trip_each
                             pathprof's own link delay line (agent.host.delayline): its CPU per packet and the
                             packets each delay line (one per delayed direction) handles per round trip, learned

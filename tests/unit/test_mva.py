@@ -56,6 +56,21 @@ def test_idle_scaled_delay_fades_as_the_cpus_fill():
     assert sat.residence_us["idle_exit"] < 1.0
 
 
+def test_work_beside_the_path_takes_capacity_but_not_the_one_client_cycle():
+    cs = [Centre("cpu", 20.0, servers=2, serial_us=12.0)]
+    assert solve(cs, 1, cpu_centre="cpu").cycle_us == pytest.approx(12.0)    # the rest ran on the free CPU
+    assert solve(cs, 64, cpu_centre="cpu").tps == pytest.approx(2 / 20.0 * 1e6, rel=0.01)   # still 2 / D
+
+
+def test_a_woken_client_finds_no_idle_cpu_once_the_others_fill_them():
+    # 2 CPUs, 20 µs each per transaction, 40 µs of idle exits on an idle machine: with three clients besides it
+    # a woken one queues behind them rather than waking an idle CPU (the 1 - utilisation of the CPUs, 75 % here,
+    # left 10 µs: a 4-client loopback run measured 0.4 µs of idle exits per transaction)
+    cs = [Centre("cpu", 20.0, servers=2), Centre("idle", 40.0, servers=0, idle_scaled=True)]
+    assert solve(cs, 1, cpu_centre="cpu").residence_us["idle"] == pytest.approx(40.0)
+    assert solve(cs, 4, cpu_centre="cpu").residence_us["idle"] < 2.0
+
+
 def test_more_clients_never_lower_throughput():
     cs = [Centre("cpu", 30.0, servers=2), Centre("hop", 12.0, overlaps=True), Centre("pgbench", 8.0, servers=2),
           Centre("wire", 50.0, servers=0), Centre("idle", 25.0, servers=0, idle_scaled=True)]

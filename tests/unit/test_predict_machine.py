@@ -31,6 +31,34 @@ def test_a_run_that_never_idled_takes_the_machines_idle_wakeup_delay():
     assert any("that delay is the machine's" in a for a in one["assumptions"])
 
 
+def test_an_idle_machine_s_run_queue_joins_its_idle_exits_for_a_lone_client():
+    # the loopback base wakes 2 processes a transaction: on an idle machine each leaves an idle CPU (2 CPUs) and
+    # waits on a run queue too; with more processes than CPUs only as many idle exits as CPUs
+    rd = RunDir.open(RUNS / "loopback")
+    b = P.base_of(rd, machine={"idle_wakeup_us": cost(20.0), "lowload_runqueue_us": cost(8.0)})
+    assert b.receivers == 2 and b.idle_us == pytest.approx(2 * 20.0 + 2 * 8.0)
+    exits_only = P.base_of(rd, machine={"idle_wakeup_us": cost(20.0)})
+    assert P.predict(b, [1])[0]["tps"] < P.predict(exits_only, [1])[0]["tps"]
+    assert any("wait 8.0 µs each on a run queue" in a for a in P.predict(b, [1])[0]["assumptions"])
+    hops = P.base_of(RunDir.open(RUNS / "docker-dnat"),
+                     machine={"idle_wakeup_us": cost(20.0), "lowload_runqueue_us": cost(8.0)})
+    assert hops.receivers == 4 and hops.idle_us == pytest.approx(2 * 20.0 + 4 * 8.0)
+
+
+def test_a_lone_client_s_run_teaches_the_run_queue_of_an_idle_machine():
+    # loopback, 1 client, 2026-11-28 (bench/predict all): 1.92 idle exits and 17.4 µs of run queue and wakeup
+    # latency per transaction for its 2 processes woken
+    rd = RunDir.open(RUNS.parent / "recent" / "loopback-1client")
+    s = summarize(rd)
+    waits = sum(x["us_per_txn"] for x in s["stages"] if not x.get("parent")
+                and x["name"].startswith(("runqueue.", "wakeup.")))
+    learned = learned_costs(rd, s)
+    assert learned["lowload_runqueue_us"] == pytest.approx(waits / 2, abs=0.01) and learned["idle_wakeup_us"] > 0
+    # a saturated run teaches neither (its waits are queues behind the other clients, not an idle machine's)
+    assert "lowload_runqueue_us" not in learned_costs(RunDir.open(RUNS / "docker-dnat"),
+                                                      summarize(RunDir.open(RUNS / "docker-dnat")))
+
+
 def test_a_saturated_runs_few_idle_exits_give_way_to_the_machines():
     # docker-dnat at 16 clients: a few of its wakeups found an idle CPU (enough to price one, too few to trust)
     rd = RunDir.open(RUNS / "docker-dnat")
