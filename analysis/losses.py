@@ -63,7 +63,8 @@ def denominators(counters: dict, stages: pd.DataFrame | None, cpu: pd.DataFrame 
     if not msgs:                          # runs recorded before the counters were kept: the wire stages' count
         msgs = stage_count("wire") + float(counters.get("wire_unpaired") or 0)
     return {"messages": msgs + float(counters.get("piece_late") or 0),
-            "sends": stage_count("proc") + float(counters.get("proc_unpaired") or 0),
+            "sends": stage_count("proc") + float(counters.get("proc_unpaired") or 0)
+            + float(counters.get("relay_sent") or 0),
             "device packets": stage_count("dev") + float(counters.get("dev_overwritten") or 0)
             + float(counters.get("dev_stale") or 0),
             "netfilter traversals": float(counters.get("nf_packets") or 0),
@@ -80,7 +81,8 @@ def reply_parts(counters: dict, stages: pd.DataFrame | None) -> int:
     The probes count messages' pieces, not which send was whose, so this is what the counts allow: the messages
     begun (deliveries less the further pieces, `piece_more`) each began with one send; the paired sends among
     them are at least the sender spans less the spans timed between pieces (at most one per further piece). So
-    at most `begun − paired` sends began a message unpaired, and the other unpaired sends were later parts."""
+    at most `begun − paired` sends began a message unpaired, and the other unpaired sends were later parts. A hop
+    relaying a reply in parts forwards each later part without a proc span (`relay_sent`): paired as well."""
     unpaired = int(counters.get("proc_unpaired") or 0)
     more = int(counters.get("piece_more") or 0)
     if not unpaired or not more or stages is None or not len(stages) or "kind" not in stages:
@@ -88,7 +90,8 @@ def reply_parts(counters: dict, stages: pd.DataFrame | None) -> int:
     def count(kind: str) -> int:
         return int(stages.loc[stages.kind == kind, "count"].sum())
     begun = count("wire") + int(counters.get("wire_unpaired") or 0) - more
-    paired_first = max(count("proc") - more, 0)
+    # a hop's forwards of a reply's later parts (relay_sent) began messages too, with no proc span of their own
+    paired_first = max(count("proc") + int(counters.get("relay_sent") or 0) - more, 0)
     began_unpaired = min(max(begun - paired_first, 0), unpaired)
     return unpaired - began_unpaired
 

@@ -107,6 +107,8 @@ enum pp_stat {              /* per-CPU counters of everything not aggregated, so
 	PP_STAT_NF_QUEUED = 40,     /* a netfilter traversal that went through a queue (NFQUEUE: a delay line) */
 	PP_STAT_RELAYED = 41,       /* later parts of a reply a hop read: their stages accounted at its last receiver */
 	PP_STAT_OWN_CONN = 42,      /* a tracked process read or wrote on pathprof's own connection (own_conns): skipped */
+	PP_STAT_RELAY_SENT = 43,    /* a hop's forward of a later part of a reply: no proc span of its own (its work is
+				     * in the receiver's chain, relay.bpf.h), neither paired nor unpaired */
 	PP_NSTATS = 44,   /* 24-27 pooler waits, 28-33 TCP loss and stalls, 34-39 connection setup (reserved) */
 };
 

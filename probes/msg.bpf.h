@@ -698,8 +698,10 @@ static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 w
 				stat_inc(PP_STAT_SETUP_SPANS);
 				return 0;
 			}
-			if (t->consume_later == PP_RELAY_DEFERRED && s && s->leg != PP_LEG_RESPONSE)
+			if (t->consume_later == PP_RELAY_DEFERRED && s && s->leg != PP_LEG_RESPONSE) {
+				stat_inc(PP_STAT_RELAY_SENT);
 				return 0;         /* a later part's forward: in its receiver's chain (relay.bpf.h) */
+			}
 		}
 		/* --connect: every connection has new proxy goroutines, which move between threads: a consume followed
 		 * by a sleep of this thread was forwarded by another one, and must not pair with this later send */

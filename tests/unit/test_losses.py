@@ -35,6 +35,17 @@ def test_each_counter_is_said_with_its_share_and_meaning():
     assert rest == [i["text"] for i in items]
 
 
+def test_a_hops_relayed_forwards_began_messages_but_are_not_unpaired():
+    # pgbouncer relaying a 2 MB result (2026-11-28, 1 client, 3 s): its forwards of the reply's later parts have no
+    # proc span (relay.bpf.h) but begin messages into the client; counted, they are neither paired nor unpaired
+    counters = {"messages": 46_425, "proc_unpaired": 54_732, "piece_more": 24_899, "wire_unpaired": 1}
+    stages = _stages(wire=46_424, proc=43_902)       # 21,526 messages begun, 19,003 of them by a paired send
+    before = losses.describe({"proc_unpaired": 54_732}, counters, stages, None)[0]
+    after = losses.describe({"proc_unpaired": 54_732}, {**counters, "relay_sent": 2_500}, stages, None)[0]
+    assert before["count"] == 2_523 and after["count"] == 23 and after["of"] == before["of"] + 2_500
+    assert after["parts"] + after["count"] == 54_732
+
+
 def test_without_a_denominator_the_count_is_still_explained():
     (item,) = losses.describe({"socks_full": 3}, {}, None, None)
     assert item["share_pct"] is None and item["text"].startswith("3 sockets could not be given probe storage")
