@@ -8,7 +8,8 @@ from pathlib import Path
 target, base, scenario, *measured = sys.argv[1:]
 # columns: target | scenario | clients | predicted | band | measured (no probes) | error | in band | limited by |
 #          foreign CPUs during the measured run (other processes on this shared machine) | predicted with that
-#          foreign load (--foreign-cpus) | its error | base -> measured run
+#          foreign load (--foreign-cpus) | its error | the hypervisor's steal in base / measured run (a row with
+#          steal >= 2 % is the host's weather, not the model's: analysis.steal) | base -> measured run
 pp = str(Path(__file__).resolve().parents[2] / ".venv/bin/pathprof")
 points = dict(m.split("=", 1) for m in measured)
 clients = ",".join(sorted(points, key=int))
@@ -22,8 +23,15 @@ def predicted(c: str, foreign: float) -> dict:
                                                                        else r["scenario"] != "as recorded")][0]
 
 
+def steal_of(run: str) -> float:
+    doc = json.loads(subprocess.run([pp, "report", run, "--json"], check=True, capture_output=True, text=True).stdout)
+    return float((doc.get("steal") or {}).get("pct") or 0.0)
+
+
+base_steal = steal_of(base)
 for c, run_dir in sorted(points.items(), key=lambda kv: int(kv[0])):
     s = json.loads(subprocess.run([pp, "report", run_dir, "--json"], check=True, capture_output=True, text=True).stdout)
+    steal = float((s.get("steal") or {}).get("pct") or 0.0)
     meas = (s.get("windows") or {}).get("tps_out") or s["tps"]
     other = {c["component"]: c["us_per_txn"] for c in s.get("cpu") or []}.get("other", 0.0)
     foreign = other * ((s.get("windows") or {}).get("tps_in") or s["tps"]) / 1e6
@@ -37,4 +45,4 @@ for c, run_dir in sorted(points.items(), key=lambda kv: int(kv[0])):
           f"{row['tps_low']:,.0f}–{row['tps_high']:,.0f} | "
           f"{meas:,.0f} | {err:+.1f} % | {'yes' if inside else 'no'} | {row['limited_by']} | {foreign:.2f} | "
           f"{'*' if shared.get('idle_wakeups_unpriced') else ''}{shared['tps']:,.0f} | {err_shared:+.1f} % | "
-          f"{Path(base).name} → {Path(run_dir).name} |", flush=True)
+          f"{base_steal:.1f} / {steal:.1f} % | {Path(base).name} → {Path(run_dir).name} |", flush=True)
