@@ -102,9 +102,8 @@ def _path_work(summary: Summary, client_cpu: float | None = None) -> float:
     client = f"client.{client_of(summary)}"
     own = sum(float(s.us_per_txn) for s in names if s.parent is None
               and (s.name.startswith(PATH_WORK) or s.name.startswith("hop.") or s.name == "backend.execute"))
-    own += min([float(s.us_per_txn) for s in names if s.parent is None and s.name == client] or [0.0]) \
-        if client_cpu is None else min(sum(float(s.us_per_txn) for s in names if s.parent is None
-                                           and s.name == client), client_cpu)
+    client_us = sum(float(s.us_per_txn) for s in names if s.parent is None and s.name == client)
+    own += client_us if client_cpu is None else min(client_us, client_cpu)
     io = sum(float(s.us_per_txn) for s in names if s.part and s.name in
              ("backend.wal_flush", "backend.data_read", "backend.lock_wait"))
     return max(own - io, 0.0)

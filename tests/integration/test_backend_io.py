@@ -132,8 +132,12 @@ def test_a_throttled_wal_device_grows_the_wal_flush_by_what_the_limit_implies(ru
     truth.record("wal_flush_growth_over_cycle_growth", grew / expected, "x > 0.5")
     truth.record("wal_waits_growth_over_cycle_growth", waits_grew / expected, "0.7 < x < 1.25")
     truth.record("base_cycle_us", base_cycle_us, "")
-    context = (grew, waits_grew, expected, base_cycle_us, slow_cycle_us, k, stages)
-    assert 0.7 * expected < waits_grew < 1.25 * expected, context
+    # The base run's own disturbance can go the other way too (fresh-clone CI with --wipe, ci41w round 1: a 4.3-ms
+    # unthrottled cycle whose WAL waits were under 1 ms, then a throttled one whose rest was back to ~1.7 ms): the
+    # waits then grew by the cycle's growth plus what the rest of the cycle gave back, which is no WAL time
+    gave_back = max(0.0, (base_cycle_us - wal_waits(base)) - (slow_cycle_us - wal_waits(slow)))
+    context = (grew, waits_grew, expected, gave_back, base_cycle_us, slow_cycle_us, k, stages)
+    assert 0.7 * expected < waits_grew < 1.25 * expected + gave_back, context
     assert grew > 0.5 * expected, context
     for st in ("wire.backend", "wire.pgbench"):
         assert abs(slow[st] - base[st]) < 50, (st, base[st], slow[st])
