@@ -31,6 +31,7 @@ def test_remakes_are_bounded_per_kind_and_only_for_runs(monkeypatch):
     bad = json.dumps(doc(latency=12.0))
     assert premise.should_remake(bad, ["report", "--json"], remakes) is None
     assert premise.should_remake(bad, ["run", "-t", "nic"], remakes) is None       # not a document
+    assert premise.should_remake(json.dumps(doc(steal=30.0)), ["run", "--probes", "off", "--json"], remakes) is None
     assert "closure latency +12.00 %" in premise.should_remake(bad, ["run", "--json"], remakes)
     assert premise.should_remake(bad, ["run", "--json"], remakes) is None           # once for a closure
     stolen = json.dumps(doc(steal=5.0))
