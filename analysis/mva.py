@@ -64,6 +64,7 @@ def solve(centres: list[Centre], clients: int, think_us: float = 0.0, cpu_centre
     waiting = {c.name: 0.0 for c in centres}     # customers in the queueing part of each centre
     util = {c.name: 0.0 for c in centres}
     busy = {c.name: 0.0 for c in centres}         # clients at a centre per server (in service or queued)
+    cpu_servers = max(next((c.servers for c in centres if c.name == cpu_centre), 1), 1)
     x = 0.0
     res: dict[str, float] = {}
     for n in range(1, clients + 1):
@@ -92,8 +93,7 @@ def solve(centres: list[Centre], clients: int, think_us: float = 0.0, cpu_centre
             util[c.name] = x * c.demand_us / c.servers if c.servers else 0.0
             busy[c.name] = x * res[c.name] / c.servers if c.servers else 0.0
         if cpu_centre in busy:      # a client waiting for an idle CPU to wake is one about to run on it
-            busy[cpu_centre] += sum(x * res[c.name] for c in centres if c.idle_scaled) / max(
-                next((c.servers for c in centres if c.name == cpu_centre), 1), 1)
+            busy[cpu_centre] += sum(x * res[c.name] for c in centres if c.idle_scaled) / cpu_servers
     queues = {c.name: util[c.name] for c in centres if c.servers}
     bottleneck = max(queues, key=queues.get) if queues else None
     return Solution(clients=clients, tps=x * 1e6, cycle_us=clients / x if x else float("inf"),
