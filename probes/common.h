@@ -166,6 +166,9 @@ struct pp_cpu_state {       /* per CPU */
 	/* the running tracked thread's last two throttled intervals (its cgroup's CPU quota used up), copied at its
 	 * switch-in so that span_cell carves them out of its spans without a task-storage lookup; 0 = none */
 	__u64 thr0_s, thr0_e, thr1_s, thr1_e;
+	/* ... and the older ones since it last slept, as one sum over [thro_s, thro_e] (a span longer than two quota
+	 * periods: a cold backend's first query, 600 ms at 5 ms per 100 ms) */
+	__u64 thro_s, thro_e, thro_ns;
 	__u32 thr_hop;
 	__u8  thr_role;
 	__u8  thr_pad[3];

@@ -539,6 +539,11 @@ __noinline int span_cell(__u64 cell, __u64 start, __u64 ns, __u32 seq)
 	if (cs && cs->thr0_e > start && ns) {
 		__u64 end = start + ns;
 		__u64 t = overlap_ns(start, end, cs->thr0_s, cs->thr0_e) + overlap_ns(start, end, cs->thr1_s, cs->thr1_e);
+		/* the older intervals: all of their sum when the span began before them, its share of their stretch
+		 * when it began among them (the quota's runs between are short and even) */
+		if (cs->thro_ns && start < cs->thro_e)
+			t += start <= cs->thro_s ? cs->thro_ns :
+			     cs->thro_ns * (cs->thro_e - start) / (cs->thro_e - cs->thro_s);
 		if (t) {
 			t = t < ns ? t : ns;
 			ns -= t;

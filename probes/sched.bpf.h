@@ -60,6 +60,8 @@ int BPF_PROG(pp_sched_switch, PP_SWITCH_ARGS)
 			pt->runnable_ts = now;       /* still runnable: waits on the run queue */
 			if (cfs_throttled(prev))
 				pt->thr_from = now;  /* ... or for its cgroup's next CPU quota */
+		} else {
+			pt->thro_ns = 0;             /* asleep: a span it ends later began after this */
 		}
 	} else if (cs->last_switch) {
 		__u64 d = now - cs->last_switch, ex = cs->excl_total - cs->excl_at_switch;
@@ -92,6 +94,12 @@ int BPF_PROG(pp_sched_switch, PP_SWITCH_ARGS)
 		}
 		if (nt->thr_from) {
 			if (now > nt->thr_from) {
+				if (nt->thr1_e > nt->thr1_s) {      /* the oldest of the two joins the sum */
+					if (!nt->thro_ns)
+						nt->thro_s = nt->thr1_s;
+					nt->thro_e = nt->thr1_e;
+					nt->thro_ns += nt->thr1_e - nt->thr1_s;
+				}
 				nt->thr1_s = nt->thr0_s;
 				nt->thr1_e = nt->thr0_e;
 				nt->thr0_s = nt->thr_from;
@@ -108,10 +116,13 @@ int BPF_PROG(pp_sched_switch, PP_SWITCH_ARGS)
 		cs->thr0_e = nt->thr0_e;
 		cs->thr1_s = nt->thr1_s;
 		cs->thr1_e = nt->thr1_e;
+		cs->thro_s = nt->thro_s;
+		cs->thro_e = nt->thro_e;
+		cs->thro_ns = nt->thro_ns;
 		cs->thr_role = nt->role;
 		cs->thr_hop = nt->hop;
 	} else {
-		cs->thr0_e = cs->thr1_e = 0;
+		cs->thr0_e = cs->thr1_e = cs->thro_ns = 0;
 	}
 	return 0;
 }

@@ -393,12 +393,13 @@ class ProbeSession:
             self.main.detach(self._detail)
         self._detail, self._prepared = [], None
 
-    def start_windows(self, duration_s: float | None) -> None:
-        """pgbench started: open windows on the configured schedule (or one window, always on)."""
+    def start_windows(self, duration_s: float | None, ready=None) -> None:
+        """pgbench started: open windows on the configured schedule (or one window, always on), counted from when
+        ready() first holds (its start-up over; None: from now)."""
         if not self.started:
             return
         from pathprof.agent.probing.windows import WindowRunner
-        self._runner = WindowRunner(self, self.config.window_s, self.config.period_s, duration_s)
+        self._runner = WindowRunner(self, self.config.window_s, self.config.period_s, duration_s, ready)
         self._runner.start()
 
     def stop_windows(self) -> None:

@@ -21,6 +21,8 @@ MIN_WINDOW_S = 0.25     # shorter windows hold too few transactions (and /proc/s
 # stretch between is an edge of the window (attached, not open), counted neither in nor out of it.
 PREPARE_LEAD_S = 0.25
 POLL_S = 0.1           # ring-buffer drain interval inside windows (--trace-sample)
+READY_POLL_S = 0.01    # how often the load's start is looked for (`ready`)
+READY_MAX_S, READY_MAX_SHARE = 30.0, 0.75   # and at most this long (or this share of the run): then the plan goes on
 CALIBRATION_MAX_S = 0.5  # bpf_stats on at the start of each window for this long at most (agent.probing.cost)...
 CALIBRATION_SHARE = 0.2  # ...and at most this share of the window
 
@@ -60,8 +62,11 @@ def plan(duration_s: float | None, window_s: float, period_s: float, limit: int 
 class WindowRunner:
     """A thread that opens and closes the session's windows on the plan; stop() ends it (and the window)."""
 
-    def __init__(self, session, window_s: float, period_s: float, duration_s: float | None):
+    def __init__(self, session, window_s: float, period_s: float, duration_s: float | None, ready=None):
         self.session = session
+        # ready(): the load's own start-up is over (pgbench's setup connection closed, its clients connecting):
+        # the plan counts from then, and an always-on window opens then, so the start-up is no window's
+        self.ready = ready
         self.plan = plan(duration_s, window_s, period_s)
         self.duration_s = duration_s
         self.cal_s = calibration_s(window_s if self.plan is not None else 0, duration_s)
@@ -87,13 +92,33 @@ class WindowRunner:
             if poll:
                 self.session.poll()
 
+    def _wait_ready(self) -> bool:
+        """Wait (bounded) for ready(); the plan's origin moves to then. False if stopped first."""
+        if self.ready is None:
+            return True
+        limit = self.t0 + min(READY_MAX_S, READY_MAX_SHARE * (self.duration_s or READY_MAX_S / READY_MAX_SHARE))
+        while not self.ready():
+            if time.monotonic() >= limit:
+                self.session.notes.append(f"the load's start-up was not seen to end within {limit - self.t0:.1f} s:"
+                                          " the measurement windows count from pgbench's start")
+                return True
+            if self._stop.wait(READY_POLL_S):
+                return False
+        self.t0 = time.monotonic()
+        return True
+
     def _run(self) -> None:
         try:
+            if self.plan is None:       # always on: attached while the load starts up, open once it has
+                self.session.prepare_window()
+            if not self._wait_ready():
+                return
             # always on: one window for the whole run, closed by stop()
             for s, e in (self.plan if self.plan is not None else [(0.0, float("inf"))]):
-                if not self._wait_until(self.t0 + s - PREPARE_LEAD_S, poll=False):
-                    return
-                self.session.prepare_window()
+                if self.plan is not None:
+                    if not self._wait_until(self.t0 + s - PREPARE_LEAD_S, poll=False):
+                        return
+                    self.session.prepare_window()
                 if not self._wait_until(self.t0 + s, poll=False):
                     return
                 self.session.open_window()

@@ -125,7 +125,7 @@ def _drive(opts, topo, ctx, pg, services, argv, m: Measurement, conn_probe, rd: 
         pooler.start()
         if conn_probe is not None:
             _sample_from_the_start(conn_probe, m.probes)
-        m.open_probes(pid)
+        m.open_probes(pid, ready=pgbench.setup_done(rd.file("pgbench") / "log"))
         if conn_probe is not None:
             conn_probe.track_client(pid)
             conn_probe.reset()

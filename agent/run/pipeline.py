@@ -82,12 +82,13 @@ class Measurement:
         self.open_probes(client_pid)
         self.start_clock()
 
-    def open_probes(self, client_pid: int | None = None) -> None:
+    def open_probes(self, client_pid: int | None = None, ready=None) -> None:
+        """ready: when the load's own start-up is over (pgbench.setup_done); the windows count from then."""
         if self.probes is not None:
             if client_pid is not None:
                 self.probes.track(client_pid, "pgbench")
             self.probes.reset()
-            self.probes.start_windows(self.duration_s)
+            self.probes.start_windows(self.duration_s, ready)
 
     def start_clock(self) -> None:
         self.cpu0, self.t0 = cpu_times(), time.monotonic_ns()

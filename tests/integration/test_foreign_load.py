@@ -133,10 +133,17 @@ def test_a_cpu_that_never_idles_is_one_speed_factor_not_five_causes(alone_and_lo
     # its part is each own-work stage's baseline × (ratio − 1), and its share is that part of the measured gap
     part = sum(a[n] * (sf["ratio"] - 1.0) for n in a if n in b and n.startswith(_OWN_STAGES))
     assert sf["delta_us_per_txn"] == pytest.approx(part, rel=0.01, abs=0.05), (sf, part)
-    assert sf["share_pct"] == pytest.approx(part / e["gap_us_per_txn"] * 100.0, abs=0.2), (sf, e["gap_us_per_txn"])
     causes = {c["name"]: c for c in e["causes"]}
-    assert causes["cpu speed"]["delta_us_per_txn"] == sf["delta_us_per_txn"]
-    assert causes["cpu speed"]["share_pct"] == sf["share_pct"] and sf["share_pct"] > 0, causes["cpu speed"]
+    assert causes["cpu speed"]["delta_us_per_txn"] == sf["delta_us_per_txn"] < 0, causes["cpu speed"]
+    if e["ranked"]:
+        assert sf["share_pct"] == pytest.approx(part / e["gap_us_per_txn"] * 100.0, abs=0.2), (sf, e["gap_us_per_txn"])
+        assert causes["cpu speed"]["share_pct"] == sf["share_pct"], causes["cpu speed"]
+    else:
+        # the loops may also lengthen the run-queue waits by more than the gap (the loaded run slower, +18.8 µs,
+        # and the scheduler's share over 150 %: fresh-clone CI, 2026-11-28): not rankable, so no cause, the
+        # factor included, keeps a share that would mislead; its part in µs is still asserted above
+        assert e["verdict"] in ("smaller than its parts", "within noise"), e["verdict"]
+        assert sf["share_pct"] is None and causes["cpu speed"]["share_pct"] is None, (sf, causes["cpu speed"])
     # one cause, not five: what the factor leaves of the backend, the client, the network stack and the devices
     # is each smaller than the factor itself
     for name in ("backend", "client", "network stack", "devices"):

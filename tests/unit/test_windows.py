@@ -133,6 +133,46 @@ def test_a_window_s_programs_attach_before_it_and_a_late_open_keeps_its_length(m
     assert to > s + 0.15 and tc == pytest.approx(min(e + (to - s), 0.6 - 0.05), abs=0.05) and tc - to > 0.1
 
 
+def test_the_windows_count_from_the_end_of_the_loads_start_up(monkeypatch, tmp_path):
+    """pgbench's setup connection (scale and partition queries) is no transaction's: an always-on window is
+    attached while it runs and opens once pgbench's first thread created its log; a windowed plan counts from
+    then; a start-up never seen to end lets the plan go on from the start, with a note."""
+    import threading
+    import time
+
+    from pathprof.agent.postgres.pgbench import setup_done
+    monkeypatch.setattr(pw, "PREPARE_LEAD_S", 0.05)
+    ready = setup_done(tmp_path)
+    threading.Timer(0.3, lambda: (tmp_path / "pgbench_log.4242").write_text("")).start()
+    always = _SlowAttach(0.01)
+    runner = pw.WindowRunner(always, 0, 0, 2.0, ready)
+    runner.start()
+    time.sleep(0.6)
+    runner.stop()
+    runner.session.close_window()
+    (p, tp), (o, to) = always.steps[:2]
+    assert (p, o) == ("prepare", "open") and tp < 0.1 and to == pytest.approx(0.3, abs=0.08), always.steps
+    for f in tmp_path.iterdir():
+        f.unlink()
+    threading.Timer(0.3, lambda: (tmp_path / "pgbench_log.4243.1").write_text("")).start()
+    windowed = _SlowAttach(0.01)
+    runner = pw.WindowRunner(windowed, 0.2, 0.4, 1.2, ready)
+    (s, _), *_ = runner.plan
+    runner.start()
+    time.sleep(0.3 + s + 0.1)
+    runner.stop()
+    opened = [t for n, t in windowed.steps if n == "open"]
+    assert opened and opened[0] == pytest.approx(0.3 + s, abs=0.08), windowed.steps
+    monkeypatch.setattr(pw, "READY_MAX_S", 0.2)
+    never = _SlowAttach(0.01)
+    runner = pw.WindowRunner(never, 0, 0, 10.0, lambda: False)
+    runner.start()
+    time.sleep(0.4)
+    runner.stop()
+    assert [n for n, _ in never.steps][:2] == ["prepare", "open"] and never.steps[1][1] == pytest.approx(0.2, abs=0.08)
+    assert "start-up was not seen to end" in never.notes[0]
+
+
 def test_probe_duty_flag_sets_the_period():
     import argparse
 
