@@ -102,7 +102,8 @@ enum pp_stat {              /* per-CPU counters of everything not aggregated, so
 	PP_STAT_PIECE_MORE = 32,    /* further pieces of a message into a request/response receiver (stall.bpf.h) */
 	PP_STAT_PIECE_BLOCKED = 33, /* ... whose time since the previous piece was send_blocked (the window was full) */
 	PP_STAT_SETUP_SPANS = 34,   /* spans of connection-setup messages left out: --connect, the connection probe's; else
-				     * pgbench's wait from the server's hello to its first query (its start barrier) */
+				     * pgbench's wait from the server's hello to its first query (its start barrier) and
+				     * a backend's setup exchange with pgbench (msg.bpf.h setup_of_pgbench) */
 	PP_STAT_CONN_WAIT = 35,     /* --connect: pieces whose wait overlapped their thread opening another connection */
 	PP_STAT_NF_QUEUED = 40,     /* a netfilter traversal that went through a queue (NFQUEUE: a delay line) */
 	PP_STAT_RELAYED = 41,       /* later parts of a reply a hop read: their stages accounted at its last receiver */

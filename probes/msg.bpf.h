@@ -136,6 +136,41 @@ static __always_inline int setup_message(struct sock *sk, struct pp_sock *s, str
 	return sender && sender->role == PP_ROLE_BACKEND && sender->conn_setup;
 }
 
+/* No --connect: pgbench connects every client before its first transaction and its latencies leave that phase out,
+ * so a backend's setup exchange with pgbench itself (the SSL refusal, the startup packet, the hello) is no
+ * transaction's either: a cold backend in a small CPU quota took 0.8 s over it, +33 % on a 4-s run's closure (a
+ * guest on 6.1). Left out as with --connect, over TCP where its sender is known at the delivery (in the sender's
+ * send: loopback, veth; AF_UNIX left its start unseen, so never counted it). Told by the bytes the socket moved, not
+ * by when a window opened: a backend's socket that has written at most the 1-byte SSL refusal, a pgbench socket that
+ * has read at most that. A pooler's server connection, opened inside a client's transaction, keeps its stages: a
+ * client waits for it. Returns 1 for a setup message (into the backend: PP_SETUP_READY, its wait and the backend's
+ * answer are left out; into pgbench: its wire, and with sends closed at their end the backend's answer: setup_peer). */
+static __always_inline int setup_of_pgbench(struct sock *sk, struct pp_sock *s, struct pp_task *sender)
+{
+	if (conn_split || !sender || (s->setup_msg & PP_SETUP_SEEN) || sk->sk_protocol != IPPROTO_TCP_NUM)
+		return 0;
+	int to_backend = s->role == PP_ROLE_BACKEND && sender->role == PP_ROLE_PGBENCH;
+	if (!to_backend && !(s->role == PP_ROLE_PGBENCH && sender->role == PP_ROLE_BACKEND))
+		return 0;
+	if (!sending(sender, (__u64)sk))
+		return 0;                 /* delivered outside its sender's send: not known whose */
+	struct tcp_sock *tp = tcp_sk_of(sk);
+	if (!tp)
+		return 0;
+	if (to_backend) {             /* bytes the backend wrote (queued + acknowledged) */
+		if (tcp_field(tp, write_seq) - tcp_field(tp, snd_una) + tcp_field(tp, bytes_acked) <= 1)
+			return 1;
+		s->setup_msg |= PP_SETUP_SEEN;   /* past its setup: not looked at again */
+		return 0;
+	}
+	/* bytes pgbench read before this message (pgbench's own PP_SETUP_SEEN comes with its first long read) */
+	if (tcp_field(tp, bytes_received) - (tcp_field(tp, rcv_nxt) - tcp_field(tp, copied_seq)) > 1)
+		return 0;
+	if (!send_at_start)           /* closed at its start, its answer's spans are out already (PP_SETUP_PEND) */
+		sender->setup_peer = 1;
+	return 1;
+}
+
 /* ---------------- messages: send -> ready -> consumed -> next send ----------------
  * TCP send start: the first tcp_sendmsg_locked of the send (a few hundred ns after the syscall entry; syscall
  * tracepoints would put every syscall of every process on the slow path). AF_UNIX has no such tracepoint: its
@@ -387,6 +422,11 @@ static __always_inline int on_data_ready(struct sock *sk)
 		}
 		if (s->owner)                 /* the reply's wait starts now: how busy its thread was until now */
 			s->ready_busy = conn_busy_at(s->owner, now);
+	} else if (!more && setup_of_pgbench(sk, s, t)) {
+		setup = 1;
+		if (s->role == PP_ROLE_BACKEND)
+			s->setup_msg |= PP_SETUP_READY;   /* consumed: PP_SETUP_PEND, left out at the answer */
+		stat_inc(PP_STAT_SETUP_SPANS);
 	}
 	/* a request/response receiver that has not answered since this message's first piece: a further piece */
 	int piece = !is_hop_role(s->role);
@@ -502,9 +542,10 @@ static __always_inline void on_consume(struct sock *sk, struct pp_task *t, __u64
 	int closing = fin && moved == 1;
 	int off_path = conn_split && is_hop_role(t->role) &&
 		       ((s->setup_msg & PP_SETUP_READY) || closing || (terminate && s->leg == PP_LEG_REQUEST));
-	if (conn_split && !is_hop_role(t->role)) {
+	if ((conn_split || (s->setup_msg & PP_SETUP_READY)) && !is_hop_role(t->role)) {
 		/* a setup message read: left out at the next send; a client's read of more than the 1-byte SSL
-		 * refusal is the server's hello, which ends the setup */
+		 * refusal is the server's hello, which ends the setup (without --connect only a backend's socket
+		 * has setup messages: setup_of_pgbench) */
 		__u8 m = s->setup_msg & PP_SETUP_READY;
 		s->setup_msg = m ? PP_SETUP_PEND | (t->role == PP_ROLE_PGBENCH && bytes > 1 ? PP_SETUP_LAST : 0) : 0;
 		if (s->setup_msg & PP_SETUP_LAST)
@@ -638,6 +679,7 @@ static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 w
 		return 0;
 	}
 	if (!was_sending) {               /* its start unseen: still an answer, after which a piece starts anew */
+		t->setup_peer = 0;
 		struct pp_sock *a = sock_get(&socks, sk);
 		if (a)
 			a->piece_ts = 0;
@@ -723,8 +765,9 @@ static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 w
 		/* --connect: a backend answering inside its setup (the SSL refusal, its hello), or a client answering a
 		 * setup message other than the hello: the connection probe's time, wait and processing alike */
 		__u8 m = s->setup_msg;
-		int setup_send = t->conn_setup || ((m & PP_SETUP_PEND) && !(m & PP_SETUP_LAST));
-		s->setup_msg = m & PP_SETUP_READY;
+		int setup_send = t->conn_setup || t->setup_peer || ((m & PP_SETUP_PEND) && !(m & PP_SETUP_LAST));
+		t->setup_peer = 0;
+		s->setup_msg = m & (PP_SETUP_READY | PP_SETUP_SEEN);   /* SEEN: no more loads to look for a setup */
 		if (t->conn_setup && ret > 1) {
 			t->conn_setup = 0;        /* the hello (ReadyForQuery): from here on, transactions */
 			s->setup = 0;

@@ -33,7 +33,8 @@ struct pp_task {            /* task-local storage of a tracked thread: its prese
 				 * are accounted at the reply's last receiver (stall.bpf.h, relay_*), not here */
 	__u8  ch_idle;          /* ... its wakeup put it on an idle CPU */
 	__u8  ch_up_role;       /* ... the role of its upstream sender (a backend) */
-	__u8  pad2;
+	__u8  setup_peer;       /* backend, no --connect: the send under way is its setup answer to pgbench itself
+				 * (msg.bpf.h setup_of_pgbench) */
 	__u64 ch_up_send, ch_ready, ch_wake, ch_oncpu;   /* ... its chain: the upstream send that delivered it, ready,
 							  * woken, on CPU (the consume is consume_ts or the send's) */
 	__u64 ch_consume;
