@@ -40,6 +40,8 @@ STATISTICAL = {
     "tests/integration/test_tpcc.py": "beside",
     "tests/integration/test_probe_windows.py": "beside",
     "tests/integration/test_predict_real.py": "beside",
+    "tests/integration/test_cpu_quota.py": "beside",
+    "tests/integration/test_kernel_guest.py": "beside",     # ~3.5 min a trial under TCG: -n 3, not 20
 }
 
 

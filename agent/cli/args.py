@@ -114,10 +114,10 @@ def _add_path_options(p: argparse.ArgumentParser) -> None:
     s.add_argument("--cpu-quota", metavar="WHO=Q/P[,...]",
                    help="cap a process of the path with a CPU quota, as a Kubernetes CPU limit, systemd CPUQuota= "
                         "or docker --cpus do: a pp- cgroup allowing Q ms of CPU every P ms (CFS bandwidth control), "
-                        "WHO server (the owned postmaster and its backends) or client (pgbench), e.g. "
-                        "server=25/100; the waits it causes are throttled.<process>, checked against the "
-                        "cgroup's own cpu.stat. Quotas a run's processes already have are found and reported "
-                        "without it")
+                        "WHO server (the owned postmaster and its backends), client (pgbench) or hop (the path's "
+                        "pooler or proxy processes), e.g. server=25/100; the waits it causes are "
+                        "throttled.<process>, checked against the cgroup's own cpu.stat. Quotas a run's "
+                        "processes already have are found and reported without it")
     s.add_argument("--userland-proxy", choices=["on", "off"],
                    help="docker topologies: carry published ports with docker-proxy (on, dockerd's default) or "
                         "hairpin NAT only (off)")

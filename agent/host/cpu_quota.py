@@ -9,8 +9,9 @@ v2 `throttled_usec`, v1 `throttled_time` in ns, with `nr_throttled` of `nr_perio
 everything below it, so a process's cap is the nearest cgroup up its path that has one.
 
 `--cpu-quota server=25/100` (ms of CPU per ms of period) makes a `pp-<run>-cpu` cgroup, journaled before it
-is made, sets the quota and moves the owned postmaster's tree (or pgbench, `client=`) into it; undo moves any
-process left back and removes it (agent.host.io_limit.undo_cgroup, the same journal kind).
+is made, sets the quota and moves the owned postmaster's tree (or pgbench, `client=`; the path's hop processes,
+`hop=`: a pooler, a proxy) into it; undo moves any process left back and removes it
+(agent.host.io_limit.undo_cgroup, the same journal kind).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from pathlib import Path
 from pathprof.agent.host.io_limit import CGROUP_ROOT, _tree
 from pathprof.errors import UserError
 
-WHO = ("server", "client")
+WHO = ("server", "client", "hop")
 EXAMPLE = "e.g. server=25/100: 25 ms of CPU every 100 ms"
 
 
@@ -172,15 +173,17 @@ def pids_by_role(pg, services, client_pid: int | None) -> dict[str, list[int]]:
     return out
 
 
-def apply(journal, run_id: str, who: str, pid: int, quota: Quota) -> Path:
-    """Make the pp- cgroup with the quota and move pid's tree in (backends forked later inherit it)."""
+def apply(journal, run_id: str, who: str, pid: int | list[int], quota: Quota) -> Path:
+    """Make the pp- cgroup with the quota and move pid's tree in (backends forked later inherit it); several pids:
+    each one's tree (the path's hops)."""
+    pids = [pid] if isinstance(pid, int) else list(pid)
     check_available()
     v1 = _v1_dir()
     hier = v1 if v1 is not None else CGROUP_ROOT
     cg = hier / f"pp-{run_id}-cpu-{who}"
     if cg.exists():
         raise UserError(f"cgroup {cg} already exists (run `pathprof cleanup`)")
-    back = cgroup_dir(pid) or hier
+    back = cgroup_dir(pids[0]) or hier
     if v1 is None:
         sub = CGROUP_ROOT / "cgroup.subtree_control"
         if "cpu" not in sub.read_text().split():
@@ -195,7 +198,7 @@ def apply(journal, run_id: str, who: str, pid: int, quota: Quota) -> Path:
         (cg / "cpu.max").write_text(f"{quota.quota_us} {quota.period_us}")
     procs = cg / "cgroup.procs"
     for _ in range(3):              # a child forked while we moved its parent: moved on the next pass
-        for p in _tree(pid):
+        for p in [t for one in pids for t in _tree(one)]:
             try:
                 procs.write_text(str(p))
             except (ProcessLookupError, OSError):

@@ -88,6 +88,15 @@ def build(opts: RunOptions, topo, services_mod, built: BuiltPath, ui, clock: Pha
             svc = services_mod.create(s)
             built.services.append(svc)
             svc.start(ctx)
+    if "hop" in opts.cpu_quota:                         # the hops started after the load: the run alone is capped
+        from pathprof.agent.host import cpu_quota
+        q = opts.cpu_quota["hop"]
+        pids = [p for svc in built.services for p in svc.pids()]
+        if not pids:
+            names = ", ".join(s.name for s in topo.services)
+            raise UserError(f"--cpu-quota hop=: no process of the path's hops ({names}) is running")
+        ui.phase(f"CPU quota for the hops: {q.describe()}")
+        cpu_quota.apply(built.journal, built.journal.run_id, "hop", pids, q)
 
 
 def preflight(opts: RunOptions):
@@ -103,6 +112,9 @@ def preflight(opts: RunOptions):
             if check:
                 check(opts.workload.mode, opts.workload.connect, opts.workload.clients,
                       opts.workload.threads or min(opts.workload.clients, os.cpu_count() or 1))
+    if "hop" in opts.cpu_quota and not topo.services:
+        raise UserError(f"--cpu-quota hop=: topology {topo.name} has no hop (a pooler or a proxy) to cap; the paths "
+                        "with one: pgbouncer, pgpool, docker-dnat, kvm-tap and their -3host forms")
     opts.workload.validate(os.cpu_count() or 1)
     if opts.wal_device_mb:
         from pathprof.agent.host.storage import check_size

@@ -62,3 +62,34 @@ def test_a_quota_is_a_stage_named_with_its_cgroup_and_checked_against_it(base, w
     text = " ".join(run_pathprof("diff", base["run_dir"], capped["run_dir"], check=True).stdout.split())
     assert f"cpu quota: cgroup {q['cgroup']} (5 ms per 100 ms" in text, text[-2000:]
     assert e.get("ranked") is False or "the CPU quota of cgroup" in text, text[-2000:]
+
+
+def test_a_quota_on_a_pooler_is_its_own_stage(tmp_path):
+    """`--cpu-quota hop=`: the path's pooler capped (pgbouncer, one thread), the wait is `throttled.pgbouncer`, checked
+    against cpu.stat, named in the explanation. A path without a hop refuses it before anything is made."""
+    def run(*extra):
+        cp = run_pathprof("run", "--topology", "pgbouncer", "--clients", "1", "--duration", "3", "--probe-duty", "100",
+                          *extra, "--json", "--no-live", runs_dir=tmp_path / "runs", check=True, timeout=300)
+        return json.loads(cp.stdout)
+
+    before = machine_state()
+    base, capped = run(), run("--cpu-quota", f"hop={QUOTA}")
+    assert machine_state() == before
+    (q,) = capped["cpu_quotas"]
+    assert q["roles"] == ["pgbouncer"] and q["cgroup"].endswith("-cpu-hop"), q
+    assert q["nr_throttled"] >= 0.5 * q["nr_periods"] > 0 and q["single_thread"] and q["agrees"], q
+    record("hop: probes / cpu.stat throttled share", q["probes_throttled_share"] / q["cgroup_throttled_share"],
+           "0.65 ... 1.5")
+    gap = capped["closure"]["cycle_us"] - base["closure"]["cycle_us"]
+    throttled = _stage(capped, "throttled.pgbouncer")
+    record("hop: throttled / gap", throttled / gap, ">= 0.7")
+    assert throttled >= 0.7 * gap > 0, (throttled, gap, capped["stages"])
+    assert abs(capped["closure"]["latency_error_pct"]) <= 8, capped["closure"]
+    d = json.loads(run_pathprof("diff", base["run_dir"], capped["run_dir"], "--json", check=True).stdout)
+    e = d["explanations"][0]
+    quota = {c["name"]: c for c in e["causes"]}.get("cpu quota")
+    assert quota and "throttled.pgbouncer" in quota["items"] and q["cgroup"] in quota["detail"], e["causes"]
+    bad = run_pathprof("run", "--topology", "loopback", "--cpu-quota", "hop=5/100", "--duration", "1", "--no-live",
+                       runs_dir=tmp_path / "bad")
+    assert bad.returncode == 2 and "has no hop" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    assert machine_state() == before

@@ -6,8 +6,9 @@ from pathprof.errors import UserError
 
 
 def test_parse():
-    q = cpu_quota.parse("server=25/100,client=1.5/10")
-    assert q == {"server": cpu_quota.Quota(25000, 100000), "client": cpu_quota.Quota(1500, 10000)}
+    q = cpu_quota.parse("server=25/100,client=1.5/10,hop=5/100")
+    assert q == {"server": cpu_quota.Quota(25000, 100000), "client": cpu_quota.Quota(1500, 10000),
+                 "hop": cpu_quota.Quota(5000, 100000)}
     for bad in ("backend=25/100", "server=25", "server=25/0.5", "server=0.2/100", "server"):
         with pytest.raises(UserError):
             cpu_quota.parse(bad)
