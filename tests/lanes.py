@@ -10,7 +10,9 @@ machine-wide objects (cgroups, loop devices, uprobes and their USDT semaphores, 
                               are shared: these tests go last among the integration tests, in one scope, and run
                               beside the other lane's unit tests.
   runs     (any other integration test)  beside the other lane.
-  unit     (tests/unit)       beside anything but an `alone` test.
+  unit     (tests/unit)       beside anything but an `alone` test; so is a LATE module (the TCG guest), whose scope
+                              goes after the shared ones, while the other lane is on the machine-objects or the
+                              unit tests.
 
 Which tests are which is data (the tables below, each entry with its reason). The session-wide runs several modules
 read (tests/conftest.py) are made alone too where they are a quiet machine's ground truth (`alone()`), while the
@@ -54,8 +56,13 @@ MACHINE_OBJECTS = {
     "test_rules_scale.py": "replays a killed run's journal with `cleanup`",
     "test_uprobe_multi.py": "USDT semaphores are counted by every uprobe on the binary, the other lane's too",
     "test_cpu_quota.py": "cgroups are machine-wide (its pp- CPU cgroup, and the state check that it is gone)",
-    "test_kernel_guest.py": "a TCG guest at nice 19 for ~60 s: beside the other lane's unit tests, not its runs (a "
-                            "saturated lane would starve it); its image build (once) uses loop devices",
+}
+# module file name -> why it goes after the shared integration scopes and holds the lanes as a unit test does: the
+# other lane is then on the machine-objects tests or the unit tests, not on a run of its own that would starve it
+LATE = {
+    "test_kernel_guest.py": "a TCG guest at nice 19 for ~3.5 min: it makes no host object (its disk is a snapshot, its "
+                            "image built by the suite's set-up), and beside a lane of runs it starves. As one "
+                            "machine-objects test it ran after all of them (CI 2026-11-28: 282 s, the suite's tail)",
 }
 MACHINE_SCOPE = "machine-objects"
 SHARED_RUN_FIXTURES = ("connect_run", "pgpool_children_run", "always_on_run")
@@ -83,6 +90,8 @@ def hold_kind(item) -> str:
     """How a test holds the lanes' locks: "alone", "objects", "runs" or "unit" (see the module's docstring)."""
     if exclusive_reason(item) is not None:
         return "alone"
+    if _reason(item, LATE) is not None:
+        return "unit"
     if _reason(item, MACHINE_OBJECTS) is not None:
         return "objects"
     return "runs" if "/integration/" in f"/{item.nodeid}" else "unit"
@@ -116,7 +125,7 @@ def scope_and_order(items) -> dict[str, str]:
         groups.setdefault(root(module_of[it]), []).append(it)
     linked = {root(m) for m in by_fixture.values()}
     order = sorted(groups, key=lambda g: (g not in linked, -len(groups[g]) if "integration" in g else 0))
-    scope_of, first, shared, machine, unit = {}, [], [], [], []
+    scope_of, first, shared, late, machine, unit = {}, [], [], [], [], []
     for g in order:
         for it in groups[g]:
             name, kind = Path(g).stem, hold_kind(it)
@@ -126,13 +135,16 @@ def scope_and_order(items) -> dict[str, str]:
             elif kind == "alone":
                 scope_of[it.nodeid] = f"{name}:alone"
                 first.append(it)
+            elif _reason(it, LATE) is not None:
+                scope_of[it.nodeid] = name
+                late.append(it)
             elif kind == "objects":
                 scope_of[it.nodeid] = MACHINE_SCOPE
                 machine.append(it)
             else:
                 scope_of[it.nodeid] = name
                 (unit if kind == "unit" else shared).append(it)
-    items[:] = first + shared + machine + unit
+    items[:] = first + shared + late + machine + unit
     return scope_of
 
 

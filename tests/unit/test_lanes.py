@@ -54,6 +54,19 @@ def test_the_tests_kept_from_live_runs_are_one_scope_between_the_integration_and
         ("test_rules_scale.py", lanes.MACHINE_SCOPE), ("test_a.py", "test_a")], scope_of
 
 
+def test_a_late_module_goes_after_the_shared_scopes_and_holds_the_lanes_as_a_unit_test(monkeypatch):
+    """The TCG guest: after every shared integration scope, before the machine-objects scope, beside either lane."""
+    monkeypatch.setattr(lanes, "EXCLUSIVE", EXCLUSIVE)
+    monkeypatch.setattr(lanes, "MACHINE_OBJECTS", MACHINE_OBJECTS)
+    monkeypatch.setattr(lanes, "LATE", {"test_kernel_guest.py": "a guest"})
+    items = [FakeItem("tests/unit/test_a.py::t1"), FakeItem("tests/integration/test_kernel_guest.py::t1"),
+             FakeItem("tests/integration/test_rules_scale.py::t1"), FakeItem("tests/integration/test_paths.py::t1")]
+    scope_of = lanes.scope_and_order(items)
+    assert [scope_of[it.nodeid] for it in items] == ["test_paths", "test_kernel_guest", lanes.MACHINE_SCOPE,
+                                                     "test_a"], scope_of
+    assert lanes.hold_kind(FakeItem("tests/integration/test_kernel_guest.py::t1")) == "unit"
+
+
 def test_modules_sharing_a_session_run_are_one_group_and_lone_groups_come_first(monkeypatch):
     monkeypatch.setattr(lanes, "EXCLUSIVE", EXCLUSIVE)
     items = [FakeItem("tests/unit/test_a.py::t1"),
@@ -194,7 +207,7 @@ def test_alone_inside_shared_holds_waits_for_the_other_lane_and_two_at_once_do_n
 def test_every_alone_entry_names_a_module_and_a_test_that_exist():
     """A renamed test would silently lose its entry and run beside the other lane."""
     integration = Path(__file__).resolve().parent.parent / "integration"
-    for key in [*lanes.EXCLUSIVE, *lanes.MACHINE_OBJECTS]:
+    for key in [*lanes.EXCLUSIVE, *lanes.MACHINE_OBJECTS, *lanes.LATE]:
         module, _, prefix = key.partition("::")
         text = (integration / module).read_text()
         assert not prefix or re.search(rf"^def {re.escape(prefix)}", text, re.M), key
