@@ -8,8 +8,9 @@ printed at the end of the session and recorded for bench/truth_trials. A product
 run too and fails the test; a disturbed machine's misses are independent and rarely come twice. A cell that misses
 its first try in round after round is not weather (the summary shows it): measure it with bench/truth_trials.
 
-  steal     the hypervisor took >= STEAL_PCT of the CPUs' time (analysis.steal): made again up to three times,
-            and when every try was stolen from, the least stolen is judged
+  steal     the hypervisor took >= STEAL_PCT of the CPUs' time (analysis.steal): made again up to five times,
+            each after three calm seconds in a row (a minute at most), and when every try was stolen from, the
+            least stolen is judged
   closure   a view outside +-CLOSURE_PCT, the product's promise: made again once"""
 from __future__ import annotations
 
@@ -22,10 +23,15 @@ import lanes
 import truth
 
 STEAL_PCT = 2.0
+# what a judged run may still have had stolen (the least stolen try of a bad hour): below it, the ground truths held
+# in every CI round; above it they do not measure the path (ci42d: 17 % and 19 %, a factor not found, closure -25 %)
+JUDGED_STEAL_MAX_PCT = 10.0
 CLOSURE_PCT = 5.0
-# 3, not 2: a host's burst of steal once outlasted three tries of four -C runs in one CI round (18-43 %, ci41a)
-MAX_REMAKES = {"steal": 3, "closure": 1}
-CALM_WAIT_S = 30.0    # before a remake for steal: wait (this long at most) for a second with less steal
+# 5, not 3: a host's steal once outlasted three tries of four -C runs in one CI round (18-43 %, ci41a), and in
+# ci42d the least stolen of four tries still had 17 % (foreign_load's run alone) and 19 % (a lossy compare)
+MAX_REMAKES = {"steal": 5, "closure": 1}
+CALM_WAIT_S = 60.0    # before a remake for steal: wait (this long at most) for CALM_SECONDS in a row with less steal
+CALM_SECONDS = 3      # a 3-s run needs more than one calm second (ci42d: remade after 1 s of calm, stolen again)
 _LOCAL: list[str] = []       # without lanes: this process's remakes
 
 
@@ -140,9 +146,10 @@ def _steal_share(seconds: float) -> float:
 
 
 def wait_for_own_cpus(limit_s: float = CALM_WAIT_S) -> float:
-    """Wait until a second passes with the hypervisor's steal under STEAL_PCT (at most `limit_s`): a run made
-    again straight into the same burst (28 %, then 12 % in a CI round's compare) proves nothing. Seconds waited."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < limit_s and _steal_share(1.0) >= STEAL_PCT:
-        pass
+    """Wait until CALM_SECONDS in a row pass with the hypervisor's steal under STEAL_PCT (at most `limit_s`): a run
+    made again straight into the same burst (28 %, then 12 % in a CI round's compare) proves nothing. Seconds
+    waited."""
+    t0, calm = time.monotonic(), 0
+    while time.monotonic() - t0 < limit_s and calm < CALM_SECONDS:
+        calm = calm + 1 if _steal_share(1.0) < STEAL_PCT else 0
     return time.monotonic() - t0

@@ -11,6 +11,7 @@ as short as on a clean path (a delay line's hold once lent its send start to lat
 thread's stale forward stamp charged a recovery wait again as poolwait: +12.9 … +22.9 %)."""
 import json
 
+import premise
 import pytest
 from conftest import run_pathprof
 from truth import record
@@ -37,10 +38,18 @@ PATHS = [0, 1, 2]
 IDS = ["nic", "docker-dnat", "docker-proxy"]
 
 
+def _premise(*runs):
+    """Neither run stretched by the hypervisor after the premise's remakes (ci42d: 19 % stolen from the lossy
+    docker-proxy run, 1,577 wires unpaired, closure -25 %): said as such, not as a missed closure or share."""
+    stolen = {r["run_dir"]: (r.get("steal") or {}).get("pct") or 0.0 for r in runs}
+    assert max(stolen.values()) < premise.JUDGED_STEAL_MAX_PCT, f"premise: the hypervisor took {stolen} % of the CPUs"
+
+
 @pytest.mark.parametrize("which", PATHS, ids=IDS)
 def test_loss_closes_and_the_wait_is_on_the_legs(compared, which):
     _, clean, lossy = compared
     lossy = lossy[which]
+    _premise(clean, lossy)
     assert abs(clean["closure"]["latency_error_pct"]) <= 5, clean["closure"]
     assert abs(lossy["closure"]["latency_error_pct"]) <= 10, lossy["closure"]
     retx = {(s["name"], s["leg"]): s["us_per_txn"] for s in lossy["stages"] if s["name"].startswith("retx_")}
@@ -67,7 +76,8 @@ def test_retransmissions_counted_as_the_kernel_counts_them(compared, which):
 
 @pytest.mark.parametrize("which", PATHS, ids=IDS)
 def test_the_loss_carries_the_gap(compared, which):
-    doc, _, _ = compared
+    doc, clean, lossy = compared
+    _premise(clean, lossy[which])
     expl = doc["explanations"][which]
     items = {i["name"]: i["delta_us_per_txn"] for i in expl["items"]}
     loss = sum(v for k, v in items.items() if k.startswith("retx_"))

@@ -67,3 +67,12 @@ def test_the_wait_for_a_calm_host_is_bounded():
     t0 = premise.time.monotonic()
     waited = premise.wait_for_own_cpus(limit_s=1.5)
     assert 1.0 <= waited <= premise.time.monotonic() - t0 <= 3.5      # at least one second's sample
+
+
+def test_a_remake_waits_for_calm_seconds_in_a_row(monkeypatch):
+    """One calm second between bursts is not a calm host: CALM_SECONDS in a row are (ci42d: remade after 1 s)."""
+    shares = iter([5.0, 0.0, 0.0, 9.0, 0.0, 0.0, 0.0, 0.0])
+    looked = []
+    monkeypatch.setattr(premise, "_steal_share", lambda s: looked.append(s) or next(shares))
+    premise.wait_for_own_cpus(limit_s=60.0)
+    assert len(looked) == 4 + premise.CALM_SECONDS == 7
