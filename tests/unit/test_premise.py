@@ -76,3 +76,15 @@ def test_a_remake_waits_for_calm_seconds_in_a_row(monkeypatch):
     monkeypatch.setattr(premise, "_steal_share", lambda s: looked.append(s) or next(shares))
     premise.wait_for_own_cpus(limit_s=60.0)
     assert len(looked) == 4 + premise.CALM_SECONDS == 7
+
+
+def test_a_session_stops_remaking_for_steal_after_its_budget(monkeypatch):
+    """A host that steals from every run: remakes do not help and would take the suite past its time."""
+    monkeypatch.setattr(premise, "_LOCAL", [])
+    monkeypatch.setattr(premise, "wait_for_own_cpus", lambda: 0.0)
+    monkeypatch.setattr(premise.lanes, "session_id", lambda: None)
+    monkeypatch.setattr(premise, "SESSION_STEAL_REMAKES", 4)
+    stolen = json.dumps(doc(steal=40.0))
+    made = [premise.should_remake(stolen, ["run", "--json"], {}) for _ in range(6)]   # each a new run's remakes
+    assert [bool(m) for m in made] == [True] * 4 + [False] * 2, made
+    assert premise.should_remake(json.dumps(doc(latency=12.0)), ["run", "--json"], {})   # closure: its own kind
