@@ -57,6 +57,13 @@ def miss(doc: dict) -> tuple[str, str] | None:
 MAKERS = ("run", "compare")     # the commands that make runs (compare: each of its runs)
 
 
+def assert_not_stolen(*runs: dict) -> None:
+    """A test's premise, asserted: no run it judges (after the remakes) had more than JUDGED_STEAL_MAX_PCT stolen
+    by the hypervisor, said as such rather than as the figure the steal bent."""
+    stolen = {r.get("run_dir"): (r.get("steal") or {}).get("pct") or 0.0 for r in runs}
+    assert max(stolen.values()) < JUDGED_STEAL_MAX_PCT, f"premise: the hypervisor took {stolen} % of the CPUs"
+
+
 def run_docs(doc: dict) -> list[dict]:
     """The run documents in a `run`, merged run or `compare` document."""
     return [d for d in (doc, *(doc.get("runs") or [])) if isinstance(d, dict) and "closure" in d]

@@ -128,8 +128,7 @@ def test_a_cpu_that_never_idles_is_one_speed_factor_not_five_causes(alone_and_lo
     record("cpu speed ratio", sf["ratio"] if sf else None, "< 0.9")
     # the premise: neither run stretched by the hypervisor (ci42d: the run alone 17 % stolen after every remake, its
     # stages stretched unevenly, and no common factor), said as such rather than as a missing factor
-    stolen = {n: (d.get("steal") or {}).get("pct") or 0.0 for n, d in (("alone", alone), ("loaded", loaded))}
-    assert max(stolen.values()) < premise.JUDGED_STEAL_MAX_PCT, f"premise: the hypervisor took {stolen} % of the CPUs"
+    premise.assert_not_stolen(alone, loaded)
     assert sf is not None, ("no common factor", own)
     # faster, the band on one side of 1 and around the median, over the run's own-work stages
     assert sf["ratio"] <= 0.9 and sf["low"] <= sf["ratio"] <= sf["high"] < 1.0, sf

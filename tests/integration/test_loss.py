@@ -41,8 +41,7 @@ IDS = ["nic", "docker-dnat", "docker-proxy"]
 def _premise(*runs):
     """Neither run stretched by the hypervisor after the premise's remakes (ci42d: 19 % stolen from the lossy
     docker-proxy run, 1,577 wires unpaired, closure -25 %): said as such, not as a missed closure or share."""
-    stolen = {r["run_dir"]: (r.get("steal") or {}).get("pct") or 0.0 for r in runs}
-    assert max(stolen.values()) < premise.JUDGED_STEAL_MAX_PCT, f"premise: the hypervisor took {stolen} % of the CPUs"
+    premise.assert_not_stolen(*runs)
 
 
 @pytest.mark.parametrize("which", PATHS, ids=IDS)

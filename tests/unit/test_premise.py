@@ -88,3 +88,10 @@ def test_a_session_stops_remaking_for_steal_after_its_budget(monkeypatch):
     made = [premise.should_remake(stolen, ["run", "--json"], {}) for _ in range(6)]   # each a new run's remakes
     assert [bool(m) for m in made] == [True] * 4 + [False] * 2, made
     assert premise.should_remake(json.dumps(doc(latency=12.0)), ["run", "--json"], {})   # closure: its own kind
+
+
+def test_a_judged_run_stolen_beyond_the_bound_fails_saying_so():
+    import pytest
+    premise.assert_not_stolen(dict(doc(steal=5.0), run_dir="/tmp/a"), dict(doc(), run_dir="/tmp/b"))
+    with pytest.raises(AssertionError, match="premise: the hypervisor took"):
+        premise.assert_not_stolen(dict(doc(steal=17.2), run_dir="/tmp/a"), dict(doc(), run_dir="/tmp/b"))
