@@ -96,8 +96,13 @@ def remake_reason(doc: dict, remakes: dict) -> str | None:
     remakes[kind] = remakes.get(kind, 0) + 1
     if kind == "steal":
         why += f" (then {wait_for_own_cpus():.0f} s for the host to calm)"
+    return note_remake(kind, why, made.get("run_dir"))
+
+
+def note_remake(kind: str, why: str, run_dir) -> str:
+    """Record a remake (printed at the session's end, counted for bench/truth_trials); the line."""
     test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0]
-    line = f"{test}: {why} in {made.get('run_dir')}: made again"
+    line = f"{test}: {why} in {run_dir}: made again"
     truth.record(f"premise.{kind}", 1.0, "remade")
     if lanes.session_id():
         with open(lanes.lanes_file(".remade"), "a") as f:
@@ -105,6 +110,28 @@ def remake_reason(doc: dict, remakes: dict) -> str | None:
     else:
         _LOCAL.append(line)
     return line
+
+
+# A diff's ground truth (the injected cost is the whole difference) needs its two runs on the same machine: the other
+# lane's runs, or a guest's qemu, beside one of them and not the other bend the gap (CI of 07eed79: a 1-client base
+# made ~40 s before its capped run was slower than it, the quota's 182 µs a transaction against a gap of -24 µs).
+# In CPUs of foreign load (the runs' own `other` component): a quiet 1-client run has ~0.02, a qemu guest beside ~1.
+FOREIGN_CPUS_APART = 0.5
+
+
+def foreign_cpus(doc: dict) -> float:
+    """The CPUs other processes used while a run measured (its `other` CPU component at its rate)."""
+    other = sum(c.get("us_per_txn") or 0.0 for c in doc.get("cpu") or [] if c.get("component") == "other")
+    cycle, clients = (doc.get("closure") or {}).get("cycle_us"), doc.get("clients") or 1
+    return other * clients / cycle if cycle else 0.0
+
+
+def foreign_apart(a: dict, b: dict) -> str | None:
+    """Why two runs to be compared did not share one machine's load, or None."""
+    fa, fb = foreign_cpus(a), foreign_cpus(b)
+    if abs(fa - fb) < FOREIGN_CPUS_APART:
+        return None
+    return f"foreign load {fa:.2f} CPUs beside one run, {fb:.2f} beside the other"
 
 
 def _stolen(cp) -> float:

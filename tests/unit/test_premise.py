@@ -95,3 +95,17 @@ def test_a_judged_run_stolen_beyond_the_bound_fails_saying_so():
     premise.assert_not_stolen(dict(doc(steal=5.0), run_dir="/tmp/a"), dict(doc(), run_dir="/tmp/b"))
     with pytest.raises(AssertionError, match="premise: the hypervisor took"):
         premise.assert_not_stolen(dict(doc(steal=17.2), run_dir="/tmp/a"), dict(doc(), run_dir="/tmp/b"))
+
+
+def test_two_runs_apart_in_foreign_load_are_named():
+    """Foreign CPUs are a run's `other` CPU at its rate: 0.54 µs a transaction at a 34.9-µs cycle is 0.015 CPUs
+    (a quiet 1-client loopback run); a qemu guest beside one run of a pair is about one CPU."""
+    def run(other, cycle, clients=1):
+        return {"clients": clients, "closure": {"cycle_us": cycle},
+                "cpu": [{"component": "backend.user", "us_per_txn": 9.0}, {"component": "other", "us_per_txn": other}]}
+    quiet, busy = run(0.54, 34.9), run(200.0, 220.0)
+    assert abs(premise.foreign_cpus(quiet) - 0.0155) < 1e-3
+    assert abs(premise.foreign_cpus(run(10.0, 400.0, clients=16)) - 0.4) < 1e-9       # per client cycle
+    assert premise.foreign_apart(quiet, run(8.0, 330.0)) is None                      # a capped run, as quiet
+    assert "0.02 CPUs beside one run, 0.91 beside the other" in premise.foreign_apart(quiet, busy)
+    assert premise.foreign_cpus({"closure": {}}) == 0.0                               # probes off: nothing known
