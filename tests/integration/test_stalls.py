@@ -72,10 +72,14 @@ def test_a_window_stall_is_a_stage_and_the_view_closes(tmp_path):
     tiny = run(str(BENCH / "nic_tiny_rcvbuf.toml"), tmp_path / "runs")
     assert abs(tiny["closure"]["latency_error_pct"]) <= 5, tiny["closure"]
     # the premise, first: the 8 KB window did stall the backend's sends, seen from the backend (send_blocked) or
-    # per skb (its device time, carved out of the stall): 67 % of the cycle quiet, 59 % beside the other lane's
-    # CPU-bound run (send_blocked 4,854 + device 10,233 µs of 25,668: CI 2026-11-27)
-    assert (stage(tiny, "send_blocked.backend", "response") + response_devices(tiny)
-            > 0.4 * tiny["closure"]["cycle_us"]), tiny["stages"]
+    # per skb (its device time, carved out of the stall): most of the cycle the backend was not executing. Not a
+    # share of the whole cycle: the backend's own work for a 2 MB result varies with the machine (a full-speed cycle
+    # of 6.7 ms on 2026-11-25; 14-16 ms on a machine booted an hour before, backend.execute 11.5-14 ms in both runs:
+    # CI ci43b and alone, where the stall was 37-42 % of the cycle and 93-95 % of the rest)
+    stalled = stage(tiny, "send_blocked.backend", "response") + response_devices(tiny)
+    rest = tiny["closure"]["cycle_us"] - stage(tiny, "backend.execute", "server")
+    record("premise: stall share of the cycle outside the backend's work", stalled / rest, "> 0.5")
+    assert stalled > 0.5 * rest, tiny["stages"]
     full = full_speed_run(tmp_path / "runs", tiny)
     # the stall is the backend's, on the response leg, and with its device time it carries the gap
     cycle = {d["topology"]: d["closure"]["cycle_us"] for d in (tiny, full)}
