@@ -428,9 +428,10 @@ def predict_for(base_summary: dict | Summary, target: dict | Summary) -> dict | 
     sc = Scenario()
     if target.topology != base_summary.topology:
         return None
-    missing = sorted(set(b.hops) - {c.component.split(".")[1] for c in target.cpu if c.component.startswith("hop.")})
+    from pathprof.analysis.hop_removal import hops_gone
+    missing = hops_gone(b.cpu, {c.component: float(c.us_per_txn or 0.0) for c in target.cpu})
     if missing and target.cpu:
-        sc = Scenario(without=tuple(missing))
+        sc = Scenario(without=missing)
     elif target.topology_options != base_summary.topology_options:
         return None
     row = predict(b, [int(target.clients or 1)], sc)[0]

@@ -169,6 +169,9 @@ def apply(b: Base, sc: Scenario) -> Base:
         hop_us.pop(h, None)
         idle *= max(receivers - 2, 1) / receivers       # its two wakeups per transaction (request and response)
         receivers = max(receivers - 2, 1)
+    band, band_parts = b.band_pct, dict(b.band_parts)
+    if sc.without:
+        band, band_parts = _rest_without_hops(b, tuple(sc.without), cpu, notes, band, band_parts)
     think = b.think_us + sum(sc.link_us.values())
     for n, us in sc.link_us.items():
         delays[f"added delay on {n}"] = us
@@ -181,4 +184,27 @@ def apply(b: Base, sc: Scenario) -> Base:
     wal, lock, wal_notes = _wal_and_lock(b, sc)
     notes += wal_notes
     return replace(b, cpu=cpu, hops=hops, delaylines=delaylines, hop_us=hop_us, receivers=receivers, idle_us=idle,
-                   think_us=think, delays=delays, notes=notes, wal_us=wal, lock_us=lock)
+                   think_us=think, delays=delays, notes=notes, wal_us=wal, lock_us=lock, band_pct=band,
+                   band_parts=band_parts)
+
+
+def _rest_without_hops(b: Base, gone: tuple[str, ...], cpu: dict, notes: list, band: float,
+                       band_parts: dict) -> tuple[float, dict]:
+    """The rest of the path runs its own work cheaper without a hop, by the ratio this machine measured in pairs
+    of runs (analysis.hop_removal); the ratio's spread over those pairs widens the band. (cpu, notes: in place.)"""
+    import math
+
+    from pathprof.analysis import hop_removal
+    f, spread, src = hop_removal.factor(b.machine, gone)
+    if f is None:
+        notes.append("without the hop, the rest of the path is priced at the CPU it had beside it; on a machine "
+                     "where a pair of runs with and without a hop was measured it ran its own work 0.69-0.76x as "
+                     "dear (a 2-CPU VM): `pathprof compare PATH PATH:target=...` (or `diff` of such a pair) teaches "
+                     "this machine its ratio; until then this TPS is likely low")
+        return band, band_parts
+    for k in cpu:
+        cpu[k] *= f
+    notes.append(f"without the hop, the rest of the path's CPU per transaction x {f:.2f} ({src}; spread "
+                 f"±{spread:.1f} %): its own work runs cheaper with fewer processes interleaved on the CPUs")
+    band_parts = {**band_parts, "hop_removal_ratio_pct": round(spread, 1)}
+    return round(math.sqrt(band ** 2 + spread ** 2), 1), band_parts

@@ -84,6 +84,7 @@ def compare(a) -> int:
         explanations.append(e)
     spreads = {lb: spread(runs[lb]) for lb in labels} if a.repeat > 1 else None
     predictions = predictions_from_first(chosen)
+    _learn_hop_removal(runs, labels)
     if a.html:
         from pathprof.analysis.report.html import write_html
         write_html(chosen, Path(a.html), explanations=explanations,
@@ -115,6 +116,22 @@ def predictions_from_first(summaries: list[dict]) -> list[dict]:
         row["run"] = run_label(s)      # its label, else its topology
         out.append(row)
     return out
+
+
+def _learn_hop_removal(runs: dict[str, list[dict]], labels: list[str]) -> None:
+    """Every entry that is the baseline's path without one of its hops teaches the machine how the rest of the path
+    runs then (agent.host.machine_costs.learn_from_pair), one pair per repeat; after the predictions, which were
+    made with what the machine knew when the runs began."""
+    from pathprof.agent.host.machine_costs import learn_from_pair
+    from pathprof.analysis.run_model import Summary
+    from pathprof.analysis.rundir import RunDir
+    for lb in labels[1:]:
+        for b, o in zip(runs[labels[0]], runs[lb]):
+            try:
+                rb, ro = RunDir.open(Summary.of(b).run_dir), RunDir.open(Summary.of(o).run_dir)
+            except (UserError, OSError, TypeError):
+                continue
+            learn_from_pair(rb, b, ro, o)
 
 
 def parse_clients(text: str) -> list[int]:

@@ -1,6 +1,7 @@
 """Costs of this machine that one run may not show itself, measured by the runs that do and kept in
-/var/lib/pathprof/machine-costs.json (PATHPROF_STATE): every run records the file's content at its start
-(run.json `machine_costs`), so `pathprof predict` on that run uses what the machine was known to cost then.
+/var/lib/pathprof/machine-costs.json (PATHPROF_STATE, or the file PATHPROF_MACHINE_COSTS names): every run records
+the file's content at its start (run.json `machine_costs`), so `pathprof predict` on that run uses what the machine
+was known to cost then.
 
   idle_wakeup_us            the delay of one wakeup onto an idle CPU (idle_exit.*: the CPU leaving idle until
                             the woken process runs), learned from a run whose wakeups often found an idle CPU
@@ -8,6 +9,9 @@
   lowload_runqueue_us       the rest of a woken process's wait on a mostly idle machine (its run queue, behind
                             its waker where it was put on the waker's CPU, and the wakeup's latency), per process
                             a transaction wakes, learned from a run with no more clients than CPUs that idled often
+  hop_removal_rest_factor   what the rest of a path costs per transaction without one of its hops against what
+                            it cost beside it (analysis.hop_removal), learned from a `compare` or `diff` of a path
+                            with and without a hop, both saturating the CPUs: the median of the last pairs
   delayline_cpu_us_per_packet, delayline_packets_per_round_trip_each
                             pathprof's own link delay line (agent.host.delayline): its CPU per packet and the
                             packets each delay line (one per delayed direction) handles per round trip, learned
@@ -20,7 +24,9 @@ import os
 import time
 from pathlib import Path
 
-PATH = Path(os.environ.get("PATHPROF_STATE", "/var/lib/pathprof")) / "machine-costs.json"
+# PATHPROF_MACHINE_COSTS: another file (a test that teaches the machine without touching what it knows)
+PATH = Path(os.environ.get("PATHPROF_MACHINE_COSTS") or
+            Path(os.environ.get("PATHPROF_STATE", "/var/lib/pathprof")) / "machine-costs.json")
 
 
 def current(path: Path = PATH) -> dict:
@@ -54,3 +60,33 @@ def learn_from_run(rd, summary: dict) -> dict:
     except Exception:  # noqa: BLE001 - a cost file that cannot be written costs the next prediction, not this run
         return {}
     return learned
+
+
+def learn_from_pair(base_rd, base_summary, target_rd, target_summary, path: Path = PATH) -> float | None:
+    """After a comparison: when the second run is the first's path without one of its hops, the ratio the rest of
+    the path ran at (analysis.hop_removal), remembered; never fails the comparison. The ratio, or None."""
+    from pathprof.analysis import hop_removal
+    from pathprof.analysis.predict import base_of
+    from pathprof.analysis.run_model import Summary
+    try:
+        base, target = base_of(base_rd, base_summary), base_of(target_rd, target_summary)
+        gone = hop_removal.hops_gone(base.cpu, target.cpu)
+        if set(target.hops) - set(base.hops) or base_rd.run.topology.name != target_rd.run.topology.name:
+            return None
+        wa, wb = (Summary.of(x).workload for x in (base_summary, target_summary))
+        if (wa.mode, wa.script, wa.scale, wa.rate, wa.threads) != (wb.mode, wb.script, wb.scale, wb.rate, wb.threads):
+            return None               # another workload moves the rest's cost too
+        ratio = hop_removal.measured_ratio(base, target, gone)
+        if ratio is None:
+            return None
+        doc = current(path)
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        doc[hop_removal.KEY] = hop_removal.remembered(doc.get(hop_removal.KEY), ratio,
+                                                      f"{base_rd.path} -> {target_rd.path}", at, "+".join(gone))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=1) + "\n")
+        tmp.replace(path)
+    except Exception:  # noqa: BLE001 - a pair that cannot be read costs the next prediction, not this comparison
+        return None
+    return ratio
