@@ -1,7 +1,8 @@
 """When the measurement windows open and close during a run, and what the run.json records about them.
 
 The detailed probes are attached `window_s` seconds every `period_s` (pathprof.agent.probing.session explains why);
-the windows are placed from pgbench's start: the first at (period - window) / 2, so that even a run shorter
+the windows are placed from the end of pgbench's start-up (its own setup connection closed; when a `ready` test is
+given), over what is left of the run: the first at (period - window) / 2, so that even a run shorter
 than one period gets a window away from pgbench's start-up and end, then one per period while a whole
 window still fits before the end (minus a margin). A run too short for that gets one window in its middle,
 shortened to the same duty (window/period of the run, at least MIN_WINDOW_S), so short runs are not
