@@ -12,6 +12,7 @@ import json
 import os
 from pathlib import Path
 
+import premise
 import pytest
 from conftest import run_pathprof
 from truth import record
@@ -23,14 +24,26 @@ ROOT = Path(__file__).resolve().parents[2]
 # Then a CPU quota on cgroup v2 (this VM runs v1), on a kernel that throttles a group's threads at their wakeup
 # (before 6.18): the same 1-client loopback run, always on, without and with the server's cgroup at 5 ms per 100 ms
 # (#35.1). One boot for all three: each boot costs ~40 s of emulated start-up.
-QUOTA_RUN = ("{pathprof} run --topology loopback --clients 1 --duration 4 --probe-duty 100 --json {extra} "
-             "> /pp-out/{name}.json 2> /pp-out/{name}.err; echo $? > /pp-out/{name}.rc\n")
-COMMANDS = """export PATHPROF_RUNS=/pp-out/runs
-uname -r > /pp-out/kernel
-""" + QUOTA_RUN.format(pathprof="{pathprof}", name="qbase", extra="") + QUOTA_RUN.format(
-    pathprof="{pathprof}", name="qcapped", extra="--cpu-quota server=5/100") + """\
-{pathprof} run --topology unix --clients 2 --duration 6 --json > /pp-out/run.json 2> /pp-out/run.err
-"""
+# Each run goes through the premise the host's runs do (tests/premise.py): a run whose latency view misses its
+# closure by more than CLOSURE_PCT, or that held no transaction in a window, is made again once inside the guest
+# (its first try kept as NAME.try1.json, and the remake said at the session's end). CI ci43c/ci43e: the unix run's
+# one window held no transaction twice in six rounds, and a capped run closed at +68.6 % once with 51 transactions
+# in its window (+-0.1 % in four other runs).
+CHECK = ("{py} -c 'import json,sys; d=json.load(open(sys.argv[1])); e=(d.get(\"closure\") or {{}})"
+         ".get(\"latency_error_pct\"); w=(d.get(\"windows\") or {{}}).get(\"txns_in\"); "
+         "sys.exit(0 if e is not None and abs(e) <= {pct} and w != 0 else 1)' /pp-out/{name}.json")
+RUN = ("try() {{ {pathprof} run {args} --json > /pp-out/{name}.json 2> /pp-out/{name}.err; echo $? > "
+       "/pp-out/{name}.rc; }}; try; if [ \"$(cat /pp-out/{name}.rc)\" = 0 ] && ! " + CHECK + "; then "
+       "mv /pp-out/{name}.json /pp-out/{name}.try1.json; try; fi\n")
+QUOTA = "--topology loopback --clients 1 --duration 4 --probe-duty 100"
+
+
+def _commands(pathprof: str, py: str) -> str:
+    def run(name, args):
+        return RUN.format(pathprof=pathprof, py=py, pct=premise.CLOSURE_PCT, name=name, args=args)
+    return ("export PATHPROF_RUNS=/pp-out/runs\nuname -r > /pp-out/kernel\n" + run("qbase", QUOTA)
+            + run("qcapped", QUOTA + " --cpu-quota server=5/100")
+            + run("run", "--topology unix --clients 2 --duration 6"))
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +60,8 @@ def guest():
 def booted(guest, tmp_path_factory):
     """The guest booted once on Debian 12's kernel, every command run: (its result, the output directory)."""
     out = tmp_path_factory.mktemp("kernel-guest") / "out"
-    r = guest.run(COMMANDS.format(pathprof=ROOT / ".venv/bin/pathprof"), out, ROOT, timeout_s=900)
+    r = guest.run(_commands(str(ROOT / ".venv/bin/pathprof"), str(ROOT / ".venv/bin/python")), out, ROOT,
+                  timeout_s=1200)
     return r, out
 
 
@@ -59,6 +73,13 @@ def _doc(booted, name: str) -> dict:
         f"guest run {name} failed (rc {rc}, guest {r.rc} in {r.seconds:.0f} s); guest kernel: {r.kernel_complaints}\n"
         f"{r.output[-3000:]}\n{err[-3000:]}\n{r.console[-2000:]}")
     assert (out / "kernel").read_text().startswith("6.1."), "not Debian 12's kernel"
+    first = out / f"{name}.try1.json"
+    if first.exists() and not (out / f"{name}.noted").exists():
+        d = json.loads(first.read_text())
+        why = (f"closure latency {(d.get('closure') or {}).get('latency_error_pct')} %, "
+               f"{(d.get('windows') or {}).get('txns_in')} transactions in its windows")
+        premise.note_remake("closure", f"guest run {name}: {why}", d.get("run_dir"))
+        (out / f"{name}.noted").write_text("")
     return json.loads((out / f"{name}.json").read_text())
 
 
