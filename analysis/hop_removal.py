@@ -4,11 +4,12 @@ Taking a hop out removes its own CPU and its second connection's kernel work (an
 left of the path then also runs its own work cheaper per transaction: on this 2-CPU VM, 16 clients (2026-11-28,
 four pairs, bench/predict_lib/parts.py): without docker-proxy the backend's CPU per transaction fell 25.2 -> 12.9
 µs and pgbench's 13.1 -> 7.3 with the same queries; without pgbouncer 20.9 -> 16.1 and 11.0 -> 7.6. Against the
-structural removal alone, the measured rest was 0.72, 0.76 (docker-proxy) and 0.71, 0.69 (pgbouncer) of it: fewer
+structural removal alone, the measured rest was 0.72, 0.77 (docker-proxy) and 0.71, 0.70 (pgbouncer) of it: fewer
 processes interleaved on two CPUs (caches and TLBs refilled after the hop's work, its wakeups' interrupts landing
-in whatever ran), the same for a C pooler and a Go proxy. That ratio is not assumed: a `compare` (or `diff`) of a
-path with and without one of its hops, both runs saturating the CPUs, measures it, the machine keeps the last few
-(agent.host.machine_costs, `hop_removal_rest_factor`: their median, their spread widens the band), and `predict
+in whatever ran), the same for a C pooler and a Go proxy. That ratio is not assumed: a `compare` of a path with
+and without one of its hops, both runs saturating the CPUs, measures it (not `diff`: its runs may come from another
+machine), the machine keeps the last few of each hop (agent.host.machine_costs, `hop_removal_rest_factor`: their
+median, their spread widens the band), and `predict
 --without` applies it to the rest. Until a pair was seen, a removal is priced structurally and says so.
 
 Pure functions over model bases (analysis.predict.Base)."""

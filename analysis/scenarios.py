@@ -198,8 +198,8 @@ def _rest_without_hops(b: Base, gone: tuple[str, ...], cpu: dict, notes: list, b
     f, spread, src = hop_removal.factor(b.machine, gone)
     if f is None:
         notes.append("without the hop, the rest of the path is priced at the CPU it had beside it; on a machine "
-                     "where a pair of runs with and without a hop was measured it ran its own work 0.69-0.76x as "
-                     "dear (a 2-CPU VM): `pathprof compare PATH PATH:target=...` (or `diff` of such a pair) teaches "
+                     "where a pair of runs with and without a hop was measured it ran its own work 0.69-0.77x as "
+                     "dear (a 2-CPU VM): `pathprof compare PATH PATH:target=...` (or `:userland-proxy=off`) teaches "
                      "this machine its ratio; until then this TPS is likely low")
         return band, band_parts
     for k in cpu:

@@ -10,8 +10,8 @@ was known to cost then.
                             its waker where it was put on the waker's CPU, and the wakeup's latency), per process
                             a transaction wakes, learned from a run with no more clients than CPUs that idled often
   hop_removal_rest_factor   what the rest of a path costs per transaction without one of its hops against what
-                            it cost beside it (analysis.hop_removal), learned from a `compare` or `diff` of a path
-                            with and without a hop, both saturating the CPUs: the median of the last pairs
+                            it cost beside it (analysis.hop_removal), learned from a `compare` of a path with and
+                            without a hop, both saturating the CPUs: the last pairs of each hop
   delayline_cpu_us_per_packet, delayline_packets_per_round_trip_each
                             pathprof's own link delay line (agent.host.delayline): its CPU per packet and the
                             packets each delay line (one per delayed direction) handles per round trip, learned
@@ -45,6 +45,11 @@ def remember(learned: dict, run_dir: str, path: Path = PATH) -> None:
     doc = current(path)
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     doc.update({k: {"value": v, "run": str(run_dir), "at": at} for k, v in learned.items()})
+    _write(doc, path)
+
+
+def _write(doc: dict, path: Path) -> None:
+    """The file's new content, atomically (a reader never sees half of it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
@@ -83,10 +88,7 @@ def learn_from_pair(base_rd, base_summary, target_rd, target_summary, path: Path
         at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         doc[hop_removal.KEY] = hop_removal.remembered(doc.get(hop_removal.KEY), ratio,
                                                       f"{base_rd.path} -> {target_rd.path}", at, "+".join(gone))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(doc, indent=1) + "\n")
-        tmp.replace(path)
+        _write(doc, path)
     except Exception:  # noqa: BLE001 - a pair that cannot be read costs the next prediction, not this comparison
         return None
     return ratio
