@@ -43,7 +43,9 @@ ReadyForQuery) -- `summary["connection_setup"]`, µs per connection:
                              connect: the close(), then, with several clients on a thread, the wait while the
                              thread serves its other clients first (their connects block it: libpq's connect is
                              synchronous). Measured as the thread's closed clients integrated over the window
-                             (no client identity needed), divided by the connections sampled
+                             (no client identity needed), divided by the connections sampled. It also holds each
+                             client's wait before its first connect, while its thread connected its other
+                             clients first (seconds when one of them waits for a dropped SYN)
   connect.unsplit            only when no backend could be paired with its client (a hop such as docker-proxy
                              or a pooler between them: the backend's client is the hop's own connection; NAT and
                              delay lines pair by the server's initial sequence number, paired_by_isn): the

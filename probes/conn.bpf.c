@@ -227,8 +227,22 @@ static __always_inline void closed_change(struct pc_task *c, __u64 now, int delt
 		c->closed_n -= 1;     /* its first connect (none closed before) leaves it at 0 */
 }
 
+/* pgbench connects a thread's clients one after the other at its start (libpq's connect blocks the thread): the
+ * k-th waited from the thread's first connect to its own, in no connection's steps but in its cycle. A first connect
+ * is one before any of the thread's clients closed, at most max_closed of them */
+static __always_inline void first_connect_wait(struct pc_task *c, __u64 now)
+{
+	if (!c->first_ts)
+		c->first_ts = now;
+	else if (!c->closed_once && (!max_closed || c->starts_n < max_closed))
+		total_charge(PC_ST_THREAD_WAIT, 1, c->first_ts, now);
+	if (c->starts_n < 0xffffffffu)
+		c->starts_n += 1;
+}
+
 static __always_inline void client_start(struct pc_task *c, __u64 now)
 {
+	first_connect_wait(c, now);
 	closed_change(c, now, -1);
 	if (c->pend_key) {
 		/* the thread's last connection is set up (libpq's connect blocks the thread): its start, if never
@@ -524,8 +538,10 @@ static __always_inline int on_send_end(struct sock *sk, int ret)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	if (t->role == PC_ROLE_CLIENT) {
-		if (ret == 5 && client_conn_sock(sk))
+		if (ret == 5 && client_conn_sock(sk)) {
 			closed_change(t, now, 1);    /* 'X' + length: libpq's Terminate, PQfinish closing */
+			t->closed_once = 1;
+		}
 		if (t->unix_pending && sk->__sk_common.skc_family == AF_UNIX) {   /* the startup packet */
 			struct pc_pending p = { .start_ts = t->start_ts, .tid = tid, .sampled = t->sampled };
 			__u64 key = (__u64)sk;

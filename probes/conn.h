@@ -19,7 +19,9 @@ enum pc_step {
 	PC_ST_THREAD_WAIT = 11, /* a client closed its connection (Terminate sent) -> its thread starts its next connect:
 	                         * PQfinish's close(), then waiting while the thread serves its other clients (their
 	                         * blocking connects, their results). Sum only: the integral over the window of the
-	                         * thread's clients in that state (no client identity needed), per connection */
+	                         * thread's clients in that state (no client identity needed), per connection. Also a
+	                         * client's wait before its first connect, while the thread connected its other clients
+	                         * first (seconds when one of those waits for a SYN retransmission) */
 	PC_ST_CLIENT_TOTAL = 12, /* client's connect start -> its first read of more than 1 byte (the hello), measured on
 	                          * the client alone: what a backend that cannot be paired with it (a hop or NAT in
 	                          * between) leaves unsplit */
@@ -93,11 +95,12 @@ struct pc_task {            /* `who` hash, key tid: a tracked client thread or a
 	__u8  sampled;          /* its connection started inside a window (client: the one in flight) */
 	__u8  hello;            /* client: the connection in flight has read its hello */
 	__u8  fork_win;         /* backend: forked inside a window (its steps count even unpaired) */
-	__u8  pad;
+	__u8  closed_once;      /* client thread: one of its clients has closed (its first connects are over) */
 	__u64 close_ts;         /* client thread: when closed_n last changed */
 	__u32 closed_n;         /* client thread: its clients between their Terminate and their next connect */
-	__u32 pad2;
+	__u32 starts_n;         /* client thread: its connects so far (saturating) */
 	__u64 pend_key;         /* client thread: `pending` key of its last connection (dropped at the next start) */
+	__u64 first_ts;         /* client thread: its first connect's start (its clients all wait from there) */
 };
 
 struct pc_pending {         /* `pending` LRU hash, key: the client's struct sock * */

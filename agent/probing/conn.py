@@ -285,9 +285,9 @@ class _Task(C.Structure):
                 ("first_run_ts", C.c_uint64), ("qrecv_ts", C.c_uint64), ("gone_ts", C.c_uint64),
                 ("dr_ts", C.c_uint64), ("dr_sk", C.c_uint64), ("fin", C.c_uint32), ("role", C.c_uint8),
                 ("bucket", C.c_uint8), ("matched", C.c_uint8), ("unix_pending", C.c_uint8), ("ports", C.c_uint32),
-                ("sampled", C.c_uint8), ("hello", C.c_uint8), ("fork_win", C.c_uint8), ("pad", C.c_uint8),
-                ("close_ts", C.c_uint64),
-                ("closed_n", C.c_uint32), ("pad2", C.c_uint32), ("pend_key", C.c_uint64)]
+                ("sampled", C.c_uint8), ("hello", C.c_uint8), ("fork_win", C.c_uint8), ("closed_once", C.c_uint8),
+                ("close_ts", C.c_uint64), ("closed_n", C.c_uint32), ("starts_n", C.c_uint32),
+                ("pend_key", C.c_uint64), ("first_ts", C.c_uint64)]
 
 
 def listen_counters(pid: int) -> dict:

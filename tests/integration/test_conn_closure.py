@@ -228,6 +228,10 @@ def test_listen_queue_overflow_is_named_and_timed(tmp_path):
     doc = json.loads(cp.stdout)
     c = doc["connection_probe"]["counters"]
     assert c["listen_overflows"] > 0 and c["syn_retransmits"] > 0, c
+    # two clients a thread: while one waits seconds for its SYN, the other waits for the thread before its first
+    # connect. That wait is in the cycle (pgbench's log: each client from the run's first transaction) and was in no
+    # stage: -10.8 ... -18.0 % alone (stop 43); now in connect.thread_wait (-1.2 ... -4.1 %, eight runs, 2026-11-28)
+    assert abs(doc["closure"]["latency_error_pct"]) <= CLOSURE_PCT, (doc["closure"], doc["run_dir"])
     # the kernel's own counter bounds the probe's: every SYN the client sent again had been dropped by the listener
     # (ListenDrops, overflows included). Not every overflow makes a SYN retransmit: a dropped final ACK is made
     # good by the client's first data segment
