@@ -147,13 +147,17 @@ static __always_inline int setup_message(struct sock *sk, struct pp_sock *s, str
  * answer are left out; into pgbench: its wire, and with sends closed at their end the backend's answer: setup_peer). */
 static __always_inline int setup_of_pgbench(struct sock *sk, struct pp_sock *s, struct pp_task *sender)
 {
-	if (conn_split || !sender || (s->setup_msg & PP_SETUP_SEEN) || sk->sk_protocol != IPPROTO_TCP_NUM)
+	if (conn_split || (s->setup_msg & PP_SETUP_SEEN) || sk->sk_protocol != IPPROTO_TCP_NUM)
 		return 0;
-	int to_backend = s->role == PP_ROLE_BACKEND && sender->role == PP_ROLE_PGBENCH;
-	if (!to_backend && !(s->role == PP_ROLE_PGBENCH && sender->role == PP_ROLE_BACKEND))
+	/* delivered outside its sender's send (a softirq deferred to ksoftirqd: a busy emulated guest), the sender is
+	 * not known: on a path without hops a backend's client and pgbench's server are each other (or pathprof's own
+	 * connections, whose setup is no transaction's either) */
+	int known = sender && sending(sender, (__u64)sk);
+	if (!known && !clients_connect_first)
 		return 0;
-	if (!sending(sender, (__u64)sk))
-		return 0;                 /* delivered outside its sender's send: not known whose */
+	int to_backend = s->role == PP_ROLE_BACKEND && (!known || sender->role == PP_ROLE_PGBENCH);
+	if (!to_backend && !(s->role == PP_ROLE_PGBENCH && (!known || sender->role == PP_ROLE_BACKEND)))
+		return 0;
 	struct tcp_sock *tp = tcp_sk_of(sk);
 	if (!tp)
 		return 0;
@@ -166,7 +170,7 @@ static __always_inline int setup_of_pgbench(struct sock *sk, struct pp_sock *s, 
 	/* bytes pgbench read before this message (pgbench's own PP_SETUP_SEEN comes with its first long read) */
 	if (tcp_field(tp, bytes_received) - (tcp_field(tp, rcv_nxt) - tcp_field(tp, copied_seq)) > 1)
 		return 0;
-	if (!send_at_start)           /* closed at its start, its answer's spans are out already (PP_SETUP_PEND) */
+	if (!send_at_start && known)  /* closed at its start, its answer's spans are out already (PP_SETUP_PEND) */
 		sender->setup_peer = 1;
 	return 1;
 }

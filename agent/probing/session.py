@@ -82,6 +82,7 @@ class ProbeConfig:
     qdisc: bool = False                   # an impaired link (topologies.impairments): qdisc.<dev> / delay.<dev>
     holds: list = field(default_factory=list)   # (netns, hook) of the delay lines: bracketed by pp_hold_*
     conn_split: bool = False              # --connect: setup exchanges are left to the connection probe (conn.py)
+    hops: bool = True                     # a hop (pooler, proxy) may be between the clients and the backends
     unix: bool = True                     # AF_UNIX messages may be on the path (their sends are closed at the end)
     client: str = "pgbench"               # the client's name in the trace table's stage names (analysis.client)
 
@@ -212,6 +213,7 @@ class ProbeSession:
                                  qdisc_on=C.c_uint32(1 if self.config.qdisc else 0),
                                  conn_split=C.c_uint32(1 if self.config.conn_split else 0),
                                  send_at_start=C.c_uint32(0 if self.config.conn_split else 1),
+                                 clients_connect_first=C.c_uint32(0 if self.config.hops else 1),
                                  unix_peer_ok=C.c_uint32(1 if facts.has_helper("skc_to_unix_sock") else 0))
             self.main.maps["lat"].set_max_entries(L.lat_entries(hop_slots))
             self.main.maps["nfagg"].set_max_entries((len(self.netns_names) + 1) * L.NF_PER_NETNS)

@@ -78,6 +78,7 @@ def probe_session(opts: RunOptions, topo):
                                  lo_device=opts.probe_lo_device,
                                  qdisc=any(link.impairments() for link in topo.links), holds=netem.holds(topo),
                                  conn_split=bool(opts.workload.connect),
+                                 hops=bool(topo.services),
                                  unix=any(t.unix for t in topo.client.targets.values()))
     return probes_mod.ProbeSession(cfg)
 
