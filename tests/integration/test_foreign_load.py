@@ -49,6 +49,21 @@ def alone_and_loaded(always_on_run, tmp_path_factory) -> tuple[dict, dict]:
             f"premise: the run alone found the CPUs busy (idle_exit {_per_txn(alone, 'idle_exit'):.2f} µs against "
             f"wakeup {_per_txn(alone, 'wakeup'):.2f} µs per transaction; the CPUs were {busy:.0f} % busy before "
             "it): something else loads this machine", alone["stages"])
+    loaded = _beside_busy_loops(runs_dir)
+    # The second test's premise: beside the loops every stage's own work ran faster, the processes' and the
+    # kernel's alike. By how much is the machine's (20 trials, 2026-11-28: process stages' median 0.52-0.95,
+    # kernel's 0.48-0.88; two pairs of 20 left the processes within 10 %, where analysis.speed names no factor):
+    # the pair is made again, at most twice, until both groups moved; then the premise is the test's first assert
+    for _ in range(2):
+        moved = speedup(alone, loaded)
+        if max(moved.values()) <= SPEEDUP_PREMISE:
+            break
+        premise.note_remake("speedup", f"own work beside busy loops only {moved} of alone", loaded["run_dir"])
+        alone, loaded = _run(runs_dir), _beside_busy_loops(runs_dir)
+    return alone, loaded
+
+
+def _beside_busy_loops(runs_dir) -> dict:
     before = machine_state()
     n = os.cpu_count() or 2
     # bounded in time by the loop itself, and killed (the whole loop, not a wrapper around it) when done
@@ -61,7 +76,7 @@ def alone_and_loaded(always_on_run, tmp_path_factory) -> tuple[dict, dict]:
             p.kill()
             p.wait()
     assert machine_state() == before
-    return alone, loaded
+    return loaded
 
 
 def test_foreign_cpu_load_removes_idle_exits_and_is_explained_on_latency(alone_and_loaded):
@@ -113,6 +128,23 @@ def _stage_totals(doc: dict) -> dict:
     return out
 
 
+# both groups' own work at most this share of its time alone (analysis.speed names a factor from 0.90: a margin)
+SPEEDUP_PREMISE = 0.88
+
+
+def _own_ratios(alone: dict, loaded: dict) -> dict:
+    a, b = _stage_totals(alone), _stage_totals(loaded)
+    return {n: b[n] / a[n] for n in a if n in b and n.startswith(_OWN_STAGES) and min(a[n], b[n]) >= 0.5}
+
+
+def speedup(alone: dict, loaded: dict) -> dict:
+    """The median ratio (loaded / alone) of the processes' own-work stages and of the kernel's."""
+    from pathprof.analysis.speed import _group
+    own = _own_ratios(alone, loaded)
+    return {g: round(statistics.median([r for n, r in own.items() if _group(n, "latency") == g] or [1.0]), 3)
+            for g in ("process", "kernel")}
+
+
 def test_a_cpu_that_never_idles_is_one_speed_factor_not_five_causes(alone_and_loaded):
     """#35.2: beside the busy loops every stage's own CPU work runs faster (CPUs that never idle stay warm: 0.63 of
     its time on 2026-11-27, ~0.65 in the issue), which split stage by stage read as backend, client, network stack
@@ -124,11 +156,17 @@ def test_a_cpu_that_never_idles_is_one_speed_factor_not_five_causes(alone_and_lo
     e = _diff(alone, loaded)
     sf = e["speed_factor"]
     a, b = _stage_totals(alone), _stage_totals(loaded)
-    own = {n: b[n] / a[n] for n in a if n in b and n.startswith(_OWN_STAGES) and min(a[n], b[n]) >= 0.5}
+    own = _own_ratios(alone, loaded)
     record("cpu speed ratio", sf["ratio"] if sf else None, "< 0.9")
+    moved = speedup(alone, loaded)
+    for group, ratio in moved.items():
+        record(f"cpu speed ratio, {group} stages' median", ratio, f"<= {SPEEDUP_PREMISE} (premise)")
     # the premise: neither run stretched by the hypervisor (ci42d: the run alone 17 % stolen after every remake, its
     # stages stretched unevenly, and no common factor), said as such rather than as a missing factor
     premise.assert_not_stolen(alone, loaded)
+    assert max(moved.values()) <= SPEEDUP_PREMISE, (
+        f"premise: beside busy loops this machine's own work ran at {moved} of its time alone, in three pairs: "
+        f"a factor needs both groups at <= {SPEEDUP_PREMISE} (CPUs that idle shallowly gain little by never idling)")
     assert sf is not None, ("no common factor", own)
     # faster, the band on one side of 1 and around the median, over the run's own-work stages
     assert sf["ratio"] <= 0.9 and sf["low"] <= sf["ratio"] <= sf["high"] < 1.0, sf
