@@ -359,7 +359,12 @@ def _through_gate(p: subprocess.Popen, on_start: Callable[[int], None]) -> None:
         except OSError:
             pass
         if not opened:
-            p.wait(timeout=10)
+            # interrupted (SIGTERM) maybe after the write but before `opened`: pgbench may be running, and a
+            # timeout here would replace the interruption with a traceback (CI ci44b); the caller stops it
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
 
 
 class _StderrPump(threading.Thread):
