@@ -53,8 +53,9 @@ def alone_and_loaded(always_on_run, tmp_path_factory) -> tuple[dict, dict]:
     # The second test's premise: beside the loops every stage's own work ran faster, the processes' and the
     # kernel's alike. By how much is the machine's (20 trials, 2026-11-28: process stages' median 0.52-0.95,
     # kernel's 0.48-0.88; two pairs of 20 left the processes within 10 %, where analysis.speed names no factor):
-    # the pair is made again, at most twice, until both groups moved; then the premise is the test's first assert
-    for _ in range(2):
+    # the pair is made again, at most four times, until both groups moved (in CI it took two remakes in one round
+    # of three: the kernel's stages at 0.98 and 0.94); then the premise is the test's first assert
+    for _ in range(4):
         moved = speedup(alone, loaded)
         if max(moved.values()) <= SPEEDUP_PREMISE:
             break
@@ -165,7 +166,7 @@ def test_a_cpu_that_never_idles_is_one_speed_factor_not_five_causes(alone_and_lo
     # stages stretched unevenly, and no common factor), said as such rather than as a missing factor
     premise.assert_not_stolen(alone, loaded)
     assert max(moved.values()) <= SPEEDUP_PREMISE, (
-        f"premise: beside busy loops this machine's own work ran at {moved} of its time alone, in three pairs: "
+        f"premise: beside busy loops this machine's own work ran at {moved} of its time alone, in five pairs: "
         f"a factor needs both groups at <= {SPEEDUP_PREMISE} (CPUs that idle shallowly gain little by never idling)")
     assert sf is not None, ("no common factor", own)
     # faster, the band on one side of 1 and around the median, over the run's own-work stages
