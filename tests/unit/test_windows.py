@@ -139,6 +139,20 @@ def test_a_window_s_programs_attach_before_it_and_a_late_open_keeps_its_length(m
     assert to > s + 0.15 and tc == pytest.approx(min(e + (to - s), 0.6 - 0.05), abs=0.05) and tc - to > 0.1
 
 
+def _run_after_start_up(log_dir, ready, after_s: float, pid: str, attach_s: float) -> _SlowAttach:
+    """A 1.2-s windowed run (0.2 s every 0.4 s) whose start-up ends after_s in (pgbench's log appears), its
+    programs attach_s to attach: the session's steps once the runner is done."""
+    import threading
+    for f in log_dir.iterdir():
+        f.unlink()
+    threading.Timer(after_s, lambda: (log_dir / f"pgbench_log.{pid}").write_text("")).start()
+    session = _SlowAttach(attach_s)
+    runner = pw.WindowRunner(session, 0.2, 0.4, 1.2, ready)
+    runner.start()
+    runner._thread.join(5)
+    return session
+
+
 def test_the_windows_count_from_the_end_of_the_loads_start_up(monkeypatch, tmp_path):
     """pgbench's setup connection (scale and partition queries) is no transaction's: an always-on window is
     attached while it runs and opens once pgbench's first thread created its log; a windowed plan counts from
@@ -171,24 +185,12 @@ def test_the_windows_count_from_the_end_of_the_loads_start_up(monkeypatch, tmp_p
     assert opened and opened[0] == pytest.approx(0.3 + s, abs=0.08), windowed.steps
     # a start-up that took most of the run: the window is placed over what is left, not past its end (CI ci43c:
     # a TCG guest's 6-s run whose one window opened after pgbench had ended)
-    for f in tmp_path.iterdir():
-        f.unlink()
-    threading.Timer(0.8, lambda: (tmp_path / "pgbench_log.4244").write_text("")).start()
-    slow = _SlowAttach(0.01)
-    runner = pw.WindowRunner(slow, 0.2, 0.4, 1.2, ready)
-    runner.start()
-    runner._thread.join(5)
+    slow = _run_after_start_up(tmp_path, ready, 0.8, "4244", 0.01)
     (_, to), (_, tc) = [x for x in slow.steps if x[0] in ("open", "close")]
     assert 0.8 < to and tc <= 1.2 and tc - to >= 0.15, slow.steps       # 1.2 s: pgbench's end
     # the first window's programs attach while the load starts up: 0.5 s to attach (a TCG guest took 5.4 s, CI
     # ci43e) no longer pushes the window past its planned start (0.3 + 0.1 s) by the attach time
-    for f in tmp_path.iterdir():
-        f.unlink()
-    threading.Timer(0.3, lambda: (tmp_path / "pgbench_log.4245").write_text("")).start()
-    slow_attach = _SlowAttach(0.5)
-    runner = pw.WindowRunner(slow_attach, 0.2, 0.4, 1.2, ready)
-    runner.start()
-    runner._thread.join(5)
+    slow_attach = _run_after_start_up(tmp_path, ready, 0.3, "4245", 0.5)
     (p, tp), (o, to) = slow_attach.steps[:2]
     assert (p, o) == ("prepare", "open") and tp < 0.1 and to < 0.6, slow_attach.steps
     monkeypatch.setattr(pw, "READY_MAX_S", 0.2)
