@@ -60,7 +60,7 @@ MACHINE_OBJECTS = {
 # module file name -> why it goes after the shared integration scopes and holds the lanes as a unit test does: the
 # other lane is then on the machine-objects tests or the unit tests, not on a run of its own that would starve it
 LATE = {
-    "test_kernel_guest.py": "a TCG guest at nice 19 for ~3.5 min: it makes no host object (its disk is a snapshot, its "
+    "test_kernel_guest.py": "a TCG guest at nice 19 for ~3 min: it makes no host object (its disk is a snapshot, its "
                             "image built by the suite's set-up), and beside a lane of runs it starves. As one "
                             "machine-objects test it ran after all of them (CI 2026-11-28: 282 s, the suite's tail)",
 }

@@ -5,8 +5,8 @@ quota on cgroup v2, throttled at wakeup as kernels before 6.18 do, must be its o
 
 Real parts only: the guest image (built once, ~1-2 min, cached under /var/cache/pathprof/kernel-guest/), Debian's
 kernel, this checkout mounted inside, a real PostgreSQL and pgbench. Under TCG (this machine's KVM cannot boot a
-real guest) the boot with its three runs takes ~210 s on one vCPU (2026-11-28; ~55 s with the unix run alone), most
-of it emulated set-up.
+real guest) the boot with its three runs takes ~160 s on one vCPU, most of it emulated set-up (2026-11-28: runs of
+46, 49, 42 s with the checkout's pages cached in the guest, 52, 71, 67 s without).
 """
 import json
 import os

@@ -69,7 +69,9 @@ hostname pp-kern-guest; ip link set lo up
 modprobe 9pnet_virtio; modprobe 9p
 src=; for a in $(cat /proc/cmdline); do case $a in pp.src=*) src=${a#pp.src=};; esac; done
 mkdir -p "$src" /pp-out
-mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288 pp-src "$src" || echo "pp-kern: no checkout"
+# the checkout does not change during a boot: cached (cache=loose), a run's imports are read over 9p once a boot,
+# not once a run
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=524288 pp-src "$src" || echo "pp-kern: no checkout"
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 pp-out /pp-out || echo "pp-kern: no output dir"
 echo "pp-kern: $(uname -r) up; running /pp-out/commands.sh"
 cd /tmp && sh /pp-out/commands.sh > /pp-out/output.log 2>&1
