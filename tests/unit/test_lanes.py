@@ -96,6 +96,8 @@ def test_the_machine_objects_scope_waits_while_the_other_lane_has_integration_te
     assert lanes.next_scope(queue, first, []) == lanes.MACHINE_SCOPE
     assert lanes.next_scope([lanes.MACHINE_SCOPE], first, busy) == lanes.MACHINE_SCOPE, "no unit scope left"
     assert lanes.next_scope(["test_b", lanes.MACHINE_SCOPE], first, busy) == "test_b"
+    guest = [f"tests/integration/{next(iter(lanes.LATE))}::t", "tests/unit/test_c.py::t"]
+    assert lanes.next_scope(queue, first, guest) == lanes.MACHINE_SCOPE, "beside a LATE module, as beside units"
 
 
 def _worker(lock, kind, events, name, hold_s):
