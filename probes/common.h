@@ -110,7 +110,9 @@ enum pp_stat {              /* per-CPU counters of everything not aggregated, so
 	PP_STAT_OWN_CONN = 42,      /* a tracked process read or wrote on pathprof's own connection (own_conns): skipped */
 	PP_STAT_RELAY_SENT = 43,    /* a hop's forward of a later part of a reply: no proc span of its own (its work is
 				     * in the receiver's chain, relay.bpf.h), neither paired nor unpaired */
-	PP_NSTATS = 44,   /* 24-27 pooler waits, 28-33 TCP loss and stalls, 34-39 connection setup (reserved) */
+	PP_STAT_THROTTLED_WAITING = 44, /* run-queue waits begun in an unthrottled group that its quota ran out during
+					 * (a sibling used it up: sched.bpf.h throttled_since), timed as throttled */
+	PP_NSTATS = 45,   /* 24-27 pooler waits, 28-33 TCP loss and stalls, 34-39 connection setup (reserved) */
 };
 
 struct pp_own_key {         /* key of `own_conns`: pathprof's own connection, its client end as the server side

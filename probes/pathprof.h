@@ -49,6 +49,7 @@ struct pp_task {            /* task-local storage of a tracked thread: its prese
 	__u64 thr0_s, thr0_e;   /* its last two throttled intervals, newest first (sched.bpf.h) */
 	__u64 thr1_s, thr1_e;
 	__u64 thro_s, thro_e, thro_ns;  /* the older ones since it last slept, summed (common.h pp_cpu_state) */
+	__u64 thr_rq, thr_base; /* its run-queue wait's cfs_rq and that one's throttled time then (sched.bpf.h) */
 };
 
 struct pp_sock {            /* socket-local storage of a socket a tracked thread sent or received on */

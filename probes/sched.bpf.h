@@ -22,6 +22,45 @@ static __always_inline int throttle_at_wakeup(void)
 	return !bpf_core_field_exists(struct task_struct, throttled);
 }
 
+/* A thread can begin a run-queue wait in an unthrottled group and still wait for its quota: a sibling in the group
+ * (the postmaster, an auxiliary process) uses the quota up meanwhile, and kernels before 6.18 dequeue the group's
+ * cfs_rq, the waiting thread with it (a capped server in a one-CPU guest: 2 of 10 waits, ~100 ms each, were counted
+ * as the backend's queue; CI 2026-11-28). At the wait's start: the cfs_rq and, since 6.7, its throttled time so far */
+static __always_inline void throttle_mark(struct task_struct *p, struct pp_task *t)
+{
+	if (!bpf_core_field_exists(p->se.cfs_rq))
+		return;
+	struct cfs_rq *q = p->se.cfs_rq;
+	t->thr_rq = (__u64)q;
+	if (q && bpf_core_field_exists(q->throttled_clock_self_time))
+		t->thr_base = q->throttled_clock_self_time;
+}
+
+/* At the switch-in ending that wait: where the throttle within it began (0: none). Since 6.7 the cfs_rq sums its
+ * throttled time at each unthrottle (and clears throttled_clock): the wait's last that much was throttled; before,
+ * throttled_clock keeps its last throttle's start, on the run queue's clock (rq->clock, updated by this switch) */
+static __always_inline __u64 throttled_since(struct task_struct *p, struct pp_task *t, __u64 from, __u64 now)
+{
+	if (!bpf_core_field_exists(p->se.cfs_rq))
+		return 0;
+	struct cfs_rq *q = p->se.cfs_rq;
+	if (!q || (__u64)q != t->thr_rq)
+		return 0;                     /* moved to another CPU meanwhile: its cfs_rq's history is another's */
+	if (bpf_core_field_exists(q->throttled_clock_self_time)) {
+		__u64 d = q->throttled_clock_self_time - t->thr_base;
+		if (!d)
+			return 0;
+		return d < now - from ? now - d : from;
+	}
+	if (!bpf_core_field_exists(q->throttled_clock) || !bpf_core_field_exists(q->rq))
+		return 0;
+	struct rq *rq = q->rq;
+	__u64 t0 = q->throttled_clock, rc = rq ? rq->clock : 0;
+	if (!t0 || t0 > rc || rc - t0 >= now - from)
+		return 0;                     /* never, or before the wait began */
+	return now - (rc - t0);
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(pp_sched_switch, PP_SWITCH_ARGS)
 {
@@ -60,6 +99,8 @@ int BPF_PROG(pp_sched_switch, PP_SWITCH_ARGS)
 			pt->runnable_ts = now;       /* still runnable: waits on the run queue */
 			if (cfs_throttled(prev))
 				pt->thr_from = now;  /* ... or for its cgroup's next CPU quota */
+			else if (throttle_at_wakeup())
+				throttle_mark(prev, pt);   /* ... which a sibling may use up while it waits */
 		} else {
 			pt->thro_ns = 0;             /* asleep: a span it ends later began after this */
 		}
@@ -91,6 +132,11 @@ int BPF_PROG(pp_sched_switch, PP_SWITCH_ARGS)
 		if (a && now > r) {
 			a->runq_ns += now - r;
 			a->runq_cnt += 1;
+		}
+		if (r && !nt->thr_from && now > r && throttle_at_wakeup()) {
+			nt->thr_from = throttled_since(next, nt, r, now);
+			if (nt->thr_from)
+				stat_inc(PP_STAT_THROTTLED_WAITING);
 		}
 		if (nt->thr_from) {
 			if (now > nt->thr_from) {
@@ -139,6 +185,8 @@ static __always_inline void on_wakeup(struct task_struct *p)
 		t->runnable_ts = now;
 		if (throttle_at_wakeup() && cfs_throttled(p))
 			t->thr_from = now;          /* woken into a group whose CPU quota is used up */
+		else if (throttle_at_wakeup())
+			throttle_mark(p, t);        /* ... or used up by a sibling while it waits */
 		/* woken onto an idle CPU? (a queued wakeup runs on that CPU once it left idle: still idle here) */
 		__u32 cpu = pp_task_cpu(p);   /* a plain load: p is a BTF pointer */
 		__u64 *idle = bpf_map_lookup_elem(&cpu_idle, &cpu);

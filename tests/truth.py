@@ -42,7 +42,9 @@ STATISTICAL = {
     "tests/integration/test_probe_windows.py": "beside",
     "tests/integration/test_predict_real.py": "beside",
     "tests/integration/test_cpu_quota.py": "beside",
-    "tests/integration/test_kernel_guest.py": "beside",     # ~3.5 min a trial under TCG: -n 3, not 20
+    # ~2.5 min a trial under TCG: -n 3, not 20; the suite runs it beside unit tests only (tests/lanes.py LATE), and
+    # beside a 16-client run the guest at nice 19 starves (its capped run failed to start, 2026-11-28)
+    "tests/integration/test_kernel_guest.py": "alone",
 }
 
 
