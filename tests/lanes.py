@@ -169,17 +169,26 @@ def lanes_file(suffix: str) -> Path:
     return Path("/tmp") / f"pp-test-lanes-{session_id()}{suffix}"
 
 
-def next_scope(queue: list[str], first_test: dict[str, str], others_pending: list[str]) -> str:
+def _late(nodeid: str) -> bool:
+    return Path(nodeid.split("::")[0]).name in LATE
+
+
+def next_scope(queue: list[str], first_test: dict[str, str], others_pending: list[str],
+               own_pending: list[str] = ()) -> str | None:
     """The scope a worker takes next: the queue's first, except MACHINE_SCOPE while another worker still has
     integration tests to run (each of them would make it wait): the first unit scope then, if one is left, so that
     the machine-objects tests begin when the other lane is on unit tests. A LATE module holds the lanes as a unit
     test does: the machine-objects tests go beside it (CI 2026-11-28: they waited for the guest, 58 s after it on
-    its lane while the other lane had finished)."""
-    def blocks(nodeid: str) -> bool:
-        return nodeid.startswith("tests/integration/") and Path(nodeid.split("::")[0]).name not in LATE
-    if queue[0] != MACHINE_SCOPE or not any(blocks(n) for n in others_pending):
+    its lane while the other lane had finished) -- and not behind it: a worker with a LATE test still to run leaves
+    MACHINE_SCOPE to the other (None: nothing now; its next finished test asks again)."""
+    if queue[0] != MACHINE_SCOPE:
         return queue[0]
-    return next((s for s in queue if first_test[s].startswith("tests/unit/")), queue[0])
+    unit = next((s for s in queue if first_test[s].startswith("tests/unit/")), None)
+    if any(_late(n) for n in own_pending):
+        return unit
+    if not any(n.startswith("tests/integration/") and not _late(n) for n in others_pending):
+        return queue[0]
+    return unit or queue[0]
 
 
 def GroupScheduling(config, log):     # noqa: N802 (a class made on demand: xdist is imported only when used)
@@ -204,7 +213,10 @@ def GroupScheduling(config, log):     # noqa: N802 (a class made on demand: xdis
             queue = list(self.workqueue)
             others = [t for n, assigned in self.assigned_work.items() if n is not node
                       for unit in assigned.values() for t, done in unit.items() if not done]
-            scope = next_scope(queue, {s: next(iter(self.workqueue[s])) for s in queue}, others)
+            own = [t for unit in self.assigned_work.get(node, {}).values() for t, done in unit.items() if not done]
+            scope = next_scope(queue, {s: next(iter(self.workqueue[s])) for s in queue}, others, own)
+            if scope is None:
+                return
             if scope != queue[0]:
                 self.workqueue.move_to_end(scope, last=False)
             super()._assign_work_unit(node)

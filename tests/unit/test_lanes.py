@@ -98,6 +98,10 @@ def test_the_machine_objects_scope_waits_while_the_other_lane_has_integration_te
     assert lanes.next_scope(["test_b", lanes.MACHINE_SCOPE], first, busy) == "test_b"
     guest = [f"tests/integration/{next(iter(lanes.LATE))}::t", "tests/unit/test_c.py::t"]
     assert lanes.next_scope(queue, first, guest) == lanes.MACHINE_SCOPE, "beside a LATE module, as beside units"
+    # the lane about to run the LATE module leaves the machine-objects tests to the other, not queued behind it
+    assert lanes.next_scope(queue, first, [], own_pending=guest[:1]) == "test_a"
+    assert lanes.next_scope([lanes.MACHINE_SCOPE], first, [], own_pending=guest[:1]) is None
+    assert lanes.next_scope([lanes.MACHINE_SCOPE], first, [], own_pending=guest[1:]) == lanes.MACHINE_SCOPE
 
 
 def _worker(lock, kind, events, name, hold_s):
