@@ -22,9 +22,10 @@ from pathprof.analysis.client import client_of
 from pathprof.analysis.gap import divisor_caveat, divisor_caveat_text
 from pathprof.analysis.quota import cause_detail
 from pathprof.analysis.run_model import Summary
+from pathprof.analysis.speed import MIN_MOVE as SPEED_MIN_MOVE
 from pathprof.analysis.speed import cause as speed_cause
 from pathprof.analysis.speed import public as speed_public
-from pathprof.analysis.speed import residual_items, speed_factor, speed_words
+from pathprof.analysis.speed import residual_items, sampled_ratio, speed_factor, speed_words
 
 # Below this many µs per transaction two runs are "the same" and shares would only amplify noise.
 _MIN_GAP_US = 1e-6
@@ -262,6 +263,10 @@ def _explain_on(baseline: Summary, other: Summary, basis: str, noise_pct: float)
     steal = [(s.doc.get("steal") or {}).get("pct") for s in (baseline, other)]
     if factor and None not in steal:      # a hypervisor's steal stretches every stage alike (analysis.steal)
         factor["steal_pct"] = steal
+    # the machine's own speed, sampled beside each run: a factor it matches is the machine's, not the path's
+    machine = sampled_ratio(baseline.doc.get("host"), other.doc.get("host"))
+    if factor and machine:
+        factor["machine_ratio"] = round(machine, 3)
     causes = group(residual_items(items, factor), gap if abs(gap) > _MIN_GAP_US else 0.0, hop_names(baseline),
                    hop_names(other))
     for c in causes:      # the client by its program's name: pgbench, or what `attach` found (analysis.client)
@@ -296,6 +301,7 @@ def _explain_on(baseline: Summary, other: Summary, basis: str, noise_pct: float)
         "ranked": not verdict,
         "verdict": verdict,
         "speed_factor": speed_public(factor),
+        "machine_speed_ratio": round(machine, 3) if machine else None,
         "io_stages": _io_moves(baseline, other) if basis == "cpu" and split else [],
         "divisor_caveats": ([divisor_caveat(s, run_label(s), gap) for s in (baseline, other)
                              if s.closure.connect_divisors] if basis != "cpu" else []),
@@ -382,6 +388,12 @@ def explain_text(expl: dict) -> str:
                  + " µs per transaction), hidden behind the other clients' CPU work")
     for c in expl.get("divisor_caveats") or []:
         text += "; " + divisor_caveat_text(c)
+    m = expl.get("machine_speed_ratio")
+    if m and abs(_num(m) - 1.0) >= SPEED_MIN_MOVE and not expl.get("speed_factor"):
+        # no common factor in the stages, yet the machine itself moved: the gap may hold the machine's drift
+        text += (f"; the machine itself ran {speed_words(_num(m))} at {expl.get('run', 'this run')} than at "
+                 f"{expl.get('baseline', 'the baseline')} (its speed samples beside each run): part of the gap may be "
+                 "the machine's, not the path's")
     if expl.get("real_gap") is True:
         return text + " (the gap exceeds the run-to-run spread)"
     if expl.get("real_gap") is False:

@@ -68,10 +68,12 @@ def structural_rest(b: Base, hops: tuple[str, ...]) -> float:
     return sum(apply(bare, Scenario(without=hops)).cpu.values())
 
 
-def measured_ratio(base: Base, target: Base, hops: tuple[str, ...]) -> float | None:
+def measured_ratio(base: Base, target: Base, hops: tuple[str, ...], drift: float | None = None) -> float | None:
     """The target's CPU per transaction (unprobed, anchored) against what the base leaves without `hops`: a pair
     says it only when both runs saturated the CPUs at the same client count (else their CPU per transaction holds
-    idle wakeups and queueing that differ with the load, not with the hop)."""
+    idle wakeups and queueing that differ with the load, not with the hop). `drift`: how much slower the machine
+    itself ran at the target's run than at the base's (their speed samples, analysis.speed.sampled_ratio), taken
+    out: a pair made while the machine slowed down would teach the slowdown as the hop's."""
     if not hops or set(hops) - set(base.hops) or base.clients != target.clients:
         return None
     if base.regime != "cpu-bound" or target.regime != "cpu-bound":
@@ -80,14 +82,16 @@ def measured_ratio(base: Base, target: Base, hops: tuple[str, ...]) -> float | N
     got = sum(v for k, v in target.cpu.items() if not k.startswith(tuple(f"hop.{h}." for h in hops)))
     if rest <= 0 or got <= 0:
         return None
-    ratio = got / rest
+    ratio = got / rest / (drift if drift and drift > 0 else 1.0)
     return ratio if SANE[0] <= ratio <= SANE[1] else None
 
 
-def remembered(entry: dict | None, ratio: float, pair: str, at: str, hop: str = "") -> dict:
-    """The machine's entry with one more pair's ratio (the last KEEP of each hop kept), its value the median of all."""
+def remembered(entry: dict | None, ratio: float, pair: str, at: str, hop: str = "", drift: float | None = None) -> dict:
+    """The machine's entry with one more pair's ratio (the last KEEP of each hop kept), its value the median of all;
+    `drift`, the machine's own slowdown the ratio was cleared of, kept with it."""
     samples = [x for x in ((entry or {}).get("samples") or []) if isinstance(x, dict) and "value" in x]
-    samples.append({"value": round(ratio, 4), "hop": hop, "run": pair, "at": at})
+    samples.append({"value": round(ratio, 4), "hop": hop, "run": pair, "at": at,
+                    **({"machine_drift": round(drift, 4)} if drift else {})})
     kept = []
     for i, x in enumerate(samples):          # the last KEEP of each hop, in the order learned
         if sum(y.get("hop") == x.get("hop") for y in samples[i + 1:]) < KEEP:

@@ -131,8 +131,52 @@ def speed_words(ratio: float) -> str:
 def speed_phrase(factor: dict) -> str:
     """One line: what the factor is, its band, and what it may come from."""
     why = WHY["faster" if factor["ratio"] < 1.0 else "slower"]
+    machine = factor.get("machine_ratio")
+    if machine:             # the machine's own speed samples beside each run: the machine's or the path's
+        mine = (machine - 1.0) * (factor["ratio"] - 1.0) > 0 and abs(machine - 1.0) >= MIN_MOVE / 2
+        why = (f"the machine's own speed samples: {speed_words(machine)} at this run"
+               + ("; the machine's, not the path's" if mine else "; not the machine's speed: " + why))
     steal = factor.get("steal_pct")
     if steal and max(steal) >= STEAL_NOTE_PCT:    # the hypervisor's share moved with it: say so first
         why = f"the hypervisor's steal {steal[0]:.1f} % → {steal[1]:.1f} % of the CPUs; {why}"
     return (f"every stage's own CPU work {speed_words(factor['ratio'])} (× {factor['ratio']:.2f}, "
             f"interquartile {factor['low']:.2f}–{factor['high']:.2f} over {factor['stages_n']} stages; {why})")
+
+
+# The machine's own speed, sampled beside each run (run.json host.cpu_speed: agent.host.cpu_speed): ns per unit of
+# fixed work, per kind. SAMPLED_KIND is the kind compared: `during` (every CPU through the load) explained the same
+# run's TPS drift on this VM (bench/speed_drift, 8 runs of each case: the correlation of log TPS with log speed
+# -0.94 and -0.93, the TPS's spread 9.1 -> 3.2 % and 10.2 -> 3.8 % once scaled by it), where one sample before and
+# one after the load did not (-0.34 ... -0.84, and scaled by them the spread grew): each vCPU flips between two
+# speeds ~1.7x apart every few seconds, and a 40-ms sample catches one CPU in one of them.
+SAMPLED_KINDS = ("interp", "interp_median", "hash", "memory")
+SAMPLED_KIND = "during"
+
+
+def sampled_speed(host: dict | None) -> dict | None:
+    """A run's sampled speed (its host document's cpu_speed): the mean of its samples before and after the load,
+    per kind; None for a run recorded without them."""
+    spd = (host or {}).get("cpu_speed") or {}
+    samples = [s for s in (spd.get("before"), spd.get("after")) if isinstance(s, dict)]
+    out = {}
+    for k in SAMPLED_KINDS:
+        vals = [float(s[k]) for s in samples if isinstance(s.get(k), (int, float))]
+        if vals:
+            out[k] = sum(vals) / len(vals)
+    during = spd.get("during")
+    if isinstance(during, dict) and isinstance(during.get("hash"), (int, float)):
+        out["during"] = float(during["hash"])     # every CPU through the load (agent.host.cpu_speed.SpeedWatch)
+    return out or None
+
+
+def sampled_ratio(a: dict | None, b: dict | None, kind: str = SAMPLED_KIND) -> float | None:
+    """How much slower the machine ran at run b than at run a, by their samples (b / a: 1.2 = the same work took
+    20 % longer); None when either has no sample of that kind, or the runs were made on two machines (another
+    CPU: its speed is not the drift of one). a, b: the runs' host documents."""
+    names = [(h or {}).get("hostname") for h in (a, b)]
+    if None not in names and names[0] != names[1]:
+        return None
+    x, y = (sampled_speed(h) or {} for h in (a, b))
+    if not (x.get(kind, 0) > 0 and y.get(kind, 0) > 0):
+        return None
+    return y[kind] / x[kind]

@@ -73,6 +73,7 @@ def learn_from_pair(base_rd, base_summary, target_rd, target_summary, path: Path
     from pathprof.analysis import hop_removal
     from pathprof.analysis.predict import base_of
     from pathprof.analysis.run_model import Summary
+    from pathprof.analysis.speed import sampled_ratio
     try:
         base, target = base_of(base_rd, base_summary), base_of(target_rd, target_summary)
         gone = hop_removal.hops_gone(base.cpu, target.cpu)
@@ -81,13 +82,16 @@ def learn_from_pair(base_rd, base_summary, target_rd, target_summary, path: Path
         wa, wb = (Summary.of(x).workload for x in (base_summary, target_summary))
         if (wa.mode, wa.script, wa.scale, wa.rate, wa.threads) != (wb.mode, wb.script, wb.scale, wb.rate, wb.threads):
             return None               # another workload moves the rest's cost too
-        ratio = hop_removal.measured_ratio(base, target, gone)
+        # the machine's own drift between the two runs (their speed samples) is not the hop's: taken out
+        drift = sampled_ratio(*(Summary.of(x).doc.get("host") for x in (base_summary, target_summary)))
+        ratio = hop_removal.measured_ratio(base, target, gone, drift)
         if ratio is None:
             return None
         doc = current(path)
         at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         doc[hop_removal.KEY] = hop_removal.remembered(doc.get(hop_removal.KEY), ratio,
-                                                      f"{base_rd.path} -> {target_rd.path}", at, "+".join(gone))
+                                                      f"{base_rd.path} -> {target_rd.path}", at, "+".join(gone),
+                                                      drift)
         _write(doc, path)
     except Exception:  # noqa: BLE001 - a pair that cannot be read costs the next prediction, not this comparison
         return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from pathprof.agent.host import delayline, proc
+from pathprof.agent.host import cpu_speed, delayline, proc
 from pathprof.agent.host.machine import require_root  # noqa: F401  (run.require_root: topology_cmd)
 from pathprof.agent.postgres import pgbench
 from pathprof.agent.probing import hooks
@@ -101,7 +101,13 @@ def _measure(opts, topo, ctx, pg, services, loading: tuple, rd: RunDir, ui, phas
             recorder.track_path(probes, pg, services)
         conn_probe = _conn_probe(opts, probes, pg, ui)
     m = Measurement(probes, ui, opts.workload.duration_s)
-    driven = _drive(opts, topo, ctx, pg, services, argv, m, conn_probe, rd, ui, phases)
+    speed_before = cpu_speed.sample()      # the machine's speed beside the run (two runs compared: their drift)
+    watch = cpu_speed.SpeedWatch().start()   # ... and while it runs, CPU by CPU
+    try:
+        driven = _drive(opts, topo, ctx, pg, services, argv, m, conn_probe, rd, ui, phases)
+    finally:
+        during = watch.stop()
+    driven["speed_before"], driven["speed_during"] = speed_before, during
     _results(opts, topo, ctx, pg, services, m, driven, (checkpoints0, loaded.get("capabilities")), rd, phases)
 
 
@@ -180,6 +186,10 @@ def _results(opts, topo, ctx, pg, services, m: Measurement, driven: dict, before
     lines = delayline.usage_during(driven["lines0"], delayline.usage(ctx.journal))
     t_results = time.monotonic()
     presult = m.read()
+    # after the windows' figures are read: its work is in no measured interval
+    rd.update(host={**rd.meta.get("host", {}),
+                    "cpu_speed": {"before": driven["speed_before"], "after": cpu_speed.sample(),
+                                  **({"during": driven["speed_during"]} if driven["speed_during"] else {})}})
     log_dir = rd.file("pgbench") / "log"
     result = driven["result"]
     logs = pgbench_logs(result, log_dir, presult)

@@ -15,8 +15,9 @@ def number(cell: str) -> float:
     return float(cell.strip().lstrip("*").replace(",", "").replace("%", "").strip())
 
 
-def rows(path: str) -> dict[tuple, list[tuple[float, float, float]]]:
-    """(target, scenario, clients) -> [(predicted, measured, error %)], one per round, in the table's order."""
+def rows(path: str) -> dict[tuple, list[tuple[float, float, float, float | None]]]:
+    """(target, scenario, clients) -> [(predicted, measured, error %, the machine's speed drift from the base to
+    the measured run or None)], one per round, in the table's order."""
     out: dict[tuple, list] = {}
     for line in open(path):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -24,7 +25,8 @@ def rows(path: str) -> dict[tuple, list[tuple[float, float, float]]]:
             continue
         try:
             key = (cells[0], cells[1], int(cells[2]))
-            out.setdefault(key, []).append((number(cells[3]), number(cells[5]), number(cells[6])))
+            drift = number(cells[15]) if len(cells) > 15 and cells[15] not in ("", "–") else None
+            out.setdefault(key, []).append((number(cells[3]), number(cells[5]), number(cells[6]), drift))
         except ValueError:
             continue          # a header or a line that is not a row
     return out
@@ -38,15 +40,26 @@ def main() -> int:
         print(f"medians: no row in {sys.argv[1]}", file=sys.stderr)
         return 2
     print("| target | scenario | clients | rounds | predicted (median) | measured (median) | error of the medians | "
-          "each round's error | rounds within 15 % |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "each round's error | rounds within 15 % | the machine's drift, base → measured | each round's error, "
+          "drift removed | rounds within 15 %, drift removed |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (target, scenario, clients), got in table.items():
-        pred = statistics.median(p for p, _, _ in got)
-        meas = statistics.median(m for _, m, _ in got)
-        errs = [e for _, _, e in got]
+        pred = statistics.median(g[0] for g in got)
+        meas = statistics.median(g[1] for g in got)
+        errs = [g[2] for g in got]
         within = sum(abs(e) <= TARGET_PCT for e in errs)
-        print(f"| {target} | {scenario} | {clients} | {len(got)} | {pred:,.0f} | {meas:,.0f} | "
-              f"{(pred - meas) / meas * 100:+.1f} % | {min(errs):+.1f} … {max(errs):+.1f} % | {within} of {len(got)} |")
+        line = (f"| {target} | {scenario} | {clients} | {len(got)} | {pred:,.0f} | {meas:,.0f} | "
+                f"{(pred - meas) / meas * 100:+.1f} % | {min(errs):+.1f} … {max(errs):+.1f} % | "
+                f"{within} of {len(got)} |")
+        drifts = [g for g in got if g[3]]
+        if drifts:      # each round's prediction divided by the drift its own pair of runs saw
+            fixed = [(p / d - m) / m * 100 for p, m, _, d in drifts]
+            line += (f" {min(g[3] for g in drifts):.2f} … {max(g[3] for g in drifts):.2f} | "
+                     f"{min(fixed):+.1f} … {max(fixed):+.1f} % | "
+                     f"{sum(abs(e) <= TARGET_PCT for e in fixed)} of {len(fixed)} |")
+        else:
+            line += " – | – | – |"
+        print(line)
     return 0
 
 

@@ -46,6 +46,8 @@ def test_compare_unix_loopback_then_diff_and_report(runs_dir, tmp_path):
     (e,) = doc["explanations"]
     assert {"run", "tps_delta_pct", "basis", "items", "unexplained_pct"} <= set(e)
     assert e["basis"] in ("cpu", "latency")
+    # both runs sampled the machine's speed beside their load: the explanation says how far it moved between them
+    assert 0.25 < e["machine_speed_ratio"] < 4.0, e["machine_speed_ratio"]
     # TCP over loopback costs tens of percent more CPU per transaction than a unix socket here (11.3-11.9 against
     # 14.6-14.7 µs, 2026-11-25), far beyond noise: the gap must be explained and ranked, and its items must add up
     # to the gap measured apart from them (busy CPU or the cycle), leaving little unexplained. Not on the headline

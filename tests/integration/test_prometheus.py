@@ -67,17 +67,21 @@ def test_prometheus_scrapes_a_live_run_and_records_the_rules(tmp_path):
                                  f"--web.listen-address={web}"], stdout=subprocess.DEVNULL,
                                 stderr=open(tmp_path / "prometheus.log", "w"))
         base, seen, live_at = f"http://{web}", {}, None
+        names = ("pathprof_tps", "pathprof_clients", "pathprof:cycle:seconds", "pathprof:stage_share:ratio",
+                 "pathprof_stage_per_transaction_seconds")
         while run.poll() is None:
             time.sleep(1)
+            # every series at one instant a little in the past, fixed: the same query at `live_at` below answers the
+            # same. Not `seen` accumulated over the loop (ci46a-4: the run's metrics server had closed while the
+            # process still wrote its results, the series went stale, and an instant after that read nothing)
+            t = time.time() - 0.5
             try:
-                for name in ("pathprof_tps", "pathprof_clients", "pathprof:cycle:seconds",
-                             "pathprof:stage_share:ratio", "pathprof_stage_per_transaction_seconds"):
-                    if result := _query(base, name):
-                        seen[name] = result
+                now = {name: r for name in names if (r := _query(base, name, t))}
             except OSError:
                 continue                      # Prometheus still starting
-            if len(seen) == 5 and run.poll() is None:
-                live_at = time.time()         # every series present while the target was up
+            seen.update(now)
+            if len(now) == len(names) and run.poll() is None:
+                live_at = t                   # every series present at t, while the target was up
         out = run.stdout.read()
         assert run.returncode == 0, err.read_text()[-3000:]
         # a rule evaluation while the run was live, and the raw series as Prometheus held them at that instant

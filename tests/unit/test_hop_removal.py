@@ -70,6 +70,17 @@ def test_a_pair_is_learned_only_when_both_runs_saturate_at_one_client_count():
     assert H.measured_ratio(b, target, ()) is None
 
 
+def test_the_machines_own_drift_between_the_pair_is_not_taught_as_the_hops():
+    b = base("docker-dnat")
+    target = replace(b, cpu={k: v * 0.5 for k, v in b.cpu.items() if not k.startswith("hop.")}, hops=[])
+    plain = H.measured_ratio(b, target, ("docker-proxy",))
+    # the machine ran the same work 25 % slower at the target's run: a quarter of its CPU per transaction is that
+    assert H.measured_ratio(b, target, ("docker-proxy",), drift=1.25) == pytest.approx(plain / 1.25)
+    assert H.measured_ratio(b, target, ("docker-proxy",), drift=None) == pytest.approx(plain)
+    e = H.remembered(None, plain / 1.25, "a -> b", "t", "docker-proxy", drift=1.25)
+    assert e["samples"][0]["machine_drift"] == 1.25 and e["value"] == pytest.approx(plain / 1.25, abs=1e-4)
+
+
 def test_learn_from_pair_writes_the_machine_file_and_refuses_another_path(tmp_path):
     rd = RunDir.open(RUNS / "docker-dnat")
     s = summarize(rd)

@@ -142,3 +142,32 @@ def test_the_reports_say_it_in_one_line():
     lines = [line for line in text.splitlines() if line.startswith("speed: ")]
     assert len(lines) == 1 and "35 % faster (× 0.65, interquartile 0.65–0.65 over 8 stages" in lines[0], text
     assert "× 0.65 (interquartile 0.65–0.65) over 8 stages" in _explanation_table(e)
+
+
+def _sampled(doc: dict, hash_ns: float) -> dict:
+    """The run with the machine's speed sampled through its load (run.json host.cpu_speed.during)."""
+    doc["host"] = dict(doc["host"], cpu_speed={"during": {"hash": hash_ns, "samples": 40}})
+    return doc
+
+
+def test_a_factor_the_machines_own_samples_match_is_named_the_machines():
+    a, b = _sampled(_alone(), 50.0), _sampled(_scaled({n: 1.3 for n in OWN}), 65.0)
+    e = explain(a, b)
+    assert e["machine_speed_ratio"] == pytest.approx(1.3)
+    sf = e["speed_factor"]
+    assert sf["ratio"] == pytest.approx(1.3) and sf["machine_ratio"] == pytest.approx(1.3)
+    assert "own speed samples: 30 % slower at this run; the machine's, not the path's" in speed_phrase(sf)
+    # the samples flat while every stage sped up (CPUs kept from idling by load beside the run): not the machine
+    c, d = _sampled(_alone(), 50.0), _sampled(_scaled({n: 0.65 for n in OWN}), 50.5)
+    sf = explain(c, d)["speed_factor"]
+    assert "not the machine's speed" in speed_phrase(sf) and "the machine's, not the path's" not in speed_phrase(sf)
+
+
+def test_the_machine_moving_without_a_common_factor_is_said_in_the_explanation():
+    a, b = _sampled(_alone(), 50.0), _sampled(_scaled({"backend.execute": 1.4}), 60.0)
+    e = explain(a, b, noise_pct=0.0)
+    assert e["speed_factor"] is None and e["machine_speed_ratio"] == pytest.approx(1.2)
+    assert "the machine itself ran 20 % slower at loaded than at alone" in explain_text(e), explain_text(e)
+    # runs recorded without samples: nothing said
+    e = explain(_alone(), _scaled({"backend.execute": 1.4}), noise_pct=0.0)
+    assert e["machine_speed_ratio"] is None and "machine itself" not in explain_text(e)
