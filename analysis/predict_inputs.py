@@ -32,6 +32,10 @@ def _device_us(rows: dict[str, DiskRow]) -> float:
 
 
 LEARN_IDLE_EVENTS_PER_TXN = 0.3   # a run that woke a process onto an idle CPU this often prices that wakeup
+# ... unless other processes kept the CPUs this busy beside it: its wakeups then waited behind them (a test suite's
+# pgbouncer run beside the other lane's 16 clients taught this machine 172.6 µs of run queue per woken process
+# where a lone client here waits ~9: every later one-client prediction was short by an order of magnitude)
+LEARN_MAX_FOREIGN_CPUS = 0.1
 MIN_DELAYLINE_PACKETS = 1000
 MAX_SMALL_MESSAGE_PACKETS = 4.0    # a request and its reply, each a packet or two, with their ACKs
 
@@ -51,7 +55,7 @@ def learned_costs(rd, summary: dict | Summary) -> dict:
         return out
     idle = [s for s in summary.stages if s.name.startswith("idle_exit.") and s.parent is None]
     events = sum(float(s.count_per_txn or 0) for s in idle)
-    if events >= LEARN_IDLE_EVENTS_PER_TXN:
+    if events >= LEARN_IDLE_EVENTS_PER_TXN and _foreign_cpus(summary) < LEARN_MAX_FOREIGN_CPUS:
         out["idle_wakeup_us"] = round(sum(float(s.us_per_txn) for s in idle) / events, 2)
         # and the rest of a woken process's wait on a mostly idle machine, per process a transaction wakes: the
         # run queue (behind its waker where it was put on the waker's CPU) and the wakeup's own latency
@@ -71,6 +75,13 @@ def learned_costs(rd, summary: dict | Summary) -> dict:
         if per_rt <= MAX_SMALL_MESSAGE_PACKETS:
             out["delayline_packets_per_round_trip_each"] = round(per_rt, 3)
     return out
+
+
+def _foreign_cpus(summary: Summary) -> float:
+    """CPUs other processes used during the run's windows (the CPU view's `other`)."""
+    other = sum(float(c.us_per_txn) for c in summary.cpu if c.component == "other")
+    tps = float((summary.windows.tps_in if summary.windows else None) or summary.tps or 0.0)
+    return other * tps / 1e6
 
 
 def machine_value(machine: dict | None, key: str) -> tuple[float | None, str]:

@@ -59,6 +59,18 @@ def test_a_lone_client_s_run_teaches_the_run_queue_of_an_idle_machine():
                                                       summarize(RunDir.open(RUNS / "docker-dnat")))
 
 
+def test_a_lone_client_beside_foreign_load_teaches_nothing_of_an_idle_machine():
+    # the same run with other processes using 0.5 CPUs beside it (a test suite's other lane): its wakeups waited
+    # behind them, not an idle machine's, and the delay line's cost is still its own
+    rd = RunDir.open(RUNS.parent / "recent" / "loopback-1client")
+    s = summarize(rd)
+    tps = (s.get("windows") or {}).get("tps_in") or s["tps"]
+    s["cpu"] = [c for c in s["cpu"] if c["component"] != "other"] + [
+        {"component": "other", "us_per_txn": 0.5e6 / tps}]
+    learned = learned_costs(rd, s)
+    assert "idle_wakeup_us" not in learned and "lowload_runqueue_us" not in learned, learned
+
+
 def test_a_saturated_runs_few_idle_exits_give_way_to_the_machines():
     # docker-dnat at 16 clients: a few of its wakeups found an idle CPU (enough to price one, too few to trust)
     rd = RunDir.open(RUNS / "docker-dnat")
