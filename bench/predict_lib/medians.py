@@ -25,7 +25,7 @@ def rows(path: str) -> dict[tuple, list[tuple[float, float, float, float | None]
             continue
         try:
             key = (cells[0], cells[1], int(cells[2]))
-            drift = number(cells[15]) if len(cells) > 15 and cells[15] not in ("", "–") else None
+            drift = number(cells[14]) if len(cells) > 15 and cells[14] not in ("", "–") else None
             out.setdefault(key, []).append((number(cells[3]), number(cells[5]), number(cells[6]), drift))
         except ValueError:
             continue          # a header or a line that is not a row
