@@ -143,8 +143,24 @@ def runs_dir(tmp_path):
     return tmp_path / "runs"
 
 
+COSTS_ENV = "PATHPROF_MACHINE_COSTS"
+
+
 def pytest_configure(config):
     lanes.name_the_session(config)
+    # The suite's runs learn the machine's costs (agent.host.machine_costs) into a session file of their own, seeded
+    # with what the machine knew, and the machine's own file is left as it was: a run made beside the other lane's
+    # load is no measure of this machine's idle costs (stop 46: a test's pgbouncer run taught 172.6 µs of run queue
+    # per wakeup, and the next `predict` of a lone client on this machine was short 13-fold). The workers inherit it.
+    if not hasattr(config, "workerinput") and COSTS_ENV not in os.environ:
+        machine = Path(os.environ.get("PATHPROF_STATE", "/var/lib/pathprof")) / "machine-costs.json"
+        session = Path("/tmp") / f"pp-test-machine-costs-{os.getpid()}.json"
+        try:
+            shutil.copyfile(machine, session)
+        except OSError:
+            session.write_text("{}")     # nothing learned yet (a fresh machine), or not readable here
+        os.environ[COSTS_ENV] = str(session)
+        config._pp_session_costs = session
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -201,6 +217,10 @@ def pytest_terminal_summary(terminalreporter, config):
 
 def pytest_unconfigure(config):
     lanes.remove_files(config)
+    session = getattr(config, "_pp_session_costs", None)
+    if session is not None:
+        session.unlink(missing_ok=True)
+        os.environ.pop(COSTS_ENV, None)
 
 
 # ---- real runs shared by several test modules (each is made once per session, when first asked for) ----------
