@@ -144,11 +144,11 @@ def speed_phrase(factor: dict) -> str:
 
 
 # The machine's own speed, sampled beside each run (run.json host.cpu_speed: agent.host.cpu_speed): ns per unit of
-# fixed work, per kind. SAMPLED_KIND is the kind compared: `during` (every CPU through the load) explained the same
-# run's TPS drift on this VM (bench/speed_drift, 8 runs of each case: the correlation of log TPS with log speed
-# -0.94 and -0.93, the TPS's spread 9.1 -> 3.2 % and 10.2 -> 3.8 % once scaled by it), where one sample before and
-# one after the load did not (-0.34 ... -0.84, and scaled by them the spread grew): each vCPU flips between two
-# speeds ~1.7x apart every few seconds, and a 40-ms sample catches one CPU in one of them.
+# fixed work, per kind. SAMPLED_KIND is the kind compared: `during` (every CPU through the load) explained most of
+# the same run's TPS drift on this VM (bench/speed_drift, 8 runs of each case: the correlation of log TPS with log
+# speed -0.82 and -0.76, the TPS's spread 6.4 -> 3.9 % and 9.8 -> 6.6 % once scaled by it), where one sample before
+# and one after the load did not (scaled by them the spread grew): each vCPU flips between two speeds ~1.7x apart
+# every few seconds, and a 40-ms sample catches one CPU in one of them.
 SAMPLED_KINDS = ("interp", "interp_median", "hash", "memory")
 SAMPLED_KIND = "during"
 
