@@ -263,7 +263,7 @@ def _explain_on(baseline: Summary, other: Summary, basis: str, noise_pct: float)
     steal = [(s.doc.get("steal") or {}).get("pct") for s in (baseline, other)]
     if factor and None not in steal:      # a hypervisor's steal stretches every stage alike (analysis.steal)
         factor["steal_pct"] = steal
-    # the machine's own speed, sampled beside each run: a factor it matches is the machine's, not the path's
+    # the machine's own speed, sampled through each run: a factor it matches is the machine's, not the path's
     machine = sampled_ratio(baseline.doc.get("host"), other.doc.get("host"))
     if factor and machine:
         factor["machine_ratio"] = round(machine, 3)
@@ -392,7 +392,7 @@ def explain_text(expl: dict) -> str:
     if m and abs(_num(m) - 1.0) >= SPEED_MIN_MOVE and not expl.get("speed_factor"):
         # no common factor in the stages, yet the machine itself moved: the gap may hold the machine's drift
         text += (f"; the machine itself ran {speed_words(_num(m))} at {expl.get('run', 'this run')} than at "
-                 f"{expl.get('baseline', 'the baseline')} (its speed samples beside each run): part of the gap may be "
+                 f"{expl.get('baseline', 'the baseline')} (its speed sampled through each run): part of the gap may be "
                  "the machine's, not the path's")
     if expl.get("real_gap") is True:
         return text + " (the gap exceeds the run-to-run spread)"
