@@ -143,30 +143,22 @@ def speed_phrase(factor: dict) -> str:
             f"interquartile {factor['low']:.2f}–{factor['high']:.2f} over {factor['stages_n']} stages; {why})")
 
 
-# The machine's own speed, sampled beside each run (run.json host.cpu_speed: agent.host.cpu_speed): ns per unit of
-# fixed work, per kind. SAMPLED_KIND is the kind compared: `during` (every CPU through the load) explained most of
-# the same run's TPS drift on this VM (bench/speed_drift, 8 runs of each case: the correlation of log TPS with log
-# speed -0.82 and -0.76, the TPS's spread 6.4 -> 3.9 % and 9.8 -> 6.6 % once scaled by it), where one sample before
-# and one after the load did not (scaled by them the spread grew): each vCPU flips between two speeds ~1.7x apart
-# every few seconds, and a 40-ms sample catches one CPU in one of them.
-SAMPLED_KINDS = ("interp", "interp_median", "hash", "memory")
+# The machine's own speed, sampled through each run (run.json host.cpu_speed: agent.host.cpu_speed): `during`
+# (every CPU through the load) explained most of the same run's TPS drift on this VM (bench/speed_drift, 8 runs of
+# each case: the correlation of log TPS with log speed -0.82 and -0.76, the TPS's spread 6.4 -> 3.9 % and 9.8 ->
+# 6.6 % once scaled by it), where one sample before and one after the load did not (scaled by them the spread
+# grew): each vCPU flips between two speeds ~1.7x apart every few seconds, and a 40-ms sample catches one CPU in
+# one of them.
 SAMPLED_KIND = "during"
 
 
 def sampled_speed(host: dict | None) -> dict | None:
-    """A run's sampled speed (its host document's cpu_speed): the mean of its samples before and after the load,
-    per kind; None for a run recorded without them."""
-    spd = (host or {}).get("cpu_speed") or {}
-    samples = [s for s in (spd.get("before"), spd.get("after")) if isinstance(s, dict)]
-    out = {}
-    for k in SAMPLED_KINDS:
-        vals = [float(s[k]) for s in samples if isinstance(s.get(k), (int, float))]
-        if vals:
-            out[k] = sum(vals) / len(vals)
-    during = spd.get("during")
-    if isinstance(during, dict) and isinstance(during.get("hash"), (int, float)):
-        out["during"] = float(during["hash"])     # every CPU through the load (agent.host.cpu_speed.SpeedWatch)
-    return out or None
+    """A run's sampled speed (its host document's cpu_speed): {"during": blake2b ns per KiB, every CPU through the
+    load}; None for a run recorded without it."""
+    during = ((host or {}).get("cpu_speed") or {}).get("during")
+    if isinstance(during, dict) and isinstance(during.get("hash"), (int, float)) and during["hash"] > 0:
+        return {"during": float(during["hash"])}
+    return None
 
 
 def sampled_ratio(a: dict | None, b: dict | None, kind: str = SAMPLED_KIND) -> float | None:

@@ -101,13 +101,12 @@ def _measure(opts, topo, ctx, pg, services, loading: tuple, rd: RunDir, ui, phas
             recorder.track_path(probes, pg, services)
         conn_probe = _conn_probe(opts, probes, pg, ui)
     m = Measurement(probes, ui, opts.workload.duration_s)
-    speed_before = cpu_speed.sample()      # the machine's speed beside the run (two runs compared: their drift)
-    watch = cpu_speed.SpeedWatch().start()   # ... and while it runs, CPU by CPU
+    watch = cpu_speed.SpeedWatch().start()   # the machine's speed through the load (two runs compared: its drift)
     try:
         driven = _drive(opts, topo, ctx, pg, services, argv, m, conn_probe, rd, ui, phases)
     finally:
-        during = watch.stop()
-    driven["speed_before"], driven["speed_during"] = speed_before, during
+        driven_speed = watch.stop()
+    driven["speed_during"] = driven_speed
     _results(opts, topo, ctx, pg, services, m, driven, (checkpoints0, loaded.get("capabilities")), rd, phases)
 
 
@@ -186,10 +185,8 @@ def _results(opts, topo, ctx, pg, services, m: Measurement, driven: dict, before
     lines = delayline.usage_during(driven["lines0"], delayline.usage(ctx.journal))
     t_results = time.monotonic()
     presult = m.read()
-    # after the windows' figures are read: its work is in no measured interval
-    rd.update(host={**rd.meta.get("host", {}),
-                    "cpu_speed": {"before": driven["speed_before"], "after": cpu_speed.sample(),
-                                  **({"during": driven["speed_during"]} if driven["speed_during"] else {})}})
+    if driven["speed_during"]:
+        rd.update(host={**rd.meta.get("host", {}), "cpu_speed": {"during": driven["speed_during"]}})
     log_dir = rd.file("pgbench") / "log"
     result = driven["result"]
     logs = pgbench_logs(result, log_dir, presult)

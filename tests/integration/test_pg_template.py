@@ -75,12 +75,10 @@ def test_two_runs_in_a_row_the_second_from_the_cache(tmp_path, cache_root):
     for phase in ("checks", "namespaces", "initdb", "server_start", "pgbench", "results", "teardown", "total"):
         assert phase in setup and setup[phase] >= 0, (phase, setup)
     assert setup["total"] >= setup["pgbench"] >= 1.0       # pgbench ran its whole -T
-    # the machine's speed, sampled just before the load and just after it, and on every CPU through it
-    # (agent.host.cpu_speed): a second of pgbench is four rounds of samples at least
+    # the machine's speed, sampled on every CPU through the load (agent.host.cpu_speed): a second of pgbench is
+    # three rounds of samples at least
     for r in (first, second):
         spd = r["meta"]["host"]["cpu_speed"]
-        assert spd["after"]["at"] - spd["before"]["at"] >= 1.0, spd
-        assert all(spd[when][kind] > 0 for when in ("before", "after") for kind in ("interp", "hash", "memory"))
         cpus = len(os.sched_getaffinity(0))              # the CPUs the agent may run on, as the test does
         assert spd["during"]["samples"] >= 3 * cpus and len(spd["during"]["per_cpu"]) == cpus, spd
     rep = run_pathprof("report", second["summary"]["run_dir"], check=True).stdout
