@@ -17,14 +17,18 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="BPF needs root")
 POSTMASTER = r"""
 import os, sys, time, setproctitle
 for line in sys.stdin:
-    title = line.strip()
+    titles = line.strip().split("|")         # a title, or a first one and the one it becomes 0.5 s later
     if os.fork() == 0:
         time.sleep(0.05)                     # a child starts with its parent's title, retitles itself later
-        setproctitle.setproctitle(title)
+        setproctitle.setproctitle(titles[0])
+        if len(titles) > 1:
+            time.sleep(0.5)
+            setproctitle.setproctitle(titles[1])
         time.sleep(60)
         os._exit(0)
     print("forked", flush=True)
 """
+TORN = "postgres: 15/main: app sh"           # a client's title read half-written
 
 
 def children(pid: int) -> list[int]:
@@ -57,20 +61,23 @@ def test_children_forked_during_the_run_are_tracked_by_what_they_are():
                   "autovacuum": "postgres: autovacuum worker",
                   "bgworker": "postgres: 15/main: logical replication worker for subscription 16394",
                   "client": "postgres: 15/main: app shop 127.0.0.1(40514) idle",
-                  "local": "postgres: app shop [local] idle"}
-        for title in titles.values():
-            pm.stdin.write(title + "\n")
+                  "local": "postgres: app shop [local] idle",
+                  "torn": "postgres: 15/main: app shop 127.0.0.1(40516) idle"}
+        for name, title in titles.items():
+            pm.stdin.write((f"{TORN}|{title}" if name == "torn" else title) + "\n")
             pm.stdin.flush()
             assert pm.stdout.readline().strip() == "forked"
         kids = children(pm.pid)
         assert len(kids) == len(titles)
-        time.sleep(0.3)                                  # all retitled
+        time.sleep(0.3)                                  # all retitled, the torn one still torn
         session.open_window()                            # a window opens: the server's children are looked at
         session.close_window()
+        time.sleep(0.5)                                  # the torn title is whole now
+        session.refresh_server()                         # the next look (every 0.5 s inside a window)
         by_title = {open(f"/proc/{k}/cmdline").read().strip("\0 "): role_of(session, k) for k in kids}
         assert by_title == {titles["walsender"]: "pg_aux.other", titles["autovacuum"]: "pg_aux.autovacuum",
                             titles["bgworker"]: "pg_aux.other", titles["client"]: "backend",
-                            titles["local"]: "backend"}, by_title
+                            titles["local"]: "backend", titles["torn"]: "backend"}, by_title
     finally:
         session.close()
         for k in children(pm.pid) if pm.poll() is None else []:
