@@ -34,7 +34,7 @@ def _device_us(rows: dict[str, DiskRow]) -> float:
 LEARN_IDLE_EVENTS_PER_TXN = 0.3   # a run that woke a process onto an idle CPU this often prices that wakeup
 # ... unless other processes kept the CPUs this busy beside it: its wakeups then waited behind them (a test suite's
 # pgbouncer run beside the other lane's 16 clients taught this machine 172.6 µs of run queue per woken process
-# where a lone client here waits ~9: every later one-client prediction was short by an order of magnitude)
+# where a lone client here waits 1.5-9: every later one-client prediction was short by an order of magnitude)
 LEARN_MAX_FOREIGN_CPUS = 0.1
 MIN_DELAYLINE_PACKETS = 1000
 MAX_SMALL_MESSAGE_PACKETS = 4.0    # a request and its reply, each a packet or two, with their ACKs

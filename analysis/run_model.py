@@ -74,7 +74,7 @@ class Host:
     hostname: str | None = None
     os: str | None = None
     machine: str | None = None
-    cpu_speed: dict | None = None       # the machine's speed beside and through the load (analysis.speed.sampled_*)
+    cpu_speed: dict | None = None       # the machine's speed through the load (analysis.speed.sampled_*)
     doc: dict = _doc_field()
 
 

@@ -132,7 +132,7 @@ def speed_phrase(factor: dict) -> str:
     """One line: what the factor is, its band, and what it may come from."""
     why = WHY["faster" if factor["ratio"] < 1.0 else "slower"]
     machine = factor.get("machine_ratio")
-    if machine:             # the machine's own speed samples beside each run: the machine's or the path's
+    if machine:             # the machine's own speed sampled through each run: the machine's or the path's
         mine = (machine - 1.0) * (factor["ratio"] - 1.0) > 0 and abs(machine - 1.0) >= MIN_MOVE / 2
         why = (f"the machine's own speed samples: {speed_words(machine)} at this run"
                + ("; the machine's, not the path's" if mine else "; not the machine's speed: " + why))
@@ -149,26 +149,23 @@ def speed_phrase(factor: dict) -> str:
 # 6.6 % once scaled by it), where one sample before and one after the load did not (scaled by them the spread
 # grew): each vCPU flips between two speeds ~1.7x apart every few seconds, and a 40-ms sample catches one CPU in
 # one of them.
-SAMPLED_KIND = "during"
 
 
-def sampled_speed(host: dict | None) -> dict | None:
-    """A run's sampled speed (its host document's cpu_speed): {"during": blake2b ns per KiB, every CPU through the
-    load}; None for a run recorded without it."""
+def sampled_speed(host: dict | None) -> float | None:
+    """A run's speed through its load (its host document's cpu_speed.during): blake2b ns per KiB over every CPU;
+    None for a run recorded without it."""
     during = ((host or {}).get("cpu_speed") or {}).get("during")
     if isinstance(during, dict) and isinstance(during.get("hash"), (int, float)) and during["hash"] > 0:
-        return {"during": float(during["hash"])}
+        return float(during["hash"])
     return None
 
 
-def sampled_ratio(a: dict | None, b: dict | None, kind: str = SAMPLED_KIND) -> float | None:
+def sampled_ratio(a: dict | None, b: dict | None) -> float | None:
     """How much slower the machine ran at run b than at run a, by their samples (b / a: 1.2 = the same work took
-    20 % longer); None when either has no sample of that kind, or the runs were made on two machines (another
-    CPU: its speed is not the drift of one). a, b: the runs' host documents."""
+    20 % longer); None when either has no sample, or the runs were made on two machines (another CPU: its speed is
+    not the drift of one). a, b: the runs' host documents."""
     names = [(h or {}).get("hostname") for h in (a, b)]
     if None not in names and names[0] != names[1]:
         return None
-    x, y = (sampled_speed(h) or {} for h in (a, b))
-    if not (x.get(kind, 0) > 0 and y.get(kind, 0) > 0):
-        return None
-    return y[kind] / x[kind]
+    x, y = sampled_speed(a), sampled_speed(b)
+    return y / x if x and y else None

@@ -4,7 +4,7 @@ A virtual machine's CPU is not a constant: the host's other tenants, its frequen
 work take 15-30 % longer for tens of seconds at a time (a 16-client loopback run here gave 104,682 then 75,796 TPS
 two minutes apart, every component's CPU per transaction larger by one ratio). One run cannot tell that from its
 path; two runs compared (`predict` against the run it predicts, `compare`, `diff`) can, when each recorded the
-machine's speed beside it (read by analysis.speed.sampled_ratio). A sample before the load and one after it do
+machine's speed through it (read by analysis.speed.sampled_ratio). A sample before the load and one after it do
 not: each vCPU here flips between two speeds ~1.7x apart every few seconds, each on its own (bench/speed_drift: by
 two such 40-ms samples the TPS's spread grew), so the watch below samples every CPU through the whole load.
 """
@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import statistics
+import threading
 import time
 
 _WATCH_BUF = bytes(range(256)) * 256             # 64 KiB: ~0.12 ms of hashing a try here
@@ -23,16 +25,14 @@ MAX_DUTY = 0.005                                 # of one CPU, the watch's round
 class SpeedWatch:
     """The speed of each CPU while the load runs, for the run's whole length: every WATCH_PERIOD_S, on each CPU in
     turn (the thread pinned to it), the best of three blake2b hashes of 64 KiB. Why not one sample before and one
-    after: on this VM each vCPU flips between two speeds ~1.7x apart every few seconds (its host core's other
-    hyperthread busy or not), each CPU on its own, so a 40-ms sample says which state one CPU was in then, not what
+    after: on this VM each vCPU flips between two speeds ~1.7x apart every few seconds (another tenant on the host's
+    core, most likely), each CPU on its own, so a 40-ms sample says which state one CPU was in then, not what
     the run had. ~0.3 % of one CPU (two CPUs x three 0.12-ms hashes per 250 ms), never above MAX_DUTY. Timed by
     the thread's own CPU time, so neither the agent's other threads (the GIL) nor the run's processes (preemption)
     time into it; the best of three drops a try an interrupt landed in. stop() -> {"hash": mean ns per KiB over
     every sample, "per_cpu": {cpu: mean}, "samples": n} or None."""
 
     def __init__(self, cpus: set[int] | None = None, period_s: float = WATCH_PERIOD_S):
-        import os
-        import threading
         self.cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
         self.period_s = period_s
         self.samples: dict[int, list[float]] = {c: [] for c in self.cpus}
@@ -44,7 +44,6 @@ class SpeedWatch:
         return self
 
     def _loop(self) -> None:
-        import os
         wait = self.period_s
         while not self._stop.wait(wait):
             t0 = time.thread_time_ns()

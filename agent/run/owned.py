@@ -105,8 +105,8 @@ def _measure(opts, topo, ctx, pg, services, loading: tuple, rd: RunDir, ui, phas
     try:
         driven = _drive(opts, topo, ctx, pg, services, argv, m, conn_probe, rd, ui, phases)
     finally:
-        driven_speed = watch.stop()
-    driven["speed_during"] = driven_speed
+        speed = watch.stop()
+    driven["speed_during"] = speed
     _results(opts, topo, ctx, pg, services, m, driven, (checkpoints0, loaded.get("capabilities")), rd, phases)
 
 
