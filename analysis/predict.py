@@ -34,6 +34,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
+from pathprof.analysis import interleave
 from pathprof.analysis.client import client_of
 from pathprof.analysis.mva import Centre, solve
 from pathprof.analysis.predict_inputs import LEARN_IDLE_EVENTS_PER_TXN, machine_value, wal_device
@@ -84,6 +85,7 @@ class Base:
     machine: dict = field(default_factory=dict)      # the machine's costs (agent.host.machine_costs) for the run
     delaylines: dict = field(default_factory=dict)   # link -> (delay lines, their CPU µs per txn) a scenario adds
     path_share: float = 1.0             # the share of the CPU demand on the transaction's path (the rest beside it)
+    foreign_cpus: float = 0.0           # CPUs other processes used during the run (`other`)
 
 
 def _stage_sum(summary: Summary, prefixes: tuple) -> float:
@@ -170,6 +172,7 @@ def base_from_run(summary: dict | Summary, progress_tps: list[float] | None = No
     b.delays = {"link delay lines and rate limits": _stage_sum(summary, FIXED_DELAY)}
     b.links = _links(spec or {})
     _backend_waits(b, summary, tps_in)
+    b.foreign_cpus = foreign
     b.background_util = min(foreign / ncpu_host, 0.95)
     _anchor(b, summary)
     b.background_util = 0.0
@@ -373,15 +376,16 @@ def predict(b: Base, clients: list[int], scenario: Scenario | None = None, forei
                     notes=m.notes + [f"asked: other processes take {foreign_cpus:g} of the {host:g} CPUs"])
     rows = []
     for n in clients:
-        sol = _solve(m, n)
-        key, text = limited_by(m, sol, SATURATED)
-        half = m.band_pct / 100.0
+        mn, _ = interleave.at_clients(m, n)    # its CPU per transaction at n clients, when the machine knows it
+        sol = _solve(mn, n)
+        key, text = limited_by(mn, sol, SATURATED)
+        half = mn.band_pct / 100.0
         rows.append({"name": f"{sc.label()}, {n} clients", "scenario": sc.label(), "clients": n,
                      "tps": round(sol.tps, 1), "tps_low": round(sol.tps * (1 - half), 1),
                      "tps_high": round(sol.tps * (1 + half), 1), "latency_ms": round(sol.cycle_us / 1e3, 4),
                      "limited_by": key, "limited_by_text": text,
                      "utilisation_pct": {k: round(v * 100, 1) for k, v in sol.utilisation.items() if k != "idle"},
-                     "assumptions": assumptions(m)})
+                     "assumptions": assumptions(mn)})
         if not m.idle_priced and key == "latency":
             rows[-1]["idle_wakeups_unpriced"] = True
             rows[-1]["note"] = ("the CPUs are not saturated here and the run never showed a wakeup onto an idle CPU: "

@@ -42,6 +42,8 @@ EXCLUSIVE = {
     "test_probes_paths.py::test_cpu_view_closes": "the CPU view's closure with both CPUs saturated by this run",
     "test_netem.py": "a delay's size in the latency's p50: beside the other lane a 1-client run's own run-queue waits "
                      "moved p50 by 726 µs for a 400-µs round trip (CI 2026-11-27)",
+    "test_predict_clients.py": "a machine cost is learned only from runs without another load beside them: beside "
+                                "a 16-client run one pair's exponent ranged -0.30 ... 0.38 (2026-11-28)",
     "test_three_hosts.py": "three agents load their probes before one moment: beside a 16-client run they were "
                            "ready 1.4-3.0 s after a moment 6 s ahead (2026-11-26)",
 }

@@ -84,7 +84,7 @@ def compare(a) -> int:
         explanations.append(e)
     spreads = {lb: spread(runs[lb]) for lb in labels} if a.repeat > 1 else None
     predictions = predictions_from_first(chosen)
-    _learn_hop_removal(runs, labels)
+    _learn_from_pairs([(b, o) for lb in labels[1:] for b, o in zip(runs[labels[0]], runs[lb])])   # one per repeat
     if a.html:
         from pathprof.analysis.report.html import write_html
         write_html(chosen, Path(a.html), explanations=explanations,
@@ -118,20 +118,20 @@ def predictions_from_first(summaries: list[dict]) -> list[dict]:
     return out
 
 
-def _learn_hop_removal(runs: dict[str, list[dict]], labels: list[str]) -> None:
-    """Every entry that is the baseline's path without one of its hops teaches the machine how the rest of the path
-    runs then (agent.host.machine_costs.learn_from_pair), one pair per repeat; after the predictions, which were
-    made with what the machine knew when the runs began."""
+def _learn_from_pairs(pairs: list[tuple[dict, dict]]) -> None:
+    """Every pair of runs (baseline, other) of one path teaches the machine what it measures
+    (agent.host.machine_costs.learn_from_pair): the rest of a path without one of its hops, or the CPU per
+    transaction at another client count; after the predictions, which were made with what the machine knew when
+    the runs began."""
     from pathprof.agent.host.machine_costs import learn_from_pair
     from pathprof.analysis.run_model import Summary
     from pathprof.analysis.rundir import RunDir
-    for lb in labels[1:]:
-        for b, o in zip(runs[labels[0]], runs[lb]):
-            try:
-                rb, ro = RunDir.open(Summary.of(b).run_dir), RunDir.open(Summary.of(o).run_dir)
-            except (UserError, OSError, TypeError):
-                continue
-            learn_from_pair(rb, b, ro, o)
+    for b, o in pairs:
+        try:
+            rb, ro = RunDir.open(Summary.of(b).run_dir), RunDir.open(Summary.of(o).run_dir)
+        except (UserError, OSError, TypeError):
+            continue
+        learn_from_pair(rb, b, ro, o)
 
 
 def parse_clients(text: str) -> list[int]:
@@ -161,6 +161,7 @@ def sweep(a) -> int:
     analysis = sweep_analysis(summaries)
     for p, pred in zip(analysis["points"][1:], predictions_from_first(summaries)):
         p["predicted_from_first"] = pred
+    _learn_from_pairs([(b, o) for c0, c1 in zip(counts, counts[1:]) for b, o in zip(runs[c0], runs[c1])])
     if repeat > 1:
         for p in analysis["points"]:
             tps = [Summary.of(r).tps or 0.0 for r in runs.get(p["clients"], [])]

@@ -12,6 +12,10 @@ was known to cost then.
   hop_removal_rest_factor   what the rest of a path costs per transaction without one of its hops against what
                             it cost beside it (analysis.hop_removal), learned from a `compare` of a path with and
                             without a hop, both saturating the CPUs: the last pairs of each hop
+  interleave_cpu_exponent   how a transaction's CPU grows with the processes each CPU interleaves
+                            (analysis.interleave), learned from a `compare` or `sweep` of one path at two client
+                            counts, both saturating the CPUs: the last pairs of each shape of path (direct, or its
+                            hops)
   delayline_cpu_us_per_packet, delayline_packets_per_round_trip_each
                             pathprof's own link delay line (agent.host.delayline): its CPU per packet and the
                             packets each delay line (one per delayed direction) handles per round trip, learned
@@ -68,9 +72,11 @@ def learn_from_run(rd, summary: dict) -> dict:
 
 
 def learn_from_pair(base_rd, base_summary, target_rd, target_summary, path: Path = PATH) -> float | None:
-    """After a comparison: when the second run is the first's path without one of its hops, the ratio the rest of
-    the path ran at (analysis.hop_removal), remembered; never fails the comparison. The ratio, or None."""
-    from pathprof.analysis import hop_removal
+    """After a comparison or a sweep: when the second run is the first's path without one of its hops, the ratio
+    the rest of the path ran at (analysis.hop_removal); when it is the same path at another client count, both
+    saturating the CPUs, how its CPU per transaction grew with the processes interleaved (analysis.interleave).
+    Remembered; never fails the comparison. What was learned (the ratio, the exponent), or None."""
+    from pathprof.analysis import hop_removal, interleave
     from pathprof.analysis.predict import base_of
     from pathprof.analysis.run_model import Summary
     from pathprof.analysis.speed import sampled_ratio
@@ -84,14 +90,17 @@ def learn_from_pair(base_rd, base_summary, target_rd, target_summary, path: Path
             return None               # another workload moves the rest's cost too
         # the machine's own drift between the two runs (their speed samples) is not the hop's: taken out
         drift = sampled_ratio(*(Summary.of(x).doc.get("host") for x in (base_summary, target_summary)))
-        ratio = hop_removal.measured_ratio(base, target, gone, drift)
+        if gone:
+            key, ratio, tag = hop_removal.KEY, hop_removal.measured_ratio(base, target, gone, drift), "+".join(gone)
+        else:
+            key, ratio, tag = interleave.KEY, interleave.measured_exponent(base, target, drift), \
+                interleave.shape(base.hops)
         if ratio is None:
             return None
         doc = current(path)
         at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        doc[hop_removal.KEY] = hop_removal.remembered(doc.get(hop_removal.KEY), ratio,
-                                                      f"{base_rd.path} -> {target_rd.path}", at, "+".join(gone),
-                                                      drift)
+        # each kept with its pair, the machine's drift it was cleared of, and its hop (or the path's hops)
+        doc[key] = hop_removal.remembered(doc.get(key), ratio, f"{base_rd.path} -> {target_rd.path}", at, tag, drift)
         _write(doc, path)
     except Exception:  # noqa: BLE001 - a pair that cannot be read costs the next prediction, not this comparison
         return None

@@ -1,0 +1,114 @@
+"""What a transaction's CPU costs at another client count (#36), learned on this machine from pairs of real runs.
+
+The model's CPU demand per transaction is measured at the run's own client count. On a saturated machine it is
+not the same at another: every client adds a backend the CPUs take turns with, and each process finds less of its
+working set in the caches and TLBs it shares with the others. On this 2-CPU VM (2026-11-28, bench/predict, three
+rounds, the machine's drift taken out by its speed samples): the same path at 4 clients ran 0.89-1.50x the TPS of
+16 on loopback, unix and nic, median ~1.13, with both runs saturating the CPUs; a constant demand predicted every
+4-client run short. How much the cost grows is the machine's (its caches, its hypervisor), so it is not assumed:
+a `compare` or `sweep` of one path at two client counts, both runs saturating the CPUs, measures it as an exponent
+of the processes each CPU interleaves (`interleave_cpu_exponent`: CPU per transaction ~ (processes per CPU) ** e),
+the machine keeps the last few of each path (agent.host.machine_costs; their median, their spread widens the band),
+and `predict` at another client count scales the demand by it. Until a pair was seen, the demand is the run's.
+
+Pure functions over model bases (analysis.predict.Base)."""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from pathprof.analysis.predict_inputs import LEARN_MAX_FOREIGN_CPUS
+
+if TYPE_CHECKING:
+    from pathprof.analysis.predict import Base
+
+KEY = "interleave_cpu_exponent"
+SANE = (-0.3, 0.6)           # an exponent outside it is not interleaving (another load, a broken run): not learned
+MIN_SPREAD = math.log(1.5)   # two runs this close in processes per CPU cannot tell an exponent from noise
+PAIR_SD = 0.12               # one pair's exponent on this VM: -0.10 ... 0.36 over 12 pairs of direct paths
+
+
+def processes_per_cpu(clients: int, ncpu: float, hops: int = 0) -> float:
+    """The processes each CPU takes turns with at `clients` connections: a backend each, the client's threads
+    (pgbench: one per CPU at most), one per hop."""
+    ncpu = max(ncpu, 1.0)
+    return (clients + min(clients, int(ncpu + 0.5)) + hops) / ncpu
+
+
+def shape(hops) -> str:
+    """What a pair is kept under: the path's hops (a hop's one thread batches messages under load, so a pooled
+    path's cost moves with the clients unlike a direct one's)."""
+    return "+".join(sorted(hops)) or "direct"
+
+
+def exponent(machine: dict | None, hops=()) -> tuple[float | None, float, str]:
+    """(the learned exponent, the uncertainty of that median as a % of the factor per doubling of the processes,
+    where it came from) or (None, 0, ""): the median of the pairs of paths with the same hops. Another shape's
+    pairs are not used: a pooler's one thread batches more messages per wakeup as clients grow, so a pooled path
+    got cheaper where a direct one got dearer (bench/predict 2026-11-28: -0.20 against 0.02 ... 0.36)."""
+    entry = (machine or {}).get(KEY)
+    if not isinstance(entry, dict):
+        return None, 0.0, ""
+    samples = [float(x["value"]) for x in entry.get("samples") or [] if isinstance(x, dict)
+               and isinstance(x.get("value"), (int, float)) and x.get("hop", "direct") == shape(hops)]
+    if not samples:
+        return None, 0.0, ""
+    value = statistics.median(samples)
+    # the median's own uncertainty: 1.4826 MAD / sqrt(n) from three pairs on, a single pair's spread before
+    sd = 1.4826 * statistics.median(abs(x - value) for x in samples) if len(samples) > 2 else PAIR_SD
+    spread = (2 ** (sd / math.sqrt(len(samples))) - 1) * 100.0
+    last = entry["samples"][-1] if entry.get("samples") else entry
+    return value, spread, (f"the median of {len(samples)} pair(s) of runs of {shape(hops)} paths on this machine at "
+                           f"two client counts, the last {last.get('run', '?')} at {last.get('at', '?')}")
+
+
+def at_clients(b: Base, clients: int) -> tuple[Base, str | None]:
+    """The base with its CPU demand at `clients` (and the note saying so), by the machine's learned exponent;
+    the base itself at its own client count or when the machine never measured one."""
+    e, spread, src = exponent(b.machine, b.hops)
+    if e is None or clients == b.clients or min(clients, b.clients) < b.ncpu:
+        # fewer clients than CPUs leave CPUs idle rather than interleaved: a lone client's cost is its path's work
+        # and its wakeups onto idle CPUs, which the model prices apart (on this VM a 1-client loopback run's path
+        # work was the 16-client run's CPU per transaction within 7 %, where 4 clients cost 0.8 of it)
+        return b, None
+    p0 = processes_per_cpu(b.clients, b.ncpu, len(b.hops))
+    p1 = processes_per_cpu(clients, b.ncpu, len(b.hops))
+    f = (p1 / p0) ** e
+    if abs(f - 1.0) < 0.005:
+        return b, None
+    extra = spread * abs(math.log2(p1 / p0))        # the learned median's uncertainty, over the doublings made
+    band = math.sqrt(b.band_pct ** 2 + extra ** 2)
+    note = (f"at {clients} clients each CPU interleaves {p1:.1f} processes against {p0:.1f} in the run: its CPU per "
+            f"transaction x{f:.2f} (exponent {e:.2f}, {src})")
+    return replace(b, cpu={k: v * f for k, v in b.cpu.items()}, hop_us={k: v * f for k, v in b.hop_us.items()},
+                   band_pct=round(band, 1), band_parts={**b.band_parts, "interleave_pct": round(extra, 1)},
+                   notes=b.notes + [note]), note
+
+
+def measured_exponent(base: Base, target: Base, drift: float | None = None) -> float | None:
+    """The exponent a pair of runs of one path shows: both saturating the CPUs (else their CPU per transaction
+    holds idle wakeups and queueing that differ with the load), the same hops, client counts far enough apart, no
+    other load beside either.
+    `drift`: how much slower the machine itself ran at the target's run (analysis.speed.sampled_ratio), taken out."""
+    if base.regime != "cpu-bound" or target.regime != "cpu-bound" or sorted(base.hops) != sorted(target.hops):
+        return None
+    if max(base.foreign_cpus, target.foreign_cpus) >= LEARN_MAX_FOREIGN_CPUS:
+        # another load beside either run moved its CPU per transaction by its own amount (beside a 16-client run,
+        # ten pairs on this VM ranged -0.30 ... 0.38): a machine cost is learned on a machine to itself
+        return None
+    p0 = processes_per_cpu(base.clients, base.ncpu, len(base.hops))
+    p1 = processes_per_cpu(target.clients, target.ncpu, len(target.hops))
+    if abs(math.log(p1 / p0)) < MIN_SPREAD:
+        return None
+    a, b = _demand(base), _demand(target) / (drift if drift and drift > 0 else 1.0)
+    if a <= 0 or b <= 0:
+        return None
+    e = math.log(b / a) / math.log(p1 / p0)
+    return e if SANE[0] <= e <= SANE[1] else None
+
+
+def _demand(b: Base) -> float:
+    """The anchored CPU per transaction (unprobed: the anchor reproduced the TPS measured without probes)."""
+    return sum(b.cpu.values())
