@@ -28,6 +28,8 @@ KEY = "interleave_cpu_exponent"
 SANE = (-0.3, 0.6)           # an exponent outside it is not interleaving (another load, a broken run): not learned
 MIN_SPREAD = math.log(1.5)   # two runs this close in processes per CPU cannot tell an exponent from noise
 PAIR_SD = 0.12               # one pair's exponent on this VM: -0.10 ... 0.36 over 12 pairs of direct paths
+MIN_PAIRS = 3                # as noisy as one pair is, fewer would move a prediction by the weather: a single
+                             # pgbouncer pair's -0.20 put two of three later 4-client predictions 24-31 % short
 
 
 def processes_per_cpu(clients: int, ncpu: float, hops: int = 0) -> float:
@@ -66,13 +68,20 @@ def exponent(machine: dict | None, hops=()) -> tuple[float | None, float, str]:
 
 def at_clients(b: Base, clients: int) -> tuple[Base, str | None]:
     """The base with its CPU demand at `clients` (and the note saying so), by the machine's learned exponent;
-    the base itself at its own client count or when the machine never measured one."""
-    e, spread, src = exponent(b.machine, b.hops)
-    if e is None or clients == b.clients or min(clients, b.clients) < b.ncpu:
+    the base itself at its own client count, below the CPUs' count, or before the machine measured MIN_PAIRS."""
+    if clients == b.clients or min(clients, b.clients) < b.ncpu:
         # fewer clients than CPUs leave CPUs idle rather than interleaved: a lone client's cost is its path's work
         # and its wakeups onto idle CPUs, which the model prices apart (on this VM a 1-client loopback run's path
         # work was the 16-client run's CPU per transaction within 7 %, where 4 clients cost 0.8 of it)
         return b, None
+    e, spread, src = exponent(b.machine, b.hops)
+    pairs = _pairs(b.machine, b.hops)
+    if e is None or pairs < MIN_PAIRS:
+        note = (f"at {clients} clients the CPU per transaction is the run's at {b.clients}: the machine has measured "
+                f"{pairs} pair(s) of {shape(b.hops)} runs at two client counts, {MIN_PAIRS} are needed (`pathprof "
+                f"sweep --clients {min(clients, b.clients)},{max(clients, b.clients)} --repeat {MIN_PAIRS}` on this "
+                "path teaches it; a direct path here cost ~0.85x at 4 clients what it did at 16)")
+        return replace(b, notes=b.notes + [note]), note
     p0 = processes_per_cpu(b.clients, b.ncpu, len(b.hops))
     p1 = processes_per_cpu(clients, b.ncpu, len(b.hops))
     f = (p1 / p0) ** e
@@ -85,6 +94,12 @@ def at_clients(b: Base, clients: int) -> tuple[Base, str | None]:
     return replace(b, cpu={k: v * f for k, v in b.cpu.items()}, hop_us={k: v * f for k, v in b.hop_us.items()},
                    band_pct=round(band, 1), band_parts={**b.band_parts, "interleave_pct": round(extra, 1)},
                    notes=b.notes + [note]), note
+
+
+def _pairs(machine: dict | None, hops) -> int:
+    entry = (machine or {}).get(KEY)
+    return sum(1 for x in (entry or {}).get("samples") or [] if isinstance(x, dict)
+               and isinstance(x.get("value"), (int, float)) and x.get("hop", "direct") == shape(hops))
 
 
 def measured_exponent(base: Base, target: Base, drift: float | None = None) -> float | None:

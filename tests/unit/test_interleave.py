@@ -74,7 +74,10 @@ def test_a_learned_exponent_prices_another_client_count_and_keeps_the_anchor():
     assert at4.band_pct > b.band_pct and at4.band_parts["interleave_pct"] > 0
     assert I.at_clients(m, 16)[0] is m                            # the run's own count: its anchor untouched
     assert I.at_clients(m, 1)[0] is m                             # fewer clients than CPUs: idle, not interleaved
-    assert I.at_clients(b, 4)[0] is b                             # nothing learned: the run's demand
+    for machine in ({}, taught((0.1, "docker-proxy"), (0.12, "docker-proxy"), (0.3, "direct"))):
+        # nothing learned, or fewer than MIN_PAIRS pairs of this shape: the run's demand, and how to teach it
+        same, note = I.at_clients(replace(b, machine=machine), 4)
+        assert same.cpu == b.cpu and "sweep --clients 4,16 --repeat 3" in note
     with_e, without = P.predict(m, [4, 16]), P.predict(b, [4, 16])
     assert with_e[0]["tps"] > without[0]["tps"] and any("interleaves" in a for a in with_e[0]["assumptions"])
     assert with_e[1]["tps"] == pytest.approx(without[1]["tps"], rel=1e-9)
