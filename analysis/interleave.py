@@ -8,8 +8,9 @@ rounds, the machine's drift taken out by its speed samples): the same path at 4 
 4-client run short. How much the cost grows is the machine's (its caches, its hypervisor), so it is not assumed:
 a `compare` or `sweep` of one path at two client counts, both runs saturating the CPUs, measures it as an exponent
 of the processes each CPU interleaves (`interleave_cpu_exponent`: CPU per transaction ~ (processes per CPU) ** e),
-the machine keeps the last few of each path (agent.host.machine_costs; their median, their spread widens the band),
-and `predict` at another client count scales the demand by it. Until a pair was seen, the demand is the run's.
+the machine keeps the last few of each shape of path (agent.host.machine_costs; their median, its uncertainty
+widens the band), and `predict` at another client count scales the demand by it. Until MIN_PAIRS pairs of the
+path's shape were measured, the demand is the run's, and the prediction says how to teach it.
 
 Pure functions over model bases (analysis.predict.Base)."""
 from __future__ import annotations
@@ -50,18 +51,15 @@ def exponent(machine: dict | None, hops=()) -> tuple[float | None, float, str]:
     where it came from) or (None, 0, ""): the median of the pairs of paths with the same hops. Another shape's
     pairs are not used: a pooler's one thread batches more messages per wakeup as clients grow, so a pooled path
     got cheaper where a direct one got dearer (bench/predict 2026-11-28: -0.20 against 0.02 ... 0.36)."""
-    entry = (machine or {}).get(KEY)
-    if not isinstance(entry, dict):
+    chosen = _samples(machine, hops)
+    if not chosen:
         return None, 0.0, ""
-    samples = [float(x["value"]) for x in entry.get("samples") or [] if isinstance(x, dict)
-               and isinstance(x.get("value"), (int, float)) and x.get("hop", "direct") == shape(hops)]
-    if not samples:
-        return None, 0.0, ""
+    samples = [float(x["value"]) for x in chosen]
     value = statistics.median(samples)
     # the median's own uncertainty: 1.4826 MAD / sqrt(n) from three pairs on, a single pair's spread before
     sd = 1.4826 * statistics.median(abs(x - value) for x in samples) if len(samples) > 2 else PAIR_SD
     spread = (2 ** (sd / math.sqrt(len(samples))) - 1) * 100.0
-    last = entry["samples"][-1] if entry.get("samples") else entry
+    last = chosen[-1]
     return value, spread, (f"the median of {len(samples)} pair(s) of runs of {shape(hops)} paths on this machine at "
                            f"two client counts, the last {last.get('run', '?')} at {last.get('at', '?')}")
 
@@ -75,12 +73,13 @@ def at_clients(b: Base, clients: int) -> tuple[Base, str | None]:
         # work was the 16-client run's CPU per transaction within 7 %, where 4 clients cost 0.8 of it)
         return b, None
     e, spread, src = exponent(b.machine, b.hops)
-    pairs = _pairs(b.machine, b.hops)
+    pairs = len(_samples(b.machine, b.hops))
     if e is None or pairs < MIN_PAIRS:
         note = (f"at {clients} clients the CPU per transaction is the run's at {b.clients}: the machine has measured "
                 f"{pairs} pair(s) of {shape(b.hops)} runs at two client counts, {MIN_PAIRS} are needed (`pathprof "
                 f"sweep --clients {min(clients, b.clients)},{max(clients, b.clients)} --repeat {MIN_PAIRS}` on this "
-                "path teaches it; a direct path here cost ~0.85x at 4 clients what it did at 16)")
+                "path teaches it; on pathprof's 2-core test VM a direct path cost ~0.85x at 4 clients what it did "
+                "at 16)")
         return replace(b, notes=b.notes + [note]), note
     p0 = processes_per_cpu(b.clients, b.ncpu, len(b.hops))
     p1 = processes_per_cpu(clients, b.ncpu, len(b.hops))
@@ -96,10 +95,13 @@ def at_clients(b: Base, clients: int) -> tuple[Base, str | None]:
                    notes=b.notes + [note]), note
 
 
-def _pairs(machine: dict | None, hops) -> int:
+def _samples(machine: dict | None, hops) -> list[dict]:
+    """The machine's pairs of paths shaped like `hops`, oldest first."""
     entry = (machine or {}).get(KEY)
-    return sum(1 for x in (entry or {}).get("samples") or [] if isinstance(x, dict)
-               and isinstance(x.get("value"), (int, float)) and x.get("hop", "direct") == shape(hops))
+    if not isinstance(entry, dict):
+        return []
+    return [x for x in entry.get("samples") or [] if isinstance(x, dict) and isinstance(x.get("value"), (int, float))
+            and x.get("hop", "direct") == shape(hops)]
 
 
 def measured_exponent(base: Base, target: Base, drift: float | None = None) -> float | None:

@@ -7,7 +7,7 @@ The model (printed with every prediction as its assumptions):
               transaction without the probes. On a run that saturated the CPUs that is the CPU view; on a
               latency-bound run the CPU view also holds the cost of sleeping and waking on idle CPUs, which fades
               under load, so the demand is the CPU work *on the transaction's path* (the latency view's wire,
-              netfilter, device, wakeup, recv, execute, hop and client stages, without the probes' time) and every
+              netfilter, device, recv, execute, hop and client stages, without the probes' time) and every
               CPU component is scaled to it
   hop <name>  a single-threaded process (pgbouncer, docker-proxy): one server whose demand is its CPU per
               transaction (its service is counted at the CPUs, its waiting for its one thread is added); when its
@@ -46,7 +46,11 @@ from pathprof.errors import UserError
 __all__ = ["Base", "Scenario", "apply", "base_from_run", "base_of", "measured_tps", "parse_link", "parse_pg_set",
            "parse_wal_limit", "predict", "predict_for", "progress_tps"]
 
-PATH_WORK = ("wire.", "netfilter.", "dev.", "wakeup.", "recv.")   # + backend.execute, hop.*, client.pgbench
+# + backend.execute, hop.*, client.pgbench. Not wakeup.* (data ready -> woken onto a busy CPU): a wait for the
+# waker's other work, like runqueue.*, not the transaction's own; ~0.1-0.4 µs at one client, and under load it held
+# the rest of a softirq's batch (docker-dnat at 16 clients: 53 µs, which made all of its CPU look on the path and
+# its 1-client predictions 16-18 % short; without it 8-14 %: docs/MEASUREMENTS.md "Stop 47")
+PATH_WORK = ("wire.", "netfilter.", "dev.", "recv.")
 IDLE = ("idle_exit.",)
 FIXED_DELAY = ("delay.", "qdisc.")
 SATURATED = 0.9       # a centre this busy per server limits throughput

@@ -56,6 +56,7 @@ def test_the_exponent_is_the_median_of_the_same_shape_of_path_and_its_uncertaint
     m = taught((0.10, "direct"), (0.05, "direct"), (0.20, "direct"), (-0.2, "pgbouncer"))
     e, spread, src = I.exponent(m, [])
     assert e == pytest.approx(0.10) and "3 pair(s)" in src and "direct paths" in src
+    assert "the last pair 2 " in src                              # the last of its shape, not pgbouncer's pair 3
     assert spread == pytest.approx((2 ** (1.4826 * 0.05 / math.sqrt(3)) - 1) * 100)
     e, spread, src = I.exponent(m, ["pgbouncer"])              # one pair: a single pair's spread
     assert e == pytest.approx(-0.2) and spread == pytest.approx((2 ** I.PAIR_SD - 1) * 100) and "pgbouncer" in src
