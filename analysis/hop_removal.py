@@ -88,7 +88,8 @@ def measured_ratio(base: Base, target: Base, hops: tuple[str, ...], drift: float
 
 def remembered(entry: dict | None, ratio: float, pair: str, at: str, hop: str = "", drift: float | None = None) -> dict:
     """The machine's entry with one more pair's ratio (the last KEEP of each hop kept), its value the median of all;
-    `drift`, the machine's own slowdown the ratio was cleared of, kept with it."""
+    `drift`, the machine's own slowdown the ratio was cleared of, kept with it. Also keeps analysis.interleave's
+    exponents, `hop` then being the path's shape."""
     samples = [x for x in ((entry or {}).get("samples") or []) if isinstance(x, dict) and "value" in x]
     samples.append({"value": round(ratio, 4), "hop": hop, "run": pair, "at": at,
                     **({"machine_drift": round(drift, 4)} if drift else {})})

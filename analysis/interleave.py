@@ -50,7 +50,7 @@ def exponent(machine: dict | None, hops=()) -> tuple[float | None, float, str]:
     """(the learned exponent, the uncertainty of that median as a % of the factor per doubling of the processes,
     where it came from) or (None, 0, ""): the median of the pairs of paths with the same hops. Another shape's
     pairs are not used: a pooler's one thread batches more messages per wakeup as clients grow, so a pooled path
-    got cheaper where a direct one got dearer (bench/predict 2026-11-28: -0.20 against 0.02 ... 0.36)."""
+    got cheaper where a direct one got dearer (bench/predict 2026-11-28: -0.20 against -0.10 ... 0.36)."""
     chosen = _samples(machine, hops)
     if not chosen:
         return None, 0.0, ""
