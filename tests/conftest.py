@@ -52,7 +52,7 @@ def machine_state() -> dict:
         links = [n for n in links if not re.match(ignore, n)]
     loops = sorted(l for l in out(["losetup", "-a"]).splitlines() if "pathprof" in l)
     mounts = sorted(l.split()[1] for l in open("/proc/mounts").read().splitlines() if "pathprof" in l)
-    cgroups = sorted(str(p) for pat in ("pp-*", "*/pp-*") for p in Path("/sys/fs/cgroup").glob(pat) if p.is_dir())
+    cgroups = _pp_cgroups()
     # Another session's run shows BPF programs between their load and the fds that hold them: with several
     # sessions at once (PATHPROF_TEST_IGNORE set), BPF state is not compared. CI sets nothing and compares it.
     bpf = {} if ignore else bpf_state()
@@ -81,6 +81,34 @@ def bpf_state() -> dict:
             "bpf_pinned": pinned}
 
 
+def _pp_cgroups(root: str = "/sys/fs/cgroup") -> list[str]:
+    """pp- cgroups at the top and one level down; a cgroup removed while listed (the other lane's) is skipped,
+    where Path.glob would raise."""
+    out = []
+    for top in os.listdir(root):
+        if top.startswith("pp-"):
+            out.append(os.path.join(root, top))
+        try:
+            subs = os.listdir(os.path.join(root, top))
+        except OSError:
+            continue                  # a file, or gone meanwhile
+        out += [os.path.join(root, top, sub) for sub in subs if sub.startswith("pp-")]
+    return sorted(p for p in out if os.path.isdir(p))
+
+
+def _fdinfo_files() -> list[Path]:
+    """Every process's /proc/PID/fdinfo/* entry. Not Path.glob: Python 3.11's walk raises FileNotFoundError when a
+    process exits between listing /proc and listing its fdinfo (ci48b-3: a run's child gone meanwhile)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                out += [Path("/proc", pid, "fdinfo", fd) for fd in os.listdir(f"/proc/{pid}/fdinfo")]
+            except OSError:
+                continue              # gone meanwhile, or not ours to read
+    return out
+
+
 def _bpf_orphans() -> tuple[dict, dict]:
     def listing(kind):
         cp = subprocess.run(["bpftool", kind, "show", "-j"], capture_output=True, text=True)
@@ -89,7 +117,7 @@ def _bpf_orphans() -> tuple[dict, dict]:
     # the second listing only, one it closes during the scan in the first only; neither is an orphan.
     progs_before, links_before = listing("prog"), listing("link")
     held_progs, held_links = set(), set()
-    for fdinfo in Path("/proc").glob("[0-9]*/fdinfo/*"):
+    for fdinfo in _fdinfo_files():
         try:
             text = fdinfo.read_text()
         except OSError:
