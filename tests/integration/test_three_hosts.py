@@ -21,6 +21,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from pathprof.agent.run.attach import INTERVAL_OVER  # noqa: E402
+from premise import note_remake  # noqa: E402
 from test_merge_hosts import PP, _attach  # noqa: E402
 from truth import record  # noqa: E402
 
@@ -37,6 +38,9 @@ CLIENTS = 8
 # On a fresh machine (cold page cache, first loads of the object) the three were ready 0.4 / 1.3 / 1.2 s after a
 # moment 5 s ahead (fresh-clone CI, 2026-11-27): 10 s, and a late start fails saying so (below)
 START_IN_S = 10.0
+# ... and once more, ready 0.93 s late with 10 s given (fresh-clone round ci48c-1, the suite's first minutes): an
+# agent that says it began late is made again once, the load going on (tests/premise.py counts it)
+LATE_REMAKES = 1
 # Was 15: 11.8 % once in a full suite and 18.9 % beside the other lane, each agent's window opening 0.1-0.45 s
 # late while it attached its programs after the moment. They are attached before it now (prepare_window) and the
 # window opens at it: 0.1-0.4 % alone, 5.4 % once beside the other lane (2026-11-26)
@@ -91,19 +95,30 @@ def _three_agents(runs: Path) -> tuple[dict, dict, dict]:
     try:
         _wait_clients(CLIENTS)
         time.sleep(0.5)
-        start = time.time() + START_IN_S
-        at = ["--start-at", f"{start:.3f}"]      # one interval for the three
-        agents = [Agent(_attach(["--netns", CLI, "--remote", POOLER, *at], runs, seconds=INTERVAL_S)),
-                  Agent(_attach(["--netns", POOL, "--port", "6432", *at], runs, seconds=INTERVAL_S)),
-                  Agent(_attach(["--netns", DB, "--port", "5432", *at], runs, seconds=INTERVAL_S))]
+        results, late = [], []
+        for attempt in range(1 + LATE_REMAKES):
+            start = time.time() + START_IN_S
+            at = ["--start-at", f"{start:.3f}"]      # one interval for the three
+            agents = [Agent(_attach(["--netns", CLI, "--remote", POOLER, *at], runs, seconds=INTERVAL_S)),
+                      Agent(_attach(["--netns", POOL, "--port", "6432", *at], runs, seconds=INTERVAL_S)),
+                      Agent(_attach(["--netns", DB, "--port", "5432", *at], runs, seconds=INTERVAL_S))]
+            for a in agents:
+                assert a.over.wait(START_IN_S + INTERVAL_S + 60), "".join(a.err)[-2000:]
+            if attempt == LATE_REMAKES:
+                break
+            # the premise, three intervals that begin together, holds only if every agent was ready at the moment:
+            # a late one is made again while the load goes on (its probes load from a warm cache the second time)
+            results = [a.result() for a in agents]
+            late = [n for r in results for n in r["notes"] if "--start-at" in n]
+            if not late:
+                break
+            note_remake("late_start", f"an agent began late ({late[0][:90]})", results[0]["run_dir"])
         # the load is needed for the intervals only: stopped once all three say theirs is over (not at a fixed
         # time: beside the other lane all three once began ~0.6 s late, CI run 40), they read their results on
         # CPUs pgbench no longer saturates
-        for a in agents:
-            assert a.over.wait(START_IN_S + INTERVAL_S + 60), "".join(a.err)[-2000:]
         load.send_signal(signal.SIGINT)          # the run stops early and tears its path down
         stopped = True
-        return tuple(a.result() for a in agents)
+        return tuple(results if results and not late else [a.result() for a in agents])
     finally:
         if not stopped:                          # once: a second SIGINT would cut its teardown short
             load.send_signal(signal.SIGINT)
