@@ -10,23 +10,35 @@ import json
 import os
 import subprocess
 
+import premise
 import pytest
 from conftest import PATHPROF, machine_state, run_pathprof
 from truth import record
 
 pytestmark = pytest.mark.integration
+STEAL_REMAKES = 2
 
 
 def test_a_pair_with_and_without_the_proxy_teaches_the_next_prediction(tmp_path):
-    taught_file, empty = tmp_path / "machine-costs.json", tmp_path / "none.json"
-    env = {**os.environ, "PATHPROF_MACHINE_COSTS": str(taught_file)}
+    empty = tmp_path / "none.json"
     before = machine_state()
     # not through conftest.run_pathprof: a compare made again for steal (tests/premise.py) would have taught the
-    # file with its first try before the judged one began (ci43f), and nothing here is a timing to protect
-    cp = subprocess.run([*PATHPROF, "compare", "docker-dnat", "docker-dnat:userland-proxy=off", "--clients", "16",
-                         "--duration", "3", "--json", "--no-live"], capture_output=True, text=True, timeout=600,
-                        env={**env, "PATHPROF_RUNS": str(tmp_path / "runs")}, stdin=subprocess.DEVNULL)
-    assert cp.returncode == 0, cp.stderr[-3000:]
+    # file with its first try before the judged one began (ci43f). Made again here with a file of its own when
+    # the hypervisor took the CPUs from one of its runs (ci48d-5: 10.3 % stolen, the base at 11,670 TPS, the pair
+    # taught nothing)
+    for attempt in range(1 + STEAL_REMAKES):
+        taught_file = tmp_path / f"machine-costs-{attempt}.json"
+        env = {**os.environ, "PATHPROF_MACHINE_COSTS": str(taught_file)}
+        cp = subprocess.run([*PATHPROF, "compare", "docker-dnat", "docker-dnat:userland-proxy=off", "--clients",
+                             "16", "--duration", "3", "--json", "--no-live"], capture_output=True, text=True,
+                            timeout=600, env={**env, "PATHPROF_RUNS": str(tmp_path / f"runs-{attempt}")},
+                            stdin=subprocess.DEVNULL)
+        assert cp.returncode == 0, cp.stderr[-3000:]
+        stolen = premise._stolen(cp)
+        if stolen < premise.STEAL_PCT or attempt == STEAL_REMAKES:
+            break
+        premise.note_remake("steal", f"the hypervisor took {stolen:.1f} % of the CPUs", tmp_path / f"runs-{attempt}")
+        premise.wait_for_own_cpus()
     doc = json.loads(cp.stdout)
     assert machine_state() == before
     (untaught,) = doc["predictions"]           # made with what the machine knew when the runs began: nothing
