@@ -134,7 +134,7 @@ def foreign_apart(a: dict, b: dict) -> str | None:
     return f"foreign load {fa:.2f} CPUs beside one run, {fb:.2f} beside the other"
 
 
-def _stolen(cp) -> float:
+def stolen_pct(cp) -> float:
     """The worst steal share among the runs of a `run`/`compare` output (0 when it says none)."""
     try:
         docs = run_docs(json.loads(cp.stdout))
@@ -150,7 +150,7 @@ def least_stolen(tries: list):
     if (miss_of(last) or ("", ""))[0] != "steal":
         return last
     stolen = [t for t in tries if (miss_of(t) or ("", ""))[0] == "steal"]
-    return min(stolen, key=_stolen)
+    return min(stolen, key=stolen_pct)
 
 
 def miss_of(cp) -> tuple[str, str] | None:

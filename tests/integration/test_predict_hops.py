@@ -34,7 +34,7 @@ def test_a_pair_with_and_without_the_proxy_teaches_the_next_prediction(tmp_path)
                             timeout=600, env={**env, "PATHPROF_RUNS": str(tmp_path / f"runs-{attempt}")},
                             stdin=subprocess.DEVNULL)
         assert cp.returncode == 0, cp.stderr[-3000:]
-        stolen = premise._stolen(cp)
+        stolen = premise.stolen_pct(cp)
         if stolen < premise.STEAL_PCT or attempt == STEAL_REMAKES:
             break
         premise.note_remake("steal", f"the hypervisor took {stolen:.1f} % of the CPUs", tmp_path / f"runs-{attempt}")
