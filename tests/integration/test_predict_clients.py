@@ -13,11 +13,26 @@ import os
 import subprocess
 from pathlib import Path
 
+import premise
 import pytest
 from conftest import PATHPROF, machine_state, run_pathprof
 from truth import record
 
 pytestmark = pytest.mark.integration
+PREMISE_REMAKES = 2
+FOREIGN_MAX = 0.15          # CPUs of another load beside a run: quiet ones 0.03-0.085 here, ci48d-5 had 0.25
+
+
+def _premise_missed(b4, b16, stolen_pct: float) -> tuple[str, str] | None:
+    """Why a sweep's pair cannot teach (premise kind, reason), or None."""
+    if stolen_pct >= premise.STEAL_PCT:
+        return "steal", f"the hypervisor took {stolen_pct:.1f} % of the CPUs"
+    foreign = max(b4.foreign_cpus, b16.foreign_cpus)
+    if foreign >= FOREIGN_MAX:
+        return "foreign_load", f"another load of {foreign:.2f} CPUs beside the sweep"
+    if not b4.regime == b16.regime == "cpu-bound":
+        return "regime", f"4 and 16 clients {b4.regime} and {b16.regime}, not both cpu-bound"
+    return None
 
 
 def test_a_sweep_at_two_client_counts_teaches_the_next_prediction(tmp_path):
@@ -25,24 +40,32 @@ def test_a_sweep_at_two_client_counts_teaches_the_next_prediction(tmp_path):
     from pathprof.analysis.predict import base_of
     from pathprof.analysis.rundir import RunDir
     from pathprof.analysis.speed import sampled_ratio
-    taught_file = tmp_path / "machine-costs.json"
-    taught_file.write_text("{}")
-    env = {**os.environ, "PATHPROF_MACHINE_COSTS": str(taught_file)}
     before = machine_state()
     # not through conftest.run_pathprof: a sweep made again for steal (tests/premise.py) would have taught the
-    # file with its first try before the judged one began
-    cp = subprocess.run([*PATHPROF, "sweep", "--topology", "loopback", "--clients", "4,16", "--duration", "3",
-                         "--json"], capture_output=True, text=True, timeout=600,
-                        env={**env, "PATHPROF_RUNS": str(tmp_path / "runs")}, stdin=subprocess.DEVNULL)
-    assert cp.returncode == 0, cp.stderr[-3000:]
+    # file with its first try before the judged one began. Made again here, with a file of its own, when its
+    # premise missed (ci48d-5: 0.25 CPUs of another load beside the 16-client run, the test alone)
+    for attempt in range(1 + PREMISE_REMAKES):
+        taught_file = tmp_path / f"machine-costs-{attempt}.json"
+        taught_file.write_text("{}")
+        runs = tmp_path / f"runs-{attempt}"
+        cp = subprocess.run([*PATHPROF, "sweep", "--topology", "loopback", "--clients", "4,16", "--duration", "3",
+                             "--json"], capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "PATHPROF_MACHINE_COSTS": str(taught_file), "PATHPROF_RUNS": str(runs)},
+                            stdin=subprocess.DEVNULL)
+        assert cp.returncode == 0, cp.stderr[-3000:]
+        doc = json.loads(cp.stdout)
+        four, sixteen = (RunDir.open(Path(r["run_dir"])) for r in doc["runs"])
+        b4, b16 = base_of(four, four.summary()), base_of(sixteen, sixteen.summary())
+        missed = _premise_missed(b4, b16, premise.stolen_pct(cp))
+        if missed is None or attempt == PREMISE_REMAKES:
+            break
+        premise.note_remake(missed[0], missed[1], runs)
+        premise.wait_for_own_cpus()
     assert machine_state() == before
-    doc = json.loads(cp.stdout)
-    four, sixteen = (RunDir.open(Path(r["run_dir"])) for r in doc["runs"])
-    b4, b16 = base_of(four, four.summary()), base_of(sixteen, sixteen.summary())
     # the premise: 4 and 16 clients both saturate 2 CPUs (every such run of bench/predict did), on a machine to
     # themselves (the other lane waits)
     assert b4.regime == b16.regime == "cpu-bound", (b4.regime, b16.regime, b4.notes, b16.notes)
-    assert max(b4.foreign_cpus, b16.foreign_cpus) < 0.1, ("another load beside the sweep", b4.notes, b16.notes)
+    assert max(b4.foreign_cpus, b16.foreign_cpus) < FOREIGN_MAX, ("another load beside the sweep", b4.notes, b16.notes)
     drift = sampled_ratio(four.run.host.doc, sixteen.run.host.doc)
     assert drift is not None, "a run without the machine's speed samples"
     want = interleave.measured_exponent(b4, b16, drift)
