@@ -44,23 +44,23 @@ def test_a_sweep_at_two_client_counts_teaches_the_next_prediction(tmp_path):
     # not through conftest.run_pathprof: a sweep made again for steal (tests/premise.py) would have taught the
     # file with its first try before the judged one began. Made again here, with a file of its own, when its
     # premise missed (ci48d-5: 0.25 CPUs of another load beside the 16-client run, the test alone)
-    for attempt in range(1 + PREMISE_REMAKES):
-        taught_file = tmp_path / f"machine-costs-{attempt}.json"
-        taught_file.write_text("{}")
-        runs = tmp_path / f"runs-{attempt}"
+    def sweep(attempt):
+        costs, runs = tmp_path / f"machine-costs-{attempt}.json", tmp_path / f"runs-{attempt}"
+        costs.write_text("{}")
         cp = subprocess.run([*PATHPROF, "sweep", "--topology", "loopback", "--clients", "4,16", "--duration", "3",
                              "--json"], capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "PATHPROF_MACHINE_COSTS": str(taught_file), "PATHPROF_RUNS": str(runs)},
+                            env={**os.environ, "PATHPROF_MACHINE_COSTS": str(costs), "PATHPROF_RUNS": str(runs)},
                             stdin=subprocess.DEVNULL)
         assert cp.returncode == 0, cp.stderr[-3000:]
         doc = json.loads(cp.stdout)
         four, sixteen = (RunDir.open(Path(r["run_dir"])) for r in doc["runs"])
         b4, b16 = base_of(four, four.summary()), base_of(sixteen, sixteen.summary())
-        missed = _premise_missed(b4, b16, premise.stolen_pct(cp))
-        if missed is None or attempt == PREMISE_REMAKES:
-            break
-        premise.note_remake(missed[0], missed[1], runs)
-        premise.wait_for_own_cpus()
+        return (four, sixteen, b4, b16, premise.stolen_pct(cp), doc), runs
+
+    def missed(made):
+        return _premise_missed(*made[2:5])
+    attempt, (four, sixteen, b4, b16, _, doc) = premise.made_until_it_holds(sweep, missed, PREMISE_REMAKES)
+    taught_file = tmp_path / f"machine-costs-{attempt}.json"
     assert machine_state() == before
     # the premise: 4 and 16 clients both saturate 2 CPUs (every such run of bench/predict did), on a machine to
     # themselves (the other lane waits)

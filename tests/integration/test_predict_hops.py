@@ -26,19 +26,16 @@ def test_a_pair_with_and_without_the_proxy_teaches_the_next_prediction(tmp_path)
     # file with its first try before the judged one began (ci43f). Made again here with a file of its own when
     # the hypervisor took the CPUs from one of its runs (ci48d-5: 10.3 % stolen, the base at 11,670 TPS, the pair
     # taught nothing)
-    for attempt in range(1 + STEAL_REMAKES):
-        taught_file = tmp_path / f"machine-costs-{attempt}.json"
-        env = {**os.environ, "PATHPROF_MACHINE_COSTS": str(taught_file)}
+    def compare(attempt):
+        env = {**os.environ, "PATHPROF_MACHINE_COSTS": str(tmp_path / f"machine-costs-{attempt}.json"),
+               "PATHPROF_RUNS": str(tmp_path / f"runs-{attempt}")}
         cp = subprocess.run([*PATHPROF, "compare", "docker-dnat", "docker-dnat:userland-proxy=off", "--clients",
                              "16", "--duration", "3", "--json", "--no-live"], capture_output=True, text=True,
-                            timeout=600, env={**env, "PATHPROF_RUNS": str(tmp_path / f"runs-{attempt}")},
-                            stdin=subprocess.DEVNULL)
+                            timeout=600, env=env, stdin=subprocess.DEVNULL)
         assert cp.returncode == 0, cp.stderr[-3000:]
-        stolen = premise.stolen_pct(cp)
-        if stolen < premise.STEAL_PCT or attempt == STEAL_REMAKES:
-            break
-        premise.note_remake("steal", f"the hypervisor took {stolen:.1f} % of the CPUs", tmp_path / f"runs-{attempt}")
-        premise.wait_for_own_cpus()
+        return cp, tmp_path / f"runs-{attempt}"
+    attempt, cp = premise.made_until_it_holds(compare, premise.steal_missed, STEAL_REMAKES)
+    taught_file = tmp_path / f"machine-costs-{attempt}.json"
     doc = json.loads(cp.stdout)
     assert machine_state() == before
     (untaught,) = doc["predictions"]           # made with what the machine knew when the runs began: nothing

@@ -109,3 +109,25 @@ def test_two_runs_apart_in_foreign_load_are_named():
     assert premise.foreign_apart(quiet, run(8.0, 330.0)) is None                      # a capped run, as quiet
     assert "0.02 CPUs beside one run, 0.91 beside the other" in premise.foreign_apart(quiet, busy)
     assert premise.foreign_cpus({"closure": {}}) == 0.0                               # probes off: nothing known
+
+
+def test_a_command_teaching_a_file_of_its_own_is_made_until_its_premise_holds(monkeypatch):
+    monkeypatch.setattr(premise, "_LOCAL", [])
+    monkeypatch.setattr(premise, "wait_for_own_cpus", lambda: 0.0)
+    monkeypatch.setattr(premise.lanes, "session_id", lambda: None)
+    monkeypatch.setattr(premise.truth, "record", lambda *a: None)
+    made = []
+
+    class Out:                       # what stolen_pct reads: a `run --json` output
+        def __init__(self, steal):
+            self.stdout = json.dumps({"steal": {"pct": steal}, "closure": {}})
+
+    def make(attempt):
+        made.append(attempt)
+        return Out([9.0, 0.5][attempt]), f"runs-{attempt}"
+    attempt, result = premise.made_until_it_holds(make, premise.steal_missed)
+    assert (attempt, made) == (1, [0, 1]) and premise.steal_missed(result) is None
+    assert len(premise._LOCAL) == 1 and "9.0 %" in premise._LOCAL[0] and "runs-0" in premise._LOCAL[0]
+    # a premise that never holds: the last try is returned for the test to judge (and fail on), remakes bounded
+    attempt, result = premise.made_until_it_holds(lambda a: (a, f"r{a}"), lambda r: ("regime", "not cpu-bound"), 2)
+    assert (attempt, result) == (2, 2) and len(premise._LOCAL) == 3
