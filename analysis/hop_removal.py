@@ -68,15 +68,24 @@ def structural_rest(b: Base, hops: tuple[str, ...]) -> float:
     return sum(apply(bare, Scenario(without=hops)).cpu.values())
 
 
+HELD_BUSY = 0.75              # a base held back by a removed hop teaches when its own CPU kept this share of the CPUs
+
+
 def measured_ratio(base: Base, target: Base, hops: tuple[str, ...], drift: float | None = None) -> float | None:
     """The target's CPU per transaction (unprobed, anchored) against what the base leaves without `hops`: a pair
-    says it only when both runs saturated the CPUs at the same client count (else their CPU per transaction holds
-    idle wakeups and queueing that differ with the load, not with the hop). `drift`: how much slower the machine
-    itself ran at the target's run than at the base's (their speed samples, analysis.speed.sampled_ratio), taken
-    out: a pair made while the machine slowed down would teach the slowdown as the hop's."""
+    says it only when both runs kept the CPUs busy at the same client count (else their CPU per transaction holds
+    idle wakeups and queueing that differ with the load, not with the hop). The target saturated them; the base
+    did, or a hop being removed held it back (its one thread busy, analysis.predict._saturated_hop) while its own
+    processes still used HELD_BUSY of the CPUs: a pooler under 16 clients on 2 CPUs (2026-11-28: 1.6-2.1 CPUs, the
+    pooler's thread waiting for a CPU more than it ran). Such a base's demand is the one `predict --without` scales
+    (its CPU view brought to the path's work, then anchored), so its ratio is taken against that same demand.
+    `drift`: how much slower the machine itself ran at the target's run than at the base's (their speed samples,
+    analysis.speed.sampled_ratio), taken out: a pair made while the machine slowed down would teach the slowdown
+    as the hop's."""
     if not hops or set(hops) - set(base.hops) or base.clients != target.clients:
         return None
-    if base.regime != "cpu-bound" or target.regime != "cpu-bound":
+    held = bool(set(base.hop_us) & set(hops)) and base.own_cpus >= HELD_BUSY * base.ncpu
+    if target.regime != "cpu-bound" or not (base.regime == "cpu-bound" or held):
         return None
     rest = structural_rest(base, hops)
     got = sum(v for k, v in target.cpu.items() if not k.startswith(tuple(f"hop.{h}." for h in hops)))

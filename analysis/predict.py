@@ -90,6 +90,7 @@ class Base:
     delaylines: dict = field(default_factory=dict)   # link -> (delay lines, their CPU µs per txn) a scenario adds
     path_share: float = 1.0             # the share of the CPU demand on the transaction's path (the rest beside it)
     foreign_cpus: float = 0.0           # CPUs other processes used during the run (`other`)
+    own_cpus: float = 0.0               # CPUs the run's own processes used (its CPU view, probes included)
 
 
 def _stage_sum(summary: Summary, prefixes: tuple) -> float:
@@ -176,7 +177,7 @@ def base_from_run(summary: dict | Summary, progress_tps: list[float] | None = No
     b.delays = {"link delay lines and rate limits": _stage_sum(summary, FIXED_DELAY)}
     b.links = _links(spec or {})
     _backend_waits(b, summary, tps_in)
-    b.foreign_cpus = foreign
+    b.foreign_cpus, b.own_cpus = foreign, own_cpus
     b.background_util = min(foreign / ncpu_host, 0.95)
     _anchor(b, summary)
     b.background_util = 0.0

@@ -70,6 +70,20 @@ def test_a_pair_is_learned_only_when_both_runs_saturate_at_one_client_count():
     assert H.measured_ratio(b, target, ()) is None
 
 
+def test_a_base_held_back_by_the_removed_hop_teaches_when_its_cpus_were_busy():
+    """A pooler's one thread limited the base (the run latency-bound, its CPUs still busy): the removed hop was the
+    limit, so the pair says what the rest costs without it. Recorded rounds: tests/unit/test_predict_rounds.py."""
+    b = base("docker-dnat")
+    target = replace(b, cpu={k: v * 0.5 for k, v in b.cpu.items() if not k.startswith("hop.")}, hops=[])
+    want = H.measured_ratio(b, target, ("docker-proxy",))
+    held = replace(b, regime="latency-bound", hop_us={"docker-proxy": 30.0}, own_cpus=0.8 * b.ncpu)
+    assert H.measured_ratio(held, target, ("docker-proxy",)) == pytest.approx(want)
+    assert H.measured_ratio(replace(held, own_cpus=0.6 * b.ncpu), target, ("docker-proxy",)) is None   # CPUs idled
+    assert H.measured_ratio(replace(held, hop_us={}), target, ("docker-proxy",)) is None     # not the hop's limit
+    assert H.measured_ratio(held, replace(target, regime="latency-bound"), ("docker-proxy",)) is None
+    assert b.own_cpus >= P.SATURATED * b.ncpu           # a cpu-bound run's own CPUs, as base_from_run judged them
+
+
 def test_the_machines_own_drift_between_the_pair_is_not_taught_as_the_hops():
     b = base("docker-dnat")
     target = replace(b, cpu={k: v * 0.5 for k, v in b.cpu.items() if not k.startswith("hop.")}, hops=[])
