@@ -75,7 +75,7 @@ def measured_ratio(base: Base, target: Base, hops: tuple[str, ...], drift: float
     """The target's CPU per transaction (unprobed, anchored) against what the base leaves without `hops`: a pair
     says it only when both runs kept the CPUs busy at the same client count (else their CPU per transaction holds
     idle wakeups and queueing that differ with the load, not with the hop). The target saturated them; the base
-    did, or a hop being removed held it back (its one thread busy, analysis.predict._saturated_hop) while its own
+    did, or a hop being removed held it back (its one thread busy, Base.hop_us) while its own
     processes still used HELD_BUSY of the CPUs: a pooler under 16 clients on 2 CPUs (2026-11-28: 1.6-2.1 CPUs, the
     pooler's thread waiting for a CPU more than it ran). Such a base's demand is the one `predict --without` scales
     (its CPU view brought to the path's work, then anchored), so its ratio is taken against that same demand.

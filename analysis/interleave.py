@@ -12,6 +12,12 @@ the machine keeps the last few of each shape of path (agent.host.machine_costs; 
 widens the band), and `predict` at another client count scales the demand by it. Until MIN_PAIRS pairs of the
 path's shape were measured, the demand is the run's, and the prediction says how to teach it.
 
+A pooled path whose pooler's one thread held it back (pgbouncer at 4 and 16 clients on 2 CPUs, 2026-11-28: 1.6-1.8
+CPUs used, the thread awake for 83-98 % of its messages) saturates no CPU, and what limits it is the time the thread
+holds per transaction, its CPU and its wait for a CPU shared with the others: 17-21 µs at 4 clients against 22-24 at
+16. Such pairs teach the hold's exponent (0.12-0.32), kept under a shape of their own ("pgbouncer held:pgbouncer"),
+and price a base its thread held; without them such a base predicted 4 clients 17.6 % short (the median of three).
+
 Pure functions over model bases (analysis.predict.Base)."""
 from __future__ import annotations
 
@@ -40,18 +46,31 @@ def processes_per_cpu(clients: int, ncpu: float, hops: int = 0) -> float:
     return (clients + min(clients, int(ncpu + 0.5)) + hops) / ncpu
 
 
-def shape(hops) -> str:
+def shape(hops, held_by: str | None = None) -> str:
     """What a pair is kept under: the path's hops (a hop's one thread batches messages under load, so a pooled
-    path's cost moves with the clients unlike a direct one's)."""
-    return "+".join(sorted(hops)) or "direct"
+    path's cost moves with the clients unlike a direct one's), and the hop whose thread held the runs back when one
+    did (then its hold time was measured, not the CPUs': "pgbouncer held:pgbouncer")."""
+    return ("+".join(sorted(hops)) or "direct") + (f" held:{held_by}" if held_by else "")
 
 
-def exponent(machine: dict | None, hops=()) -> tuple[float | None, float, str]:
+def held_by(b: Base) -> str | None:
+    """The hop whose one thread limited a run that did not saturate the CPUs (Base.hop_us), or None: as
+    pair_shape keeps pairs (a CPU-bound run's demand is the CPUs' whatever its hops did)."""
+    return None if b.regime == "cpu-bound" else max(b.hop_us, key=b.hop_us.get, default=None)
+
+
+def pair_shape(base: Base, target: Base) -> str:
+    """The shape a pair's exponent is kept under (measured_exponent's choice of demand)."""
+    both_cpu = base.regime == target.regime == "cpu-bound"
+    return shape(base.hops, None if both_cpu else _holding_hop(base, target))
+
+
+def exponent(machine: dict | None, hops=(), held: str | None = None) -> tuple[float | None, float, str]:
     """(the learned exponent, the uncertainty of that median as a % of the factor per doubling of the processes,
     where it came from) or (None, 0, ""): the median of the pairs of paths with the same hops. Another shape's
     pairs are not used: a pooler's one thread batches more messages per wakeup as clients grow, so a pooled path
     got cheaper where a direct one got dearer (bench/predict 2026-11-28: -0.20 against -0.10 ... 0.36)."""
-    chosen = _samples(machine, hops)
+    chosen = _samples(machine, hops, held)
     if not chosen:
         return None, 0.0, ""
     samples = [float(x["value"]) for x in chosen]
@@ -60,8 +79,13 @@ def exponent(machine: dict | None, hops=()) -> tuple[float | None, float, str]:
     sd = 1.4826 * statistics.median(abs(x - value) for x in samples) if len(samples) > 2 else PAIR_SD
     spread = (2 ** (sd / math.sqrt(len(samples))) - 1) * 100.0
     last = chosen[-1]
-    return value, spread, (f"the median of {len(samples)} pair(s) of runs of {shape(hops)} paths on this machine at "
-                           f"two client counts, the last {last.get('run', '?')} at {last.get('at', '?')}")
+    return value, spread, (f"the median of {len(samples)} pair(s) of runs of {shape(hops)} paths{_held(held)} on "
+                           f"this machine at two client counts, the last {last.get('run', '?')} at "
+                           f"{last.get('at', '?')}")
+
+
+def _held(held: str | None) -> str:
+    return f" held back by {held}'s thread (its hold time measured)" if held else ""
 
 
 def at_clients(b: Base, clients: int) -> tuple[Base, str | None]:
@@ -72,14 +96,15 @@ def at_clients(b: Base, clients: int) -> tuple[Base, str | None]:
         # and its wakeups onto idle CPUs, which the model prices apart (on this VM a 1-client loopback run's path
         # work was the 16-client run's CPU per transaction within 7 %, where 4 clients cost 0.8 of it)
         return b, None
-    e, spread, src = exponent(b.machine, b.hops)
-    pairs = len(_samples(b.machine, b.hops))
+    held = held_by(b)
+    e, spread, src = exponent(b.machine, b.hops, held)
+    pairs = len(_samples(b.machine, b.hops, held))
     if e is None or pairs < MIN_PAIRS:
         note = (f"at {clients} clients the CPU per transaction is the run's at {b.clients}: the machine has measured "
-                f"{pairs} pair(s) of {shape(b.hops)} runs at two client counts, {MIN_PAIRS} are needed (`pathprof "
-                f"sweep --clients {min(clients, b.clients)},{max(clients, b.clients)} --repeat {MIN_PAIRS}` on this "
-                "path teaches it; on pathprof's 2-core test VM a direct path cost ~0.85x at 4 clients what it did "
-                "at 16)")
+                f"{pairs} pair(s) of {shape(b.hops)} runs{_held(held)} at two client counts, {MIN_PAIRS} are needed "
+                f"(`pathprof sweep --clients {min(clients, b.clients)},{max(clients, b.clients)} --repeat "
+                f"{MIN_PAIRS}` on this path teaches it; on pathprof's 2-core test VM a direct path cost ~0.85x at 4 "
+                "clients what it did at 16)")
         return replace(b, notes=b.notes + [note]), note
     p0 = processes_per_cpu(b.clients, b.ncpu, len(b.hops))
     p1 = processes_per_cpu(clients, b.ncpu, len(b.hops))
@@ -95,22 +120,34 @@ def at_clients(b: Base, clients: int) -> tuple[Base, str | None]:
                    notes=b.notes + [note]), note
 
 
-def _samples(machine: dict | None, hops) -> list[dict]:
-    """The machine's pairs of paths shaped like `hops`, oldest first."""
+def _samples(machine: dict | None, hops, held: str | None = None) -> list[dict]:
+    """The machine's pairs of paths shaped like `hops` (held back by `held`'s thread, when given), oldest first."""
     entry = (machine or {}).get(KEY)
     if not isinstance(entry, dict):
         return []
     return [x for x in entry.get("samples") or [] if isinstance(x, dict) and isinstance(x.get("value"), (int, float))
-            and x.get("hop", "direct") == shape(hops)]
+            and x.get("hop", "direct") == shape(hops, held)]
+
+
+HELD_AWAKE = 0.8              # a hop's thread found this share of its messages waiting in both runs: it held them
 
 
 def measured_exponent(base: Base, target: Base, drift: float | None = None) -> float | None:
     """The exponent a pair of runs of one path shows: both saturating the CPUs (else their CPU per transaction
     holds idle wakeups and queueing that differ with the load), the same hops, client counts far enough apart, no
-    other load beside either.
+    other load beside either. Or both held back by one hop's thread with the CPUs still busy (a pooler: 4 and 16
+    clients on 2 CPUs, 2026-11-28): the demand that limits is then the time the thread holds per transaction (its
+    CPU and its wait for one), and it is that time's growth with the processes interleaved that is measured.
     `drift`: how much slower the machine itself ran at the target's run (analysis.speed.sampled_ratio), taken out."""
-    if base.regime != "cpu-bound" or target.regime != "cpu-bound" or sorted(base.hops) != sorted(target.hops):
+    if sorted(base.hops) != sorted(target.hops):
         return None
+    demand = _demand
+    if base.regime != "cpu-bound" or target.regime != "cpu-bound":
+        hop = _holding_hop(base, target)
+        if hop is None:
+            return None
+        def demand(b: Base) -> float:
+            return b.hop_awake[hop] * 1e6 / b.measured_tps if b.measured_tps else 0.0
     if max(base.foreign_cpus, target.foreign_cpus) >= LEARN_MAX_FOREIGN_CPUS:
         # another load beside either run moved its CPU per transaction by its own amount (beside a 16-client run,
         # ten pairs on this VM ranged -0.30 ... 0.38): a machine cost is learned on a machine to itself
@@ -119,7 +156,7 @@ def measured_exponent(base: Base, target: Base, drift: float | None = None) -> f
     p1 = processes_per_cpu(target.clients, target.ncpu, len(target.hops))
     if abs(math.log(p1 / p0)) < MIN_SPREAD:
         return None
-    a, b = _demand(base), _demand(target) / (drift if drift and drift > 0 else 1.0)
+    a, b = demand(base), demand(target) / (drift if drift and drift > 0 else 1.0)
     if a <= 0 or b <= 0:
         return None
     e = math.log(b / a) / math.log(p1 / p0)
@@ -129,3 +166,13 @@ def measured_exponent(base: Base, target: Base, drift: float | None = None) -> f
 def _demand(b: Base) -> float:
     """The anchored CPU per transaction (unprobed: the anchor reproduced the TPS measured without probes)."""
     return sum(b.cpu.values())
+
+
+def _holding_hop(base: Base, target: Base) -> str | None:
+    """The hop whose one thread held both runs back (awake for HELD_AWAKE of its messages) while their own
+    processes kept the CPUs busy (analysis.hop_removal.HELD_BUSY), or None."""
+    from pathprof.analysis.hop_removal import HELD_BUSY
+    if min(base.own_cpus / base.ncpu, target.own_cpus / target.ncpu) < HELD_BUSY:
+        return None
+    held = [h for h in base.hops if min(base.hop_awake.get(h, 0.0), target.hop_awake.get(h, 0.0)) >= HELD_AWAKE]
+    return max(held, key=lambda h: base.hop_awake[h] + target.hop_awake[h], default=None)

@@ -84,6 +84,7 @@ class Base:
     receivers: int = 2                  # processes woken per transaction (wakeups onto idle CPUs)
     idle_priced: bool = True            # the run showed what a wakeup onto an idle CPU costs
     hop_us: dict[str, float] = field(default_factory=dict)    # a hop's thread time per txn, when not its CPU
+    hop_awake: dict[str, float] = field(default_factory=dict)  # a hop's messages: the share that found it awake
     background_util: float = 0.0        # foreign load's share of the CPUs while anchoring (keeps them awake)
     wal_device: dict | None = None      # run.json postgres.wal_device, with device_us: its disk-view µs per txn
     machine: dict = field(default_factory=dict)      # the machine's costs (agent.host.machine_costs) for the run
@@ -220,8 +221,10 @@ def _anchor(b: Base, summary: Summary) -> None:
     b.think_us = sum(b.delays.values())
     if not b.measured_tps:
         return
-    hop, awake = _saturated_hop(b, summary)
+    b.hop_awake = _awake_shares(b, summary)
+    hop = max((h for h, a in b.hop_awake.items() if a >= SATURATED), key=b.hop_awake.get, default=None)
     if hop:
+        awake = b.hop_awake[hop]
         # a hop's one thread was busy nearly all the time: its demand under load is the time it holds its
         # thread per transaction (busy share / TPS): its CPU, plus waiting for a CPU shared with the others
         cpu_us = b.cpu.get(f"hop.{hop}.user", 0.0) + b.cpu.get(f"hop.{hop}.sys", 0.0)
@@ -313,18 +316,19 @@ def _bisect(b: Base, set_factor) -> float:
     return f
 
 
-def _saturated_hop(b: Base, summary: Summary) -> tuple[str | None, float]:
-    """The hop whose messages found it already awake (queued.<hop>) at least SATURATED of the time."""
-    best, share = None, 0.0
+def _awake_shares(b: Base, summary: Summary) -> dict[str, float]:
+    """Per hop, the share of its messages that found its thread already awake (queued.<hop> against wakeup.<hop>
+    and idle_exit.<hop>): at SATURATED and above, the thread was busy nearly all the time and limits the run."""
+    out = {}
     for h in b.hops:
         counts = {k: 0.0 for k in ("queued", "other")}
         for s in summary.stages:
             if s.name in (f"queued.{h}", f"wakeup.{h}", f"idle_exit.{h}"):
                 counts["queued" if s.name.startswith("queued.") else "other"] += float(s.count_per_txn or 0)
         total = counts["queued"] + counts["other"]
-        if total and counts["queued"] / total >= SATURATED and counts["queued"] / total > share:
-            best, share = h, counts["queued"] / total
-    return best, share
+        if total:
+            out[h] = counts["queued"] / total
+    return out
 
 
 def _centres(b: Base, clients: int) -> list[Centre]:

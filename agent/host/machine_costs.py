@@ -94,7 +94,7 @@ def learn_from_pair(base_rd, base_summary, target_rd, target_summary, path: Path
             key, ratio, tag = hop_removal.KEY, hop_removal.measured_ratio(base, target, gone, drift), "+".join(gone)
         else:
             key, ratio, tag = interleave.KEY, interleave.measured_exponent(base, target, drift), \
-                interleave.shape(base.hops)
+                interleave.pair_shape(base, target)
         if ratio is None:
             return None
         doc = current(path)

@@ -43,7 +43,7 @@ def test_a_pair_teaches_an_exponent_only_when_both_runs_saturate_the_cpus():
     assert e == pytest.approx(math.log(0.8) / math.log(p4 / p16))
     # the machine ran 10 % slower at the 4-client run: that share of its CPU is not the client count's
     assert I.measured_exponent(b, at4, drift=1.1) == pytest.approx(math.log(0.8 / 1.1) / math.log(p4 / p16))
-    assert I.measured_exponent(b, replace(at4, regime="latency-bound")) is None
+    assert I.measured_exponent(b, replace(at4, regime="latency-bound", hop_awake={})) is None   # nothing held it
     assert I.measured_exponent(b, replace(at4, hops=["pgbouncer"])) is None                 # another path
     assert I.measured_exponent(b, replace(at4, hops=[])) is None
     assert I.measured_exponent(b, replace(at4, clients=14)) is None                          # too close to tell
@@ -97,3 +97,49 @@ def test_learn_from_pair_keeps_a_client_count_pair_under_its_paths_shape(tmp_pat
     (sample,) = mc.current(path)[I.KEY]["samples"]
     assert sample["hop"] == "docker-proxy" and sample["run"] == f"{rd.path} -> {rd.path}"
     assert H.KEY not in mc.current(path)                         # not a hop's removal
+
+
+HELD = Path(__file__).parent / "data" / "predict-rounds" / "2026-11-28-2238"     # bench/predict all, 3 rounds
+
+
+def held_pairs():
+    """Each round's pgbouncer base at 16 clients and the same path at 4 (plan.tsv: base, 1 client, direct, 4)."""
+    for line in (HELD / "plan.tsv").read_text().splitlines():
+        b16, _, _, b4 = line.split("\t")
+        yield tuple(P.base_of(RunDir.open(HELD / "runs" / n)) for n in (b16, b4))
+
+
+def hold(b):
+    return b.hop_awake["pgbouncer"] * 1e6 / b.measured_tps
+
+
+def test_a_pair_held_back_by_a_poolers_thread_teaches_how_its_hold_grows():
+    """pgbouncer at 16 and at 4 clients on 2 CPUs: neither run saturated the CPUs, the pooler's one thread found
+    most of its messages waiting; the demand that limited both is the thread's hold per transaction (its awake
+    share / TPS: its CPU and its wait for one), so the pair's exponent is that hold's, kept under its own shape."""
+    for b16, b4 in held_pairs():
+        assert b16.regime == b4.regime == "latency-bound" and b16.hop_us and (b16.clients, b4.clients) == (16, 4)
+        p16, p4 = I.processes_per_cpu(16, b16.ncpu, 1), I.processes_per_cpu(4, b4.ncpu, 1)
+        e = I.measured_exponent(b16, b4)
+        assert e == pytest.approx(math.log(hold(b4) / hold(b16)) / math.log(p4 / p16))
+        assert I.pair_shape(b16, b4) == "pgbouncer held:pgbouncer" and I.held_by(b16) == "pgbouncer"
+        assert I.measured_exponent(b16, b4, drift=1.1) == pytest.approx(
+            math.log(hold(b4) / 1.1 / hold(b16)) / math.log(p4 / p16))
+        # not held: the CPUs idle in one run, or the thread mostly asleep between messages
+        assert I.measured_exponent(replace(b16, own_cpus=0.5 * b16.ncpu), b4) is None
+        assert I.measured_exponent(b16, replace(b4, hop_awake={"pgbouncer": 0.5})) is None
+        assert I.pair_shape(b16, replace(b4, hop_awake={"pgbouncer": 0.5})) == "pgbouncer"
+
+
+def test_a_held_base_is_priced_at_another_client_count_by_held_pairs_only():
+    (b16, b4), *_ = held_pairs()
+    cpu_pairs = taught((-0.2, "pgbouncer"), (-0.2, "pgbouncer"), (-0.2, "pgbouncer"))
+    same, note = I.at_clients(replace(b16, machine={**b16.machine, **cpu_pairs}), 4)
+    assert same.hop_us == b16.hop_us and "0 pair(s) of pgbouncer runs held back by pgbouncer's thread" in note
+    held = taught(*[(0.15, "pgbouncer held:pgbouncer")] * 3)
+    at4, note = I.at_clients(replace(b16, machine={**b16.machine, **held}), 4)
+    f = (I.processes_per_cpu(4, b16.ncpu, 1) / I.processes_per_cpu(16, b16.ncpu, 1)) ** 0.15
+    assert at4.hop_us["pgbouncer"] == pytest.approx(f * b16.hop_us["pgbouncer"]) and "held back by" in note
+    assert P.predict(replace(b16, machine={**b16.machine, **held}), [4])[0]["tps"] > P.predict(b16, [4])[0]["tps"]
+    # a base that saturated the CPUs is priced by the CPUs' pairs, whatever its hop's thread did
+    assert I.held_by(replace(b16, regime="cpu-bound")) is None

@@ -36,10 +36,10 @@ def predicted(data: Path, tmp_path: Path) -> dict[str, list[tuple[float, float]]
     rs = rounds(data)
     assert len(rs) >= 3, f"{data}: three rounds at least, for a median"
     out: dict[str, list[tuple[float, float]]] = {"1 client": [], "without pgbouncer": []}
-    for i, (base, one, direct) in enumerate(rs):
+    for i, (base, one, direct, *_) in enumerate(rs):
         costs = tmp_path / f"costs-{data.name}-{i}.json"
         costs.write_text("{}")
-        for j, (b2, _, d2) in enumerate(rs):
+        for j, (b2, _, d2, *_) in enumerate(rs):
             if j != i:
                 assert mc.learn_from_pair(b2, b2.summary(), d2, d2.summary(), path=costs) is not None
         taught = json.loads(costs.read_text())
