@@ -71,6 +71,11 @@ def structural_rest(b: Base, hops: tuple[str, ...]) -> float:
 HELD_BUSY = 0.75              # a base held back by a removed hop teaches when its own CPU kept this share of the CPUs
 
 
+def kept_busy(b: Base) -> bool:
+    """The run's own processes kept HELD_BUSY of its CPUs busy: a run a hop's thread held back still teaches."""
+    return b.own_cpus >= HELD_BUSY * b.ncpu
+
+
 def measured_ratio(base: Base, target: Base, hops: tuple[str, ...], drift: float | None = None) -> float | None:
     """The target's CPU per transaction (unprobed, anchored) against what the base leaves without `hops`: a pair
     says it only when both runs kept the CPUs busy at the same client count (else their CPU per transaction holds
@@ -84,7 +89,7 @@ def measured_ratio(base: Base, target: Base, hops: tuple[str, ...], drift: float
     as the hop's."""
     if not hops or set(hops) - set(base.hops) or base.clients != target.clients:
         return None
-    held = bool(set(base.hop_us) & set(hops)) and base.own_cpus >= HELD_BUSY * base.ncpu
+    held = bool(set(base.hop_us) & set(hops)) and kept_busy(base)
     if target.regime != "cpu-bound" or not (base.regime == "cpu-bound" or held):
         return None
     rest = structural_rest(base, hops)

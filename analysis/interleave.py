@@ -21,6 +21,7 @@ and price a base its thread held; without them such a base predicted 4 clients 1
 Pure functions over model bases (analysis.predict.Base)."""
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import replace
@@ -146,8 +147,7 @@ def measured_exponent(base: Base, target: Base, drift: float | None = None) -> f
         hop = _holding_hop(base, target)
         if hop is None:
             return None
-        def demand(b: Base) -> float:
-            return b.hop_awake[hop] * 1e6 / b.measured_tps if b.measured_tps else 0.0
+        demand = functools.partial(_hold_us, hop=hop)
     if max(base.foreign_cpus, target.foreign_cpus) >= LEARN_MAX_FOREIGN_CPUS:
         # another load beside either run moved its CPU per transaction by its own amount (beside a 16-client run,
         # ten pairs on this VM ranged -0.30 ... 0.38): a machine cost is learned on a machine to itself
@@ -168,11 +168,16 @@ def _demand(b: Base) -> float:
     return sum(b.cpu.values())
 
 
+def _hold_us(b: Base, hop: str) -> float:
+    """The time a hop's thread holds per transaction: its awake share over the unprobed TPS."""
+    return b.hop_awake[hop] * 1e6 / b.measured_tps if b.measured_tps else 0.0
+
+
 def _holding_hop(base: Base, target: Base) -> str | None:
     """The hop whose one thread held both runs back (awake for HELD_AWAKE of its messages) while their own
-    processes kept the CPUs busy (analysis.hop_removal.HELD_BUSY), or None."""
-    from pathprof.analysis.hop_removal import HELD_BUSY
-    if min(base.own_cpus / base.ncpu, target.own_cpus / target.ncpu) < HELD_BUSY:
+    processes kept the CPUs busy (analysis.hop_removal.kept_busy), or None."""
+    from pathprof.analysis.hop_removal import kept_busy
+    if not (kept_busy(base) and kept_busy(target)):
         return None
     held = [h for h in base.hops if min(base.hop_awake.get(h, 0.0), target.hop_awake.get(h, 0.0)) >= HELD_AWAKE]
     return max(held, key=lambda h: base.hop_awake[h] + target.hop_awake[h], default=None)
