@@ -25,6 +25,9 @@ PKGS=(postgresql-15 postgresql-contrib docker.io iptables nftables conntrack ipr
 if [ $all = 1 ]; then
     PKGS+=(pgbouncer pgpool2 bpftrace debootstrap qemu-system-x86 qemu-utils e2fsprogs chromium prometheus)
 fi
+# what to undo on any exit: the policy file made below, a probes' build still running when the install failed
+created_policy=0 probes_pid=
+trap '[ $created_policy = 1 ] && rm -f /usr/sbin/policy-rc.d; [ -n "$probes_pid" ] && kill "$probes_pid" 2>/dev/null; true' EXIT
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -33,11 +36,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "setup.sh: installing ${missing[*]}" >&2
     # Packages such as pgbouncer and pgpool2 start their services on install; pathprof runs its own copies
     # inside namespaces, so keep the packaged ones stopped.
-    created_policy=0
     if [ ! -e /usr/sbin/policy-rc.d ]; then
         printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && created_policy=1
     fi
-    trap '[ $created_policy = 1 ] && rm -f /usr/sbin/policy-rc.d' EXIT
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q >&2
     apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
@@ -48,6 +49,12 @@ if ! mountpoint -q /sys/kernel/tracing 2>/dev/null; then
     mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
 fi
 
+# The probes' build (clang, CPU-bound) and pathprof's install into the venv (downloads, unpacking) need nothing of
+# each other: they run side by side, the build on every CPU. A failure in either fails the set-up, with its output.
+if [ -f probes/Makefile ]; then
+    make -s -j"$(nproc)" -C probes >&2 &
+    probes_pid=$!
+fi
 if [ ! -x .venv/bin/python ]; then
     /usr/bin/python3 -m venv .venv
 fi
@@ -57,18 +64,22 @@ have=$(cat "$stamp" 2>/dev/null || true)
 # The stamp is "<hash> <what>": the test extras once installed serve a plain set-up too.
 if [ "$have" != "$want test" ] && { [ $all = 1 ] || [ "$have" != "$want core" ]; }; then
     echo "setup.sh: installing pathprof into .venv" >&2
+    # --no-compile: the byte code of the ~20,000 files of pandas, matplotlib, pyarrow is written when a module is
+    # first imported, for the few a run imports, not all of them now (set-up ~5 s shorter)
     if [ $all = 1 ]; then
-        .venv/bin/pip install -q --disable-pip-version-check -e '.[test]' >&2
+        .venv/bin/pip install -q --no-compile --disable-pip-version-check -e '.[test]' >&2
         echo "$want test" > "$stamp"
     else
-        .venv/bin/pip install -q --disable-pip-version-check -e . >&2
+        .venv/bin/pip install -q --no-compile --disable-pip-version-check -e . >&2
         echo "$want core" > "$stamp"
     fi
 fi
-
-if [ -f probes/Makefile ]; then
-    make -s -C probes >&2
+if [ -n "$probes_pid" ] && ! wait "$probes_pid"; then
+    probes_pid=
+    echo "setup.sh: building the BPF probes failed (make -C probes, above)" >&2
+    exit 1
 fi
+probes_pid=
 
 # The kvm-tap guest image (Debian 12 + PostgreSQL on a qemu disk; a minute or two to build, then cached under
 # /var/cache/pathprof/guest): the suite's set-up builds it once per machine; a plain set-up leaves it to the
