@@ -65,7 +65,7 @@ have=$(cat "$stamp" 2>/dev/null || true)
 if [ "$have" != "$want test" ] && { [ $all = 1 ] || [ "$have" != "$want core" ]; }; then
     echo "setup.sh: installing pathprof into .venv" >&2
     # --no-compile: the byte code of the ~20,000 files of pandas, matplotlib, pyarrow is written when a module is
-    # first imported, for the few a run imports, not all of them now (set-up ~5 s shorter)
+    # first imported, for the few a run imports, not all of them now
     if [ $all = 1 ]; then
         .venv/bin/pip install -q --no-compile --disable-pip-version-check -e '.[test]' >&2
         echo "$want test" > "$stamp"
