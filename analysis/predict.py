@@ -125,9 +125,10 @@ def measured_tps(summary: dict | Summary) -> float:
 
 
 def base_from_run(summary: dict | Summary, progress_tps: list[float] | None = None, spec: dict | None = None,
-                  machine: dict | None = None) -> Base:
+                  machine: dict | None = None, regime: str | None = None) -> Base:
     """The model's inputs from a summary (analysis.summary.summarize); UserError when the run cannot support it.
-    `machine`: the machine's costs the run recorded (run.json machine_costs), for what the run never showed."""
+    `machine`: the machine's costs the run recorded (run.json machine_costs), for what the run never showed.
+    `regime`: "cpu-bound" to model the run so whatever its own CPUs say."""
     summary = Summary.of(summary)
     if not summary.cpu:
         raise UserError(f"{summary.run_dir}: no CPU view (the run was made with --probes off or recorded no "
@@ -153,7 +154,7 @@ def base_from_run(summary: dict | Summary, progress_tps: list[float] | None = No
     # the run's own regime: its own CPU (probes included) against the CPUs foreign load left it
     own_cpus = (view_us + (probe_us if "probes" in {c.component for c in summary.cpu} else 0.0)) * tps_in / 1e6
     # fewer clients than CPUs cannot fill the pool: such a run is anchored on its latency
-    regime = "cpu-bound" if own_cpus >= SATURATED * ncpu and clients >= ncpu_host else "latency-bound"
+    regime = regime or ("cpu-bound" if own_cpus >= SATURATED * ncpu and clients >= ncpu_host else "latency-bound")
     b = Base(clients=clients, ncpu=ncpu, cpu=comps, hops=hops, think_us=0.0, idle_us=0.0,
              wal_us=wal, regime=regime, measured_tps=measured_tps(summary), machine=dict(machine or {}),
              client=client_of(summary))
@@ -180,7 +181,14 @@ def base_from_run(summary: dict | Summary, progress_tps: list[float] | None = No
     _backend_waits(b, summary, tps_in)
     b.foreign_cpus, b.own_cpus = foreign, own_cpus
     b.background_util = min(foreign / ncpu_host, 0.95)
-    _anchor(b, summary)
+    if not _anchor(b, summary):
+        # just under the threshold (a 16-client docker-dnat run: 1.76 of 1.98 CPUs) with the work on its path
+        # filling the model's CPUs at its clients: no idle CPU is left to wake onto, and fitted to the cycle's last
+        # µs an idle wakeup came out at 5 ms (191 TPS predicted at one client against 24,619 measured)
+        b = base_from_run(summary, progress_tps, spec, machine, regime="cpu-bound")
+        b.notes.append(f"the run's own processes used {own_cpus:.2f} of {ncpu:.2f} CPUs, and the work on its path "
+                       f"fills them at {clients} clients: modelled as CPU-bound")
+        return b
     b.background_util = 0.0
     if foreign > 0.05:
         # foreign load is the machine's, not the path's, and under contention it yields its fair share: the
@@ -212,15 +220,16 @@ def _backend_waits(b: Base, summary: Summary, tps_in: float) -> None:
         b.delays["backend reads on shared_buffers misses (as measured)"] = reads
 
 
-def _anchor(b: Base, summary: Summary) -> None:
-    """Make the model reproduce the measured (unprobed) TPS at the run's own client count."""
+def _anchor(b: Base, summary: Summary) -> bool:
+    """Make the model reproduce the measured (unprobed) TPS at the run's own client count; False when a
+    latency-bound run's cannot be (_anchor_latency)."""
     idle_stages = _stage_sum(summary, IDLE)
     events = sum(float(s.count_per_txn or 0) for s in summary.stages if s.name.startswith(IDLE))
     b.receivers = len({(s.name.split(".", 1)[1], s.leg) for s in summary.stages
                        if s.name.startswith(("wakeup.", "idle_exit.", "queued.", "runqueue."))}) or 2
     b.think_us = sum(b.delays.values())
     if not b.measured_tps:
-        return
+        return True
     b.hop_awake = _awake_shares(b, summary)
     hop = max((h for h, a in b.hop_awake.items() if a >= SATURATED), key=b.hop_awake.get, default=None)
     if hop:
@@ -232,6 +241,8 @@ def _anchor(b: Base, summary: Summary) -> None:
         b.notes.append(f"hop {hop}'s thread found its next message waiting {awake * 100:.0f} % of the time: "
                        f"busy, it limited the run and holds its thread {b.hop_us[hop]:.1f} µs per transaction "
                        f"({cpu_us:.1f} µs of it on a CPU, the rest waiting for a CPU shared with the others)")
+    if b.regime != "cpu-bound" and not hop:
+        return _anchor_latency(b, summary, idle_stages)
     if b.regime == "cpu-bound" or hop:
         # (a hop's saturated thread limited the run as the CPUs would: its queue, not idle wakeups, fills the
         # cycle; fitting the cycle's rest to idle wakeups would price them at hundreds of µs)
@@ -271,18 +282,18 @@ def _anchor(b: Base, summary: Summary) -> None:
             b.idle_priced = False
             b.notes.append("the run saw too few wakeups onto idle CPUs to price one: predictions at fewer clients "
                            "than saturate the CPUs leave that delay out and come out too high")
-        return
-    _anchor_latency(b, summary, idle_stages)
+    return True
 
 
-def _anchor_latency(b: Base, summary: dict, idle_stages: float) -> None:
+def _anchor_latency(b: Base, summary: dict, idle_stages: float) -> bool:
     """A latency-bound run: what the queues and named delays leave of the measured cycle is the time spent
     waking onto idle CPUs (idle_exit.*, and the run-queue waits while a CPU leaves idle), a delay that fades as
-    the CPUs fill, up to what those stages measured; anything beyond is held as a fixed delay."""
+    the CPUs fill, up to what those stages measured; anything beyond is held as a fixed delay. False (nothing
+    changed) when no idle wakeup can fill it: the model's CPUs are saturated at the run's clients."""
     cycle = b.clients * 1e6 / b.measured_tps
     rest = cycle - _solve(b, b.clients).cycle_us
     if rest <= 0.005 * cycle:      # the queues already account for the cycle (a saturated one pins it)
-        return
+        return True
     idle_seen = idle_stages + _stage_sum(summary, ("runqueue.",))
     target = cycle - max(rest - idle_seen, 0.0)
     lo, hi = 0.0, max(cycle, 1.0) * 20
@@ -292,10 +303,14 @@ def _anchor_latency(b: Base, summary: dict, idle_stages: float) -> None:
             lo = b.idle_us
         else:
             hi = b.idle_us
+    if _solve(b, b.clients).cycle_us < 0.99 * target:
+        b.idle_us = 0.0
+        return False
     if rest > idle_seen:
         b.think_us += rest - idle_seen
         b.delays["what the queues leave of the measured cycle (held fixed)"] = rest - idle_seen
     b.delays[f"idle wakeups at full idle (the run's idle_exit.* were {idle_stages:.1f} µs)"] = b.idle_us
+    return True
 
 
 def _solve(b: Base, clients: int):

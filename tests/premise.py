@@ -8,9 +8,9 @@ printed at the end of the session and recorded for bench/truth_trials. A product
 run too and fails the test; a disturbed machine's misses are independent and rarely come twice. A cell that misses
 its first try in round after round is not weather (the summary shows it): measure it with bench/truth_trials.
 
-  steal     the hypervisor took >= STEAL_PCT of the CPUs' time (analysis.steal): made again up to five times,
-            each after three calm seconds in a row (a minute at most), and when every try was stolen from, the
-            least stolen is judged
+  steal     the hypervisor took >= STEAL_PCT of the CPUs' time (analysis.steal): made again up to five times (once
+            when it took under MILD_STEAL_PCT), each after three calm seconds in a row (a minute at most), and when
+            every try was stolen from, the least stolen is judged
   closure   a view outside +-CLOSURE_PCT, the product's promise: made again once"""
 from __future__ import annotations
 
@@ -30,6 +30,11 @@ CLOSURE_PCT = 5.0
 # 5, not 3: a host's steal once outlasted three tries of four -C runs in one CI round (18-43 %, ci41a), and in
 # ci42d the least stolen of four tries still had 17 % (foreign_load's run alone) and 19 % (a lossy compare)
 MAX_REMAKES = {"steal": 5, "closure": 1}
+# A steal under this is remade once, not five times: in ci51b five tries in a row of one backend_io run had 2.0-2.7 %
+# (40 s of remakes; a host's steal at that level lasts longer than the calm it waits for), and a run judged with up
+# to JUDGED_STEAL_MAX_PCT held its ground truths in every CI round
+MILD_STEAL_PCT = 4.0
+MAX_MILD_STEAL_REMAKES = 1
 CALM_WAIT_S = 60.0    # before a remake for steal: wait (this long at most) for CALM_SECONDS in a row with less steal
 CALM_SECONDS = 3      # a 3-s run needs more than one calm second (ci42d: remade after 1 s of calm, stolen again)
 # a host that steals from every run (ci42e: a 1-client run 41-44 % stolen in five tries, each after 3 calm seconds:
@@ -91,6 +96,9 @@ def remake_reason(doc: dict, remakes: dict) -> str | None:
     made, (kind, why) = found
     if remakes.get(kind, 0) >= MAX_REMAKES[kind]:
         return None
+    mild = kind == "steal" and max(stolen_pct_of(d) for d in run_docs(doc)) < MILD_STEAL_PCT
+    if mild and remakes.get(kind, 0) >= MAX_MILD_STEAL_REMAKES:
+        return None
     if kind == "steal" and _session_count(STEAL_MARK) >= SESSION_STEAL_REMAKES:
         return None
     remakes[kind] = remakes.get(kind, 0) + 1
@@ -151,6 +159,10 @@ def least_stolen(tries: list):
         return last
     stolen = [t for t in tries if (miss_of(t) or ("", ""))[0] == "steal"]
     return min(stolen, key=stolen_pct)
+
+
+def stolen_pct_of(doc: dict) -> float:
+    return float((doc.get("steal") or {}).get("pct") or 0.0)
 
 
 def miss_of(cp) -> tuple[str, str] | None:

@@ -118,7 +118,10 @@ def test_a_pair_held_back_by_a_poolers_thread_teaches_how_its_hold_grows():
     most of its messages waiting; the demand that limited both is the thread's hold per transaction (its awake
     share / TPS: its CPU and its wait for one), so the pair's exponent is that hold's, kept under its own shape."""
     for b16, b4 in held_pairs():
-        assert b16.regime == b4.regime == "latency-bound" and b16.hop_us and (b16.clients, b4.clients) == (16, 4)
+        # neither run's own processes saturated the CPUs; the 4-client one is modelled as CPU-bound all the same,
+        # its path's work filling the model's CPUs (test_predict_regime), which changes nothing of the pair's shape
+        assert max(b.own_cpus / b.ncpu for b in (b16, b4)) < P.SATURATED, [b.own_cpus for b in (b16, b4)]
+        assert b16.regime == "latency-bound" and b16.hop_us and (b16.clients, b4.clients) == (16, 4)
         p16, p4 = I.processes_per_cpu(16, b16.ncpu, 1), I.processes_per_cpu(4, b4.ncpu, 1)
         e = I.measured_exponent(b16, b4)
         assert e == pytest.approx(math.log(hold(b4) / hold(b16)) / math.log(p4 / p16))

@@ -42,6 +42,18 @@ def test_remakes_are_bounded_per_kind_and_only_for_runs(monkeypatch):
     assert premise.summary().count("made again") == 1 + premise.MAX_REMAKES["steal"]
 
 
+def test_a_mild_steal_is_made_again_once(monkeypatch):
+    """2.0-2.7 % in five tries in a row (ci51b): a steal that mild outlasts the calm waited for, and is judged."""
+    monkeypatch.setattr(premise, "wait_for_own_cpus", lambda: 0.0)
+    remakes: dict = {}
+    mild = json.dumps(doc(steal=premise.MILD_STEAL_PCT - 1.5))
+    assert premise.should_remake(mild, ["run", "--json"], remakes)
+    assert premise.should_remake(mild, ["run", "--json"], remakes) is None
+    # a compare is as stolen as its worst run: one heavy run among mild ones is made again as heavy
+    heavy = json.dumps({"runs": [doc(steal=2.5), doc(steal=premise.MILD_STEAL_PCT + 5)], "explanations": []})
+    assert premise.should_remake(heavy, ["compare", "--json"], remakes)
+
+
 def test_when_every_try_was_stolen_from_the_least_stolen_is_judged():
     from types import SimpleNamespace as Out
     tries = [Out(stdout=json.dumps(dict(doc(steal=s), run_dir=f"/tmp/{s}"))) for s in (18.0, 4.5, 43.0)]
