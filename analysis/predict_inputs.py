@@ -89,4 +89,8 @@ def machine_value(machine: dict | None, key: str) -> tuple[float | None, str]:
     entry = (machine or {}).get(key)
     if not isinstance(entry, dict) or entry.get("value") is None:
         return None, ""
+    n = len(entry.get("samples") or ())
+    if n > 1:
+        return float(entry["value"]), (f"the median of the last {n} runs that measured it on this machine, the last "
+                                       f"{entry.get('run', '?')} at {entry.get('at', '?')}")
     return float(entry["value"]), f"measured on this machine by {entry.get('run', '?')} at {entry.get('at', '?')}"

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from pathprof.agent.host import delayline, machine_costs
 from pathprof.analysis import predict as P
-from pathprof.analysis.predict_inputs import learned_costs
+from pathprof.analysis.predict_inputs import learned_costs, machine_value
 from pathprof.analysis.rundir import RunDir
 from pathprof.analysis.summary import summarize
 
@@ -147,6 +147,25 @@ def test_the_machine_file_keeps_each_cost_with_the_run_that_measured_it(tmp_path
     assert doc["delayline_cpu_us_per_packet"]["run"] == "runs/b"
     f.write_text("not json")
     assert machine_costs.current(f) == {}
+
+
+def test_a_cost_is_the_median_of_the_last_runs_that_measured_it_whatever_their_order(tmp_path):
+    """One path's run is one view of the machine (stop 51: 3.3 µs per idle wakeup on loopback, nic and pgbouncer,
+    5.9 on docker-dnat): the last run to measure it no longer prices every other path alone."""
+    values = [3.3, 3.2, 5.9, 3.4, 3.3, 6.1, 3.2]
+    seen = []
+    for order in (values, list(reversed(values))):
+        f = tmp_path / f"costs-{len(seen)}.json"
+        f.write_text(json.dumps({"idle_wakeup_us": {"value": 9.9, "run": "runs/old", "at": "then"}}))  # old form
+        for i, v in enumerate(order):
+            machine_costs.remember({"idle_wakeup_us": v}, f"runs/{i}", f)
+        entry = json.loads(f.read_text())["idle_wakeup_us"]
+        assert len(entry["samples"]) == machine_costs.RECENT_RUNS and entry["run"] == f"runs/{len(order) - 1}"
+        seen.append(entry["value"])
+        value, source = machine_value({"idle_wakeup_us": entry}, "idle_wakeup_us")
+        assert value == entry["value"] and f"median of the last {machine_costs.RECENT_RUNS} runs" in source
+    # each order's last five: 5.9, 3.4, 3.3, 6.1, 3.2 and 3.3, 3.4, 5.9, 3.2, 3.3; never a docker-dnat's 5.9 or 6.1
+    assert seen == [3.4, 3.3], seen
 
 
 def test_delay_line_usage_over_the_interval():

@@ -44,7 +44,9 @@ def test_remakes_are_bounded_per_kind_and_only_for_runs(monkeypatch):
 
 def test_a_mild_steal_is_made_again_once(monkeypatch):
     """2.0-2.7 % in five tries in a row (ci51b): a steal that mild outlasts the calm waited for, and is judged."""
+    monkeypatch.setattr(premise, "_LOCAL", [])                 # this session's own list stays its own
     monkeypatch.setattr(premise, "wait_for_own_cpus", lambda: 0.0)
+    monkeypatch.setattr(premise.lanes, "session_id", lambda: None)
     remakes: dict = {}
     mild = json.dumps(doc(steal=premise.MILD_STEAL_PCT - 1.5))
     assert premise.should_remake(mild, ["run", "--json"], remakes)
