@@ -34,7 +34,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
-from pathprof.analysis import interleave
+from pathprof.analysis import interleave, lone_client
 from pathprof.analysis.client import client_of
 from pathprof.analysis.mva import Centre, solve
 from pathprof.analysis.predict_inputs import LEARN_IDLE_EVENTS_PER_TXN, machine_value, wal_device
@@ -401,6 +401,7 @@ def predict(b: Base, clients: list[int], scenario: Scenario | None = None, forei
     rows = []
     for n in clients:
         mn, _ = interleave.at_clients(m, n)    # its CPU per transaction at n clients, when the machine knows it
+        mn, _ = lone_client.at_clients(mn, n)  # a lone client's path work, when the machine knows it
         sol = _solve(mn, n)
         key, text = limited_by(mn, sol, SATURATED)
         half = mn.band_pct / 100.0

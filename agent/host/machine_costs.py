@@ -12,6 +12,9 @@ was known to cost then.
   hop_removal_rest_factor   what the rest of a path costs per transaction without one of its hops against what
                             it cost beside it (analysis.hop_removal), learned from a `compare` of a path with and
                             without a hop, both saturating the CPUs: the last pairs of each hop
+  lone_client_path_factor   a lone client's work on the path against a loaded run's (analysis.lone_client),
+                            learned from a `compare` or `sweep` of one path with fewer clients than CPUs and with
+                            the CPUs loaded: the last pairs of each shape of path
   interleave_cpu_exponent   how a transaction's CPU grows with the processes each CPU interleaves
                             (analysis.interleave), learned from a `compare` or `sweep` of one path at two client
                             counts, both saturating the CPUs: the last pairs of each shape of path (direct, or its
@@ -90,7 +93,7 @@ def learn_from_pair(base_rd, base_summary, target_rd, target_summary, path: Path
     the rest of the path ran at (analysis.hop_removal); when it is the same path at another client count, both
     saturating the CPUs, how its CPU per transaction grew with the processes interleaved (analysis.interleave).
     Remembered; never fails the comparison. What was learned (the ratio, the exponent), or None."""
-    from pathprof.analysis import hop_removal, interleave
+    from pathprof.analysis import hop_removal, interleave, lone_client
     from pathprof.analysis.predict import base_of
     from pathprof.analysis.run_model import Summary
     from pathprof.analysis.speed import sampled_ratio
@@ -106,6 +109,12 @@ def learn_from_pair(base_rd, base_summary, target_rd, target_summary, path: Path
         drift = sampled_ratio(*(Summary.of(x).doc.get("host") for x in (base_summary, target_summary)))
         if gone:
             key, ratio, tag = hop_removal.KEY, hop_removal.measured_ratio(base, target, gone, drift), "+".join(gone)
+        elif min(base.clients, target.clients) < min(base.ncpu, target.ncpu):
+            # one run with fewer clients than CPUs: a lone client's path work against the loaded run's
+            lo, hi = sorted((base, target), key=lambda b: b.clients)
+            key, ratio, tag = lone_client.KEY, lone_client.measured_factor(hi, lo, drift if lo is target else
+                                                                            (1 / drift if drift else None)), \
+                interleave.shape(base.hops)
         else:
             key, ratio, tag = interleave.KEY, interleave.measured_exponent(base, target, drift), \
                 interleave.pair_shape(base, target)

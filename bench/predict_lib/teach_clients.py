@@ -1,5 +1,6 @@
 """bench/predict table: for each 16-client base of `all`, a machine-costs file taught the interleave exponent
-(analysis.interleave) by the client-count pairs of the *other* rounds only, as `pathprof sweep` teaches it
+(analysis.interleave, from the 4-client pairs) and the lone client's path factor (analysis.lone_client, from the
+1-client pairs) by the client-count pairs of the *other* rounds only, as `pathprof sweep` teaches them
 (agent.host.machine_costs.learn_from_pair): leave-one-round-out, so no prediction is made with a pair of its own
 round. Prints each pair's exponent, and writes OUT/learned-clients-<base>.json.
 
@@ -10,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from pathprof.agent.host import machine_costs as mc
-from pathprof.analysis import interleave
+from pathprof.analysis import interleave, lone_client
 from pathprof.analysis.hop_removal import remembered
 from pathprof.analysis.rundir import RunDir
 
@@ -23,7 +24,7 @@ for line in plan.read_text().splitlines():
         continue
     rnd = seen[t] = seen.get(t, -1) + 1    # the n-th line of one target is round n
     lines.append((rnd, base, [m.split("=", 1)[1] for m in meas.split()]))
-pairs = []                                 # (round, exponent, shape, "base -> target")
+pairs = []                                 # (round, key, value, shape, "base -> target")
 with tempfile.TemporaryDirectory() as tmp:
     for rnd, base, targets in lines:
         rb = RunDir.open(Path(base))
@@ -34,16 +35,20 @@ with tempfile.TemporaryDirectory() as tmp:
             e = mc.learn_from_pair(rb, rb.summary(), rt, rt.summary(), path=scratch)
             print(f"{Path(base).name} -> {Path(t).name}: {'-' if e is None else f'{e:.3f}'}", file=sys.stderr)
             if e is not None:
-                (sample,) = mc.current(scratch)[interleave.KEY]["samples"]
-                pairs.append((rnd, e, sample["hop"], sample["run"]))
+                for key, entry in mc.current(scratch).items():
+                    (sample,) = entry["samples"]
+                    pairs.append((rnd, key, e, sample["hop"], sample["run"]))
 try:
     costs = json.loads(base_costs.read_text())
 except (OSError, ValueError):
     costs = {}
 for rnd, base, _ in lines:
-    entry = None
-    for r2, e, shape, run in pairs:
-        if r2 != rnd:
-            entry = remembered(entry, e, run, "bench", shape)
-    doc = {**costs, **({interleave.KEY: entry} if entry else {})}
+    doc = dict(costs)
+    for key in (interleave.KEY, lone_client.KEY):
+        entry = None
+        for r2, k, e, shape, run in pairs:
+            if r2 != rnd and k == key:
+                entry = remembered(entry, e, run, "bench", shape)
+        if entry:
+            doc[key] = entry
     (out / f"learned-clients-{Path(base).name}.json").write_text(json.dumps(doc, indent=1) + "\n")

@@ -1,5 +1,7 @@
 """A `sweep` of one path at two client counts teaches the machine how a transaction's CPU grows with the processes
-each CPU interleaves (#36, analysis.interleave), and the next prediction at another client count uses it.
+each CPU interleaves (#36, analysis.interleave), and the next prediction at another client count uses it. With a
+lone client in the sweep too, the pair of it and a loaded run teaches how the path's work changes when a client is
+alone on the machine (analysis.lone_client), and a prediction at one client from a loaded run uses it.
 
 A loopback sweep of 4 and 16 clients (both saturating the 2 CPUs) teaches a machine-costs file of the test's own
 (PATHPROF_MACHINE_COSTS): the exponent kept is the one the pair's two recorded runs give (their anchored CPU per
@@ -47,19 +49,19 @@ def test_a_sweep_at_two_client_counts_teaches_the_next_prediction(tmp_path):
     def sweep(attempt):
         costs, runs = tmp_path / f"machine-costs-{attempt}.json", tmp_path / f"runs-{attempt}"
         costs.write_text("{}")
-        cp = subprocess.run([*PATHPROF, "sweep", "--topology", "loopback", "--clients", "4,16", "--duration", "3",
+        cp = subprocess.run([*PATHPROF, "sweep", "--topology", "loopback", "--clients", "1,4,16", "--duration", "3",
                              "--json"], capture_output=True, text=True, timeout=600,
                             env={**os.environ, "PATHPROF_MACHINE_COSTS": str(costs), "PATHPROF_RUNS": str(runs)},
                             stdin=subprocess.DEVNULL)
         assert cp.returncode == 0, cp.stderr[-3000:]
         doc = json.loads(cp.stdout)
-        four, sixteen = (RunDir.open(Path(r["run_dir"])) for r in doc["runs"])
+        one, four, sixteen = (RunDir.open(Path(r["run_dir"])) for r in doc["runs"])
         b4, b16 = base_of(four, four.summary()), base_of(sixteen, sixteen.summary())
-        return (four, sixteen, b4, b16, premise.stolen_pct(cp), doc), runs
+        return (four, sixteen, b4, b16, premise.stolen_pct(cp), doc, one), runs
 
     def missed(made):
         return _premise_missed(*made[2:5])
-    attempt, (four, sixteen, b4, b16, _, doc) = premise.made_until_it_holds(sweep, missed, PREMISE_REMAKES)
+    attempt, (four, sixteen, b4, b16, _, doc, one) = premise.made_until_it_holds(sweep, missed, PREMISE_REMAKES)
     taught_file = tmp_path / f"machine-costs-{attempt}.json"
     assert machine_state() == before
     # the premise: 4 and 16 clients both saturate 2 CPUs (every such run of bench/predict did), on a machine to
@@ -100,7 +102,40 @@ def test_a_sweep_at_two_client_counts_teaches_the_next_prediction(tmp_path):
         assert any(f"x{f:.2f}" in a and "interleaves" in a for a in scaled["assumptions"]), scaled["assumptions"]
         # a cheaper transaction at 4 clients (f < 1) is more TPS, the CPUs being the limit
         assert (scaled["tps"] > bare["tps"]) == (f < 1), (f, scaled["tps"], bare["tps"])
-    measured = doc["runs"][0]["windows"]["tps_out"]
+    measured = doc["runs"][1]["windows"]["tps_out"]
     record("interleave: 4 from 16 clients, error % without", (bare["tps"] - measured) / measured * 100, "")
     record("interleave: 4 from 16 clients, error % with the pair's own exponent (in sample)",
            (scaled["tps"] - measured) / measured * 100, "")
+
+    # the lone client and the 4-client run (the sweep's first pair): the path's work alone against loaded, kept as
+    # the two runs give it (the drift between them taken out), and applied once the machine has MIN_PAIRS of them
+    from pathprof.analysis import lone_client
+    b1 = base_of(one, one.summary())
+    want = lone_client.measured_factor(b4, b1, sampled_ratio(four.run.host.doc, one.run.host.doc))
+    lone = json.loads(taught_file.read_text()).get(lone_client.KEY)
+    if want is None:
+        assert lone is None, lone
+        pytest.fail(f"the lone pair taught nothing: 1 client {sum(b1.cpu.values()):.1f} µs on the path ({b1.regime}, "
+                    f"{b1.foreign_cpus:.2f} CPUs of other load), 4 clients {sum(b4.cpu.values()) * b4.path_share:.1f} "
+                    f"({b4.regime}); a factor is learned within {lone_client.SANE}")
+    (pair,) = lone["samples"]
+    assert pair["value"] == pytest.approx(want, abs=1e-4) and pair["hop"] == "direct", lone
+    record("lone client: one pair's path factor (loopback 1 vs 4)", pair["value"], f"{lone_client.SANE}")
+
+    def predict_one(costs: Path) -> dict:
+        cp = run_pathprof("predict", str(sixteen.path), "--clients", "1", "--json",
+                          env={**os.environ, "PATHPROF_MACHINE_COSTS": str(costs)}, check=True)
+        (row,) = json.loads(cp.stdout)["scenarios"]
+        return row
+    twice = tmp_path / "lone-twice.json"
+    twice.write_text(json.dumps({lone_client.KEY: {**lone, "samples": [pair] * lone_client.MIN_PAIRS}}))
+    bare1, with1 = predict_one(empty), predict_one(twice)
+    if abs(pair["value"] - 1) >= 0.005:
+        assert any(f"x{pair['value']:.2f}" in a and "fewer than the CPUs" in a for a in with1["assumptions"]), \
+            with1["assumptions"]
+        # more work on the path for a lone client (factor > 1) is a longer cycle: fewer TPS
+        assert (with1["tps"] < bare1["tps"]) == (pair["value"] > 1), (pair, with1["tps"], bare1["tps"])
+    measured1 = doc["runs"][0]["windows"]["tps_out"]
+    record("lone client: 1 from 16 clients, error % without", (bare1["tps"] - measured1) / measured1 * 100, "")
+    record("lone client: 1 from 16 clients, error % with the pair's own factor (in sample)",
+           (with1["tps"] - measured1) / measured1 * 100, "")
