@@ -78,7 +78,7 @@ def test_without_a_hop_removes_its_cpu_and_raises_tps():
 
 def test_a_single_threaded_hop_limits_when_its_thread_saturates():
     b = base("pgbouncer-traces")
-    hop = P._centres(b, 16)
+    hop = P.centres(b, 16)
     assert any(c.name == "hop.pgbouncer" and c.servers == 1 for c in hop)
     # make the pooler's CPU the largest demand: at many clients it must be what limits
     b.cpu["hop.pgbouncer.sys"] = sum(b.cpu.values())
