@@ -47,45 +47,44 @@ def anchor(b: Base, summary: Summary) -> bool:
                        f"({cpu_us:.1f} µs of it on a CPU, the rest waiting for a CPU shared with the others)")
     if b.regime != "cpu-bound" and not hop:
         return _anchor_latency(b, summary, idle_stages)
-    if b.regime == "cpu-bound" or hop:
-        # (a hop's saturated thread limited the run as the CPUs would: its queue, not idle wakeups, fills the
-        # cycle; fitting the cycle's rest to idle wakeups would price them at hundreds of µs)
-        # priced only when enough transactions saw one (counts per transaction are rounded to 0.001)
-        per_event = idle_stages / events if events >= MIN_IDLE_EVENTS_PER_TXN else 0.0
-        b.idle_us = per_event * b.receivers
-        machine_idle, source = machine_value(b.machine, "idle_wakeup_us")
-        rq, rq_source = machine_value(b.machine, "lowload_runqueue_us")
-        if events < LEARN_IDLE_EVENTS_PER_TXN and machine_idle and rq is not None:
-            # a transaction on an idle machine: the processes it wakes find an idle CPU as long as there is one
-            # (a 1-client loopback run: 1.92 idle exits for its 2 processes; docker-dnat's 4 and pgbouncer's 4:
-            # 2.6 and 1.9, the others woken onto their waker's CPU), and every one waits on a run queue
-            exits = min(b.receivers, max(int(b.ncpu + 0.5), 1))
-            b.idle_us = exits * machine_idle + b.receivers * rq
-            per_event = b.idle_us / b.receivers
-            b.notes.append(f"the run woke a process onto an idle CPU {events:.2f} times per transaction: on an idle "
-                           f"machine its {b.receivers} processes woken per transaction would leave idle {exits} "
-                           f"CPUs ({machine_idle:.1f} µs each, {source}) and wait {rq:.1f} µs each on a run queue "
-                           f"({rq_source})")
-        elif events < LEARN_IDLE_EVENTS_PER_TXN and machine_idle:
-            # the run (nearly) never idled: the few idle exits a saturated run has are outliers (a process woken
-            # after a stall), so the machine's delay of one wakeup onto an idle CPU, learned by a run that idled
-            # often (agent.host.machine_costs), prices each process a transaction wakes
-            per_event, b.idle_us = machine_idle, machine_idle * b.receivers
-            b.notes.append(f"the run woke a process onto an idle CPU {events:.2f} times per transaction: that delay "
-                           f"is the machine's, {machine_idle:.1f} µs per wakeup onto an idle CPU, {b.receivers} "
-                           f"wakeups per transaction, {source}")
-        if not (hop or b.lock_us) or solve_base(b, b.clients).tps > b.measured_tps:
-            # the CPUs limit: scale their demand until the model gives the measured rate
-            orig = dict(b.cpu)
-            f = _bisect(b, lambda f: b.cpu.update({k: v * f for k, v in orig.items()}))
-            b.cpu_scale *= f
-            if not ANCHOR_RANGE[0] * 1.01 < f < ANCHOR_RANGE[1] * 0.99:
-                b.notes.append(f"the model cannot reproduce this run's TPS by scaling its CPU demand within "
-                               f"{ANCHOR_RANGE[0]:g}..{ANCHOR_RANGE[1]:g}x: its predictions are not anchored")
-        if not per_event:
-            b.idle_priced = False
-            b.notes.append("the run saw too few wakeups onto idle CPUs to price one: predictions at fewer clients "
-                           "than saturate the CPUs leave that delay out and come out too high")
+    # (a hop's saturated thread limited the run as the CPUs would: its queue, not idle wakeups, fills the
+    # cycle; fitting the cycle's rest to idle wakeups would price them at hundreds of µs)
+    # priced only when enough transactions saw one (counts per transaction are rounded to 0.001)
+    per_event = idle_stages / events if events >= MIN_IDLE_EVENTS_PER_TXN else 0.0
+    b.idle_us = per_event * b.receivers
+    machine_idle, source = machine_value(b.machine, "idle_wakeup_us")
+    rq, rq_source = machine_value(b.machine, "lowload_runqueue_us")
+    if events < LEARN_IDLE_EVENTS_PER_TXN and machine_idle and rq is not None:
+        # a transaction on an idle machine: the processes it wakes find an idle CPU as long as there is one
+        # (a 1-client loopback run: 1.92 idle exits for its 2 processes; docker-dnat's 4 and pgbouncer's 4:
+        # 2.6 and 1.9, the others woken onto their waker's CPU), and every one waits on a run queue
+        exits = min(b.receivers, max(int(b.ncpu + 0.5), 1))
+        b.idle_us = exits * machine_idle + b.receivers * rq
+        per_event = b.idle_us / b.receivers
+        b.notes.append(f"the run woke a process onto an idle CPU {events:.2f} times per transaction: on an idle "
+                       f"machine its {b.receivers} processes woken per transaction would leave idle {exits} "
+                       f"CPUs ({machine_idle:.1f} µs each, {source}) and wait {rq:.1f} µs each on a run queue "
+                       f"({rq_source})")
+    elif events < LEARN_IDLE_EVENTS_PER_TXN and machine_idle:
+        # the run (nearly) never idled: the few idle exits a saturated run has are outliers (a process woken
+        # after a stall), so the machine's delay of one wakeup onto an idle CPU, learned by a run that idled
+        # often (agent.host.machine_costs), prices each process a transaction wakes
+        per_event, b.idle_us = machine_idle, machine_idle * b.receivers
+        b.notes.append(f"the run woke a process onto an idle CPU {events:.2f} times per transaction: that delay "
+                       f"is the machine's, {machine_idle:.1f} µs per wakeup onto an idle CPU, {b.receivers} "
+                       f"wakeups per transaction, {source}")
+    if not (hop or b.lock_us) or solve_base(b, b.clients).tps > b.measured_tps:
+        # the CPUs limit: scale their demand until the model gives the measured rate
+        orig = dict(b.cpu)
+        f = _bisect(b, lambda f: b.cpu.update({k: v * f for k, v in orig.items()}))
+        b.cpu_scale *= f
+        if not ANCHOR_RANGE[0] * 1.01 < f < ANCHOR_RANGE[1] * 0.99:
+            b.notes.append(f"the model cannot reproduce this run's TPS by scaling its CPU demand within "
+                           f"{ANCHOR_RANGE[0]:g}..{ANCHOR_RANGE[1]:g}x: its predictions are not anchored")
+    if not per_event:
+        b.idle_priced = False
+        b.notes.append("the run saw too few wakeups onto idle CPUs to price one: predictions at fewer clients "
+                       "than saturate the CPUs leave that delay out and come out too high")
     return True
 
 
