@@ -81,8 +81,8 @@ def test_a_sweep_at_two_client_counts_teaches_the_next_prediction(tmp_path):
     assert pair["run"] == f"{four.path} -> {sixteen.path}"
     record("interleave: one pair's exponent (loopback 4 vs 16)", pair["value"], f"{interleave.SANE}")
 
-    def predict(costs: Path) -> dict:
-        cp = run_pathprof("predict", str(sixteen.path), "--clients", "4", "--json",
+    def predict(costs: Path, clients: int = 4) -> dict:
+        cp = run_pathprof("predict", str(sixteen.path), "--clients", str(clients), "--json",
                           env={**os.environ, "PATHPROF_MACHINE_COSTS": str(costs)}, check=True)
         (row,) = json.loads(cp.stdout)["scenarios"]
         return row
@@ -122,14 +122,9 @@ def test_a_sweep_at_two_client_counts_teaches_the_next_prediction(tmp_path):
     assert pair["value"] == pytest.approx(want, abs=1e-4) and pair["hop"] == "direct", lone
     record("lone client: one pair's path factor (loopback 1 vs 4)", pair["value"], f"{lone_client.SANE}")
 
-    def predict_one(costs: Path) -> dict:
-        cp = run_pathprof("predict", str(sixteen.path), "--clients", "1", "--json",
-                          env={**os.environ, "PATHPROF_MACHINE_COSTS": str(costs)}, check=True)
-        (row,) = json.loads(cp.stdout)["scenarios"]
-        return row
     twice = tmp_path / "lone-twice.json"
     twice.write_text(json.dumps({lone_client.KEY: {**lone, "samples": [pair] * lone_client.MIN_PAIRS}}))
-    bare1, with1 = predict_one(empty), predict_one(twice)
+    bare1, with1 = predict(empty, 1), predict(twice, 1)
     if abs(pair["value"] - 1) >= 0.005:
         assert any(f"x{pair['value']:.2f}" in a and "fewer than the CPUs" in a for a in with1["assumptions"]), \
             with1["assumptions"]
