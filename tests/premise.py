@@ -96,7 +96,7 @@ def remake_reason(doc: dict, remakes: dict) -> str | None:
     made, (kind, why) = found
     if remakes.get(kind, 0) >= MAX_REMAKES[kind]:
         return None
-    mild = kind == "steal" and max(stolen_pct_of(d) for d in run_docs(doc)) < MILD_STEAL_PCT
+    mild = kind == "steal" and worst_steal(doc) < MILD_STEAL_PCT
     if mild and remakes.get(kind, 0) >= MAX_MILD_STEAL_REMAKES:
         return None
     if kind == "steal" and _session_count(STEAL_MARK) >= SESSION_STEAL_REMAKES:
@@ -145,10 +145,14 @@ def foreign_apart(a: dict, b: dict) -> str | None:
 def stolen_pct(cp) -> float:
     """The worst steal share among the runs of a `run`/`compare` output (0 when it says none)."""
     try:
-        docs = run_docs(json.loads(cp.stdout))
+        return worst_steal(json.loads(cp.stdout))
     except (ValueError, TypeError, AttributeError):
         return 0.0
-    return max([float((d.get("steal") or {}).get("pct") or 0.0) for d in docs] or [0.0])
+
+
+def worst_steal(doc: dict) -> float:
+    """The worst steal share among the runs of a `run`, merged run or `compare` document."""
+    return max([float((d.get("steal") or {}).get("pct") or 0.0) for d in run_docs(doc)] or [0.0])
 
 
 def least_stolen(tries: list):
@@ -159,10 +163,6 @@ def least_stolen(tries: list):
         return last
     stolen = [t for t in tries if (miss_of(t) or ("", ""))[0] == "steal"]
     return min(stolen, key=stolen_pct)
-
-
-def stolen_pct_of(doc: dict) -> float:
-    return float((doc.get("steal") or {}).get("pct") or 0.0)
 
 
 def miss_of(cp) -> tuple[str, str] | None:

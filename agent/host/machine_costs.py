@@ -112,8 +112,8 @@ def learn_from_pair(base_rd, base_summary, target_rd, target_summary, path: Path
         elif min(base.clients, target.clients) < min(base.ncpu, target.ncpu):
             # one run with fewer clients than CPUs: a lone client's path work against the loaded run's
             lo, hi = sorted((base, target), key=lambda b: b.clients)
-            key, ratio, tag = lone_client.KEY, lone_client.measured_factor(hi, lo, drift if lo is target else
-                                                                            (1 / drift if drift else None)), \
+            lone_drift = drift if lo is target or not drift else 1 / drift     # the lone run's slowdown
+            key, ratio, tag = lone_client.KEY, lone_client.measured_factor(hi, lo, lone_drift), \
                 interleave.shape(base.hops)
         else:
             key, ratio, tag = interleave.KEY, interleave.measured_exponent(base, target, drift), \
