@@ -46,9 +46,6 @@ EXCLUSIVE = {
                                 "a 16-client run one pair's exponent ranged -0.30 ... 0.38 (2026-11-28)",
     "test_three_hosts.py": "three agents load their probes before one moment: beside a 16-client run they were "
                            "ready 1.4-3.0 s after a moment 6 s ahead (2026-11-26)",
-    "test_attach_client_name.py": "beside test_status_feed's copy of the same hand-built path (another namespace, the "
-                                  "same addresses) its attach counted 25,510 TPS for a 17,000-TPS application and "
-                                  "closed at -43.59 % (2 of 11 tries, stop 51): not found yet, see MEASUREMENTS",
 }
 # module file name, or "module::test name prefix" -> which machine-wide objects it must not share with a live run.
 # `cleanup` beside the other lane's runs (CI runs 36, 39) kept a killed run's names a live run of the other lane

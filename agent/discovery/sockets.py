@@ -15,6 +15,7 @@ import struct
 import subprocess
 from dataclasses import dataclass, field
 
+from pathprof.agent.discovery.ns_links import NamespaceLinks
 from pathprof.agent.host.netns import netns_argv
 
 TCP_STATES = {"01": "established", "0A": "listen"}
@@ -136,6 +137,7 @@ class SocketTable:
     scope: int | None = None                                    # only this namespace (inode) was looked at
     _unix_read: bool = False
     _ct: list | None = None                                     # conntrack entries, read on first need
+    _links: NamespaceLinks | None = None                        # namespaces joined by links, read on first need
 
     @classmethod
     def take(cls, only_netns: str | None = None) -> "SocketTable":
@@ -246,7 +248,7 @@ class SocketTable:
         same = [x for x in self.socks if x.kind == "tcp" and x.state == "established" and x.local == s.remote
                 and x.remote == s.local]
         if same:
-            return sorted(same, key=lambda x: x.netns != s.netns)[0], "connection"
+            return self._nearest(s, same)[0], "connection"
         for orig_src, orig_dst, rep_src, rep_dst in self._conntrack():
             # from the connecting side (original direction) to the answering one, or back (reply direction)
             if orig_src == s.local and orig_dst == s.remote:
@@ -258,12 +260,27 @@ class SocketTable:
             hit = [x for x in self.socks if x.kind == "tcp" and x.state == "established"
                    and (x.local, x.remote) == want]
             if hit:
-                return hit[0], "nat"
+                return self._nearest(s, hit)[0], "nat"
         lst = [x for x in self.listeners(s.remote.port) if x.local.ip == s.remote.ip or x.local.wildcard]
+        if len({self.owner(x) for x in lst}) > 1:
+            lst = [x for x in lst if self.links.joined(s.netns, x.netns)]
         if len({self.owner(x) for x in lst}) == 1:
             return lst[0], "listener"
         return None, (f"{s.remote} is not answered by any process pathprof can see (a server on another machine, "
                       "or a namespace without processes)")
+
+    @property
+    def links(self) -> NamespaceLinks:
+        if self._links is None:
+            self._links = NamespaceLinks.read(self.ns_pid) if self.scope is None else NamespaceLinks()
+        return self._links
+
+    def _nearest(self, s: Sock, cands: list[Sock]) -> list[Sock]:
+        """Candidates for s's other end, nearest first: in s's own namespace, then in one joined to it by links
+        (ns_links: where one path exists twice, the same four addresses are also in the other copy's namespaces)."""
+        if len({x.netns for x in cands}) < 2:
+            return cands
+        return sorted(cands, key=lambda x: (x.netns != s.netns, not self.links.joined(s.netns, x.netns)))
 
     def _conntrack(self) -> list:
         if self._ct is None:

@@ -8,6 +8,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -15,6 +16,23 @@ from contextlib import contextmanager
 PG_BIN = "/usr/lib/postgresql/15/bin"
 NS, HOST_IF, DB_IF = "pp-t11-db", "pp-t11-h", "pp-t11-d"
 HOST_IP, DB_IP = "198.18.211.1", "198.18.211.2"
+TWIN_HOST, TWIN_DB, TWIN_HOST_IF, TWIN_DB_IF = "pp-t11-th", "pp-t11-td", "pp-t11-th0", "pp-t11-td0"
+# a session opened from a chosen source port (libpq cannot choose one): the startup packet by hand, the server's
+# answer read up to ReadyForQuery, then idle until killed (bounded: 60 s)
+HOLD_SESSION = """
+import socket, struct, sys, time
+s = socket.create_connection((sys.argv[3], 5432), timeout=20, source_address=(sys.argv[1], int(sys.argv[2])))
+params = b"user\\0postgres\\0database\\0postgres\\0\\0"
+s.sendall(struct.pack("!ii", 8 + len(params), 196608) + params)
+buf = b""
+while b"Z\\0\\0\\0\\x05" not in buf:
+    chunk = s.recv(4096)
+    if not chunk:
+        sys.exit("the server closed the connection: " + repr(buf[:200]))
+    buf += chunk
+print("ready", flush=True)
+time.sleep(60)
+"""
 
 
 def _sh(*argv: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -63,6 +81,22 @@ logfile = {tmp}/pgbouncer.log
     return ["runuser", "-u", "postgres", "--", "/usr/sbin/pgbouncer", conf]
 
 
+def _start_postgres(tmp: str, ns: str, procs: list) -> str:
+    """initdb and a server on DB_IP:5432 inside `ns`, started into procs; its data directory."""
+    data = os.path.join(tmp, "data")
+    shutil.chown(tmp, "postgres", "postgres")
+    _sh("runuser", "-u", "postgres", "--", f"{PG_BIN}/initdb", "-D", data, "-A", "trust", "-U", "postgres")
+    with open(os.path.join(data, "pg_hba.conf"), "a") as f:
+        f.write("host all all 198.18.0.0/15 trust\n")
+    pg = subprocess.Popen(["ip", "netns", "exec", ns, "runuser", "-u", "postgres", "--", f"{PG_BIN}/postgres",
+                           "-D", data, "-c", f"listen_addresses={DB_IP}", "-c", f"unix_socket_directories={tmp}",
+                           "-c", "max_connections=60", "-c", "fsync=off"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    procs.append(pg)
+    _wait_port(DB_IP, 5432, ns=ns)
+    return data
+
+
 @contextmanager
 def foreign_path():
     """Yields {"port": pgbouncer's port on 127.0.0.1, "pg_port", "postmaster": pid, "netns"}."""
@@ -79,17 +113,7 @@ def foreign_path():
         _sh("ip", "link", "set", "lo", "up", ns=NS)
         # a rule of the user's own in the server's namespace: netfilter runs there
         _sh("iptables", "-A", "INPUT", "-p", "tcp", "--dport", "5432", "-j", "ACCEPT", ns=NS)
-        data = os.path.join(tmp, "data")
-        shutil.chown(tmp, "postgres", "postgres")
-        _sh("runuser", "-u", "postgres", "--", f"{PG_BIN}/initdb", "-D", data, "-A", "trust", "-U", "postgres")
-        with open(os.path.join(data, "pg_hba.conf"), "a") as f:
-            f.write("host all all 198.18.0.0/15 trust\n")
-        pg = subprocess.Popen(["ip", "netns", "exec", NS, "runuser", "-u", "postgres", "--", f"{PG_BIN}/postgres",
-                               "-D", data, "-c", f"listen_addresses={DB_IP}", "-c", f"unix_socket_directories={tmp}",
-                               "-c", "max_connections=60", "-c", "fsync=off"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-        procs.append(pg)
-        _wait_port(DB_IP, 5432, ns=NS)
+        data = _start_postgres(tmp, NS, procs)
         port = free_port()
         fwd = subprocess.Popen(_pgbouncer(tmp, port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                stdin=subprocess.DEVNULL)
@@ -153,3 +177,39 @@ def stop_processes(procs: list) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+@contextmanager
+def twin_server():
+    """foreign_path's server side once more, in namespaces of its own with the same addresses: a "host" namespace
+    (HOST_IP) joined by a veth to a server's (DB_IP:5432) -- one path twice, as two pods' or two lanes' copies are.
+    Made before foreign_path, its server's processes come first in /proc. Yields session_from(port): a session to
+    the twin's server from HOST_IP:port (a port another connection of the machine uses), open when it returns."""
+    tmp = tempfile.mkdtemp(prefix="pp-t11-twin-")
+    procs: list[subprocess.Popen] = []
+    try:
+        for ns in (TWIN_HOST, TWIN_DB):
+            _sh("ip", "netns", "add", ns)
+        _sh("ip", "link", "add", TWIN_HOST_IF, "type", "veth", "peer", "name", TWIN_DB_IF, ns=TWIN_HOST)
+        _sh("ip", "link", "set", TWIN_DB_IF, "netns", TWIN_DB, ns=TWIN_HOST)
+        _sh("ip", "addr", "add", f"{HOST_IP}/30", "dev", TWIN_HOST_IF, ns=TWIN_HOST)
+        _sh("ip", "link", "set", TWIN_HOST_IF, "up", ns=TWIN_HOST)
+        _sh("ip", "addr", "add", f"{DB_IP}/30", "dev", TWIN_DB_IF, ns=TWIN_DB)
+        _sh("ip", "link", "set", TWIN_DB_IF, "up", ns=TWIN_DB)
+        _sh("ip", "link", "set", "lo", "up", ns=TWIN_DB)
+        _start_postgres(tmp, TWIN_DB, procs)
+
+        def session_from(port: int) -> None:
+            p = subprocess.Popen(["ip", "netns", "exec", TWIN_HOST, "timeout", "60", sys.executable, "-c",
+                                  HOLD_SESSION, HOST_IP, str(port), DB_IP], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+            procs.append(p)
+            if p.stdout.readline().strip() != "ready":
+                p.kill()
+                raise AssertionError(f"no session from {HOST_IP}:{port} in {TWIN_HOST}: {p.communicate()[1][-2000:]}")
+        yield session_from
+    finally:
+        stop_processes(procs)
+        for ns in (TWIN_DB, TWIN_HOST):
+            _sh("ip", "netns", "del", ns, check=False)
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -144,3 +144,47 @@ def test_attach_keeps_the_leaving_connections_opened_after_its_start(monkeypatch
     watch.last -= attach.LeavingConnections.LOOK_EVERY_S
     watch.look()
     assert "ZeroDivisionError" in watch.note() and len(watch.doc()) == 3
+
+
+def _two_copies(first: str) -> SocketTable:
+    """One path twice (two pods, two test lanes): pgbouncer (pid 20, ns 1) connects from 198.18.211.1:40000 to a
+    server at 198.18.211.2:5432 in ns 2, joined to ns 1 by a veth; the copy's client (pid 50, ns 3) holds a
+    connection with the same four addresses to its own server in ns 4 (the kernel's ephemeral ports do not depend
+    on the namespace). `first`: whose sockets the table lists first (the order /proc gave)."""
+    t = SocketTable(root_ns=1)
+    t.procs = {20: Proc(20, "pgbouncer", 1, 1), 30: Proc(30, "postgres", 1, 2), 31: Proc(31, "postgres", 30, 2),
+               40: Proc(40, "postgres", 1, 4), 41: Proc(41, "postgres", 40, 4), 50: Proc(50, "myapp", 1, 3)}
+    t.ns_pid = {1: 20, 2: 30, 3: 50, 4: 40}
+    t._unix_read, t._ct = True, []
+    a, b = Addr("198.18.211.1", 40000), Addr("198.18.211.2", 5432)
+    pooler = Sock(1, "tcp", "established", 100, a, b)
+    ours = [Sock(2, "tcp", "established", 200, b, a), Sock(2, "tcp", "listen", 201, Addr("198.18.211.2", 5432),
+                                                             Addr("0.0.0.0", 0))]
+    theirs = [Sock(3, "tcp", "established", 300, a, b), Sock(4, "tcp", "established", 400, b, a),
+              Sock(4, "tcp", "listen", 401, Addr("198.18.211.2", 5432), Addr("0.0.0.0", 0))]
+    t.socks = [pooler, *(theirs + ours if first == "theirs" else ours + theirs)]
+    t.owners = {100: [20], 200: [31], 201: [30], 300: [50], 400: [41], 401: [40]}
+    return t
+
+
+def test_one_path_twice_each_end_is_matched_in_the_namespaces_its_links_join():
+    from pathprof.agent.discovery.ns_links import NamespaceLinks
+    for first in ("theirs", "ours"):
+        t = _two_copies(first)
+        t._links = NamespaceLinks([(1, 2), (3, 4)])
+        other, how = t.peer(t.socks[0])
+        assert (other.inode, how) == (200, "connection"), first
+        assert discovery.follow(t, t.socks[0]).postmaster == 30, first
+        # the copy's own connection goes to its own server, either way round
+        theirs = next(s for s in t.socks if s.inode == 300)
+        assert t.peer(theirs)[0].inode == 400
+        # a connection only a listener can answer: the one in a joined namespace, not "two owners, none"
+        lone = Sock(1, "tcp", "established", 101, Addr("198.18.211.1", 40001), Addr("198.18.211.2", 5432))
+        assert t.peer(lone) == (next(s for s in t.socks if s.inode == 201), "listener")
+
+
+def test_namespace_links_join_in_chains():
+    from pathprof.agent.discovery.ns_links import NamespaceLinks
+    links = NamespaceLinks([(1, 2), (2, 5), (3, 4)])
+    assert links.joined(1, 5) and links.joined(5, 1) and links.joined(3, 4) and links.joined(7, 7)
+    assert not links.joined(1, 3) and not links.joined(4, 5) and not links.joined(1, 9)
