@@ -86,6 +86,18 @@ def test_modules_sharing_a_session_run_are_one_group_and_lone_groups_come_first(
     assert [g for i, g in enumerate(scopes) if i == 0 or scopes[i - 1] != g] == list(dict.fromkeys(scopes))
 
 
+def test_modules_of_a_same_lane_group_are_one_scope(monkeypatch):
+    monkeypatch.setattr(lanes, "SAME_LANE", {"copies": (("test_b.py", "test_d.py"), "one path's copies")})
+    items = [FakeItem("tests/integration/test_a.py::t1"), FakeItem("tests/integration/test_b.py::t1"),
+             FakeItem("tests/integration/test_c.py::t1"), FakeItem("tests/integration/test_d.py::t1"),
+             FakeItem("tests/integration/test_d.py::t2")]
+    scope_of = lanes.scope_and_order(items)
+    assert scope_of["tests/integration/test_b.py::t1"] == scope_of["tests/integration/test_d.py::t2"] == "test_b"
+    assert len({scope_of[it.nodeid] for it in items}) == 3
+    assert [it.nodeid for it in items][:3] == ["tests/integration/test_b.py::t1", "tests/integration/test_d.py::t1",
+                                              "tests/integration/test_d.py::t2"]
+
+
 def test_the_machine_objects_scope_waits_while_the_other_lane_has_integration_tests():
     queue = [lanes.MACHINE_SCOPE, "test_a", "test_b"]
     first = {lanes.MACHINE_SCOPE: "tests/integration/test_faults.py::test_sigkill_x",
@@ -217,3 +229,5 @@ def test_every_alone_entry_names_a_module_and_a_test_that_exist():
         module, _, prefix = key.partition("::")
         text = (integration / module).read_text()
         assert not prefix or re.search(rf"^def {re.escape(prefix)}", text, re.M), key
+    for modules, _ in lanes.SAME_LANE.values():
+        assert all((integration / m).exists() for m in modules), modules
