@@ -26,7 +26,8 @@ The model (printed with every prediction as its assumptions):
 It is anchored on the run: the TPS measured outside the probe windows (nothing attached) at the run's own client
 count is reproduced (the CPU demand is scaled on a CPU-bound run, the delays on a latency-bound one), with the
 foreign load the run had (`other`: fewer CPUs, and CPUs kept from idling); predictions are then made for the path
-with the host's CPUs to itself (or `foreign_cpus`). The band: see `band_pct`.
+with the host's CPUs to itself (or `foreign_cpus`). The band: from this machine's checked predictions of the same
+question on the same shape of path when it has enough of them (analysis.prediction_misses), else `_band`.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
-from pathprof.analysis import interleave, lone_client
+from pathprof.analysis import interleave, lone_client, prediction_misses
 from pathprof.analysis.anchor import SATURATED, anchor, centres, solve_base, stage_sum
 from pathprof.analysis.client import client_of
 from pathprof.analysis.predict_inputs import wal_device
@@ -250,10 +251,15 @@ def predict(b: Base, clients: list[int], scenario: Scenario | None = None, forei
         mn, _ = lone_client.at_clients(mn, n)  # a lone client's path work, when the machine knows it
         sol = solve_base(mn, n)
         key, text = limited_by(mn, sol, SATURATED)
-        half = mn.band_pct / 100.0
+        plain = not (sc.link_us or sc.pg_set or sc.wal_unthrottled or foreign_cpus)
+        asked = prediction_misses.question(b.clients, n, sc.without) if plain else None
+        checked, _, checked_from = prediction_misses.band(mn.machine, asked, b.hops)
+        half = (checked if checked is not None else mn.band_pct) / 100.0
         rows.append({"name": f"{sc.label()}, {n} clients", "scenario": sc.label(), "clients": n,
                      "tps": round(sol.tps, 1), "tps_low": round(sol.tps * (1 - half), 1),
-                     "tps_high": round(sol.tps * (1 + half), 1), "latency_ms": round(sol.cycle_us / 1e3, 4),
+                     "tps_high": round(sol.tps * (1 + half), 1), "band_pct": round(half * 100, 1),
+                     "band_from": checked_from or "the run's own per-second spread, closure and probe effect",
+                     "question": asked, "latency_ms": round(sol.cycle_us / 1e3, 4),
                      "limited_by": key, "limited_by_text": text,
                      "utilisation_pct": {k: round(v * 100, 1) for k, v in sol.utilisation.items() if k != "idle"},
                      "assumptions": assumptions(mn)})

@@ -84,6 +84,7 @@ def compare(a) -> int:
         explanations.append(e)
     spreads = {lb: spread(runs[lb]) for lb in labels} if a.repeat > 1 else None
     predictions = predictions_from_first(chosen)
+    _learn_from_checks(chosen, predictions)
     _learn_from_pairs([(b, o) for lb in labels[1:] for b, o in zip(runs[labels[0]], runs[lb])])   # one per repeat
     if a.html:
         from pathprof.analysis.report.html import write_html
@@ -116,6 +117,20 @@ def predictions_from_first(summaries: list[dict]) -> list[dict]:
         row["run"] = run_label(s)      # its label, else its topology
         out.append(row)
     return out
+
+
+def _learn_from_checks(summaries: list[dict], predictions: list[dict]) -> None:
+    """Each prediction from the first run, measured by the run it predicted, tells the machine how far such
+    predictions miss (agent.host.machine_costs.learn_from_check): the bands of the next ones."""
+    from pathprof.agent.host.machine_costs import learn_from_check
+    from pathprof.analysis.run_model import Summary
+    from pathprof.analysis.rundir import RunDir
+    for s, row in zip(summaries[1:], predictions):
+        try:
+            rb, ro = RunDir.open(Summary.of(summaries[0]).run_dir), RunDir.open(Summary.of(s).run_dir)
+        except (UserError, OSError, TypeError):
+            continue
+        learn_from_check(rb, summaries[0], ro, s, row)
 
 
 def _learn_from_pairs(pairs: list[tuple[dict, dict]]) -> None:
@@ -159,8 +174,10 @@ def sweep(a) -> int:
             runs[c].append(_one_run(a, a.topology, c, f"{a.topology}: {c} clients ({n}/{len(counts) * repeat})"))
     summaries = [_median_run(runs[c]) for c in counts]
     analysis = sweep_analysis(summaries)
-    for p, pred in zip(analysis["points"][1:], predictions_from_first(summaries)):
+    predictions = predictions_from_first(summaries)
+    for p, pred in zip(analysis["points"][1:], predictions):
         p["predicted_from_first"] = pred
+    _learn_from_checks(summaries, predictions)
     _learn_from_pairs([(b, o) for c0, c1 in zip(counts, counts[1:]) for b, o in zip(runs[c0], runs[c1])])
     if repeat > 1:
         for p in analysis["points"]:

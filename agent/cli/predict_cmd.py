@@ -27,9 +27,12 @@ out: the path is predicted with the host's CPUs to itself. Each prediction names
 hop's process, the client, the WAL flush, or latency) and prints its assumptions; a TPS marked * leaves out the
 delay of waking onto idle CPUs (the run never showed one), so it is too high where the CPUs idle between messages.
 
-The band (tps_low..tps_high) is +/- the root sum of squares of three figures of the run itself: the coefficient
-of variation of pgbench's per-second TPS, the worse of its two closure errors, and the gap between its TPS with
-the probes attached and without. A run that is noisy, or whose views do not add up, gets a wide band.
+The band (tps_low..tps_high) is what this machine's own checked predictions of the same question (fewer
+clients, more clients, without a hop) on the same shape of path missed by: every `compare` and `sweep` predicts
+its runs from the first and measures them, and from 3 such checks the band covers 9 in 10 misses like theirs.
+Until then it is +/- the root sum of squares of three figures of the run itself: the coefficient of variation of
+pgbench's per-second TPS, the worse of its two closure errors, and the gap between its TPS with the probes
+attached and without. A run that is noisy, or whose views do not add up, gets a wide band.
 """
 
 EPILOG = """\
@@ -110,6 +113,9 @@ def render(doc: dict) -> str:
         tps = ("*" if r.get("idle_wakeups_unpriced") else "") + f"{r['tps']:,.0f}"
         lines.append(f"{r['scenario']:<{w}}  {r['clients']:>7}  {tps:>9}  {band:>19}  "
                      f"{r['latency_ms']:>8.3f}  {r['limited_by_text']}")
+    checked = list(dict.fromkeys(r["band_from"] for r in doc["scenarios"] if r.get("question") and
+                                 not r.get("band_from", "").startswith("the run's own")))
+    lines += [f"band from {x}" for x in checked]
     if any(r.get("idle_wakeups_unpriced") for r in doc["scenarios"]):
         lines.append("*: " + next(r["note"] for r in doc["scenarios"] if r.get("idle_wakeups_unpriced")))
     seen = []

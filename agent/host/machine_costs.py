@@ -19,6 +19,9 @@ was known to cost then.
                             (analysis.interleave), learned from a `compare` or `sweep` of one path at two client
                             counts, both saturating the CPUs: the last pairs of each shape of path (direct, or its
                             hops)
+  prediction_miss_pct       how far a prediction from one run missed another run of the same path and workload
+                            (the question: fewer clients, more clients, without a hop), learned from every
+                            `compare` and `sweep` (analysis.prediction_misses): the bands of the next predictions
   delayline_cpu_us_per_packet, delayline_packets_per_round_trip_each
                             pathprof's own link delay line (agent.host.delayline): its CPU per packet and the
                             packets each delay line (one per delayed direction) handles per round trip, learned
@@ -128,3 +131,33 @@ def learn_from_pair(base_rd, base_summary, target_rd, target_summary, path: Path
     except Exception:  # noqa: BLE001 - a pair that cannot be read costs the next prediction, not this comparison
         return None
     return ratio
+
+
+def learn_from_check(base_rd, base_summary, target_rd, target_summary, row: dict, path: Path = PATH) -> float | None:
+    """After a comparison or a sweep: how far the prediction `row` (analysis.predict.predict_for, from the first run)
+    missed the other run, remembered for the bands of later predictions (analysis.prediction_misses) when the pair
+    asked one of its questions of one path and workload, without another load beside either run. The miss (%), or
+    None when not remembered; never fails the comparison."""
+    from pathprof.analysis import prediction_misses
+    from pathprof.analysis.predict import base_of
+    from pathprof.analysis.predict_inputs import LEARN_MAX_FOREIGN_CPUS
+    from pathprof.analysis.run_model import Summary
+    try:
+        miss, asked = (row or {}).get("error_pct"), (row or {}).get("question")
+        if miss is None or asked not in prediction_misses.QUESTIONS:
+            return None
+        wa, wb = (Summary.of(x).workload for x in (base_summary, target_summary))
+        if (wa.mode, wa.script, wa.scale, wa.rate, wa.threads) != (wb.mode, wb.script, wb.scale, wb.rate, wb.threads):
+            return None
+        base, target = base_of(base_rd, base_summary), base_of(target_rd, target_summary)
+        if max(base.foreign_cpus, target.foreign_cpus) >= LEARN_MAX_FOREIGN_CPUS:
+            return None               # another load's effect, not the model's miss
+        doc = current(path)
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        key = prediction_misses.KEY
+        doc[key] = prediction_misses.remembered(doc.get(key), float(miss), asked, base.hops,
+                                                f"{base_rd.path} -> {target_rd.path}", at)
+        _write(doc, path)
+    except Exception:  # noqa: BLE001 - a pair that cannot be read costs the next band, not this comparison
+        return None
+    return float(miss)

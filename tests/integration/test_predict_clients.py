@@ -134,3 +134,24 @@ def test_a_sweep_at_two_client_counts_teaches_the_next_prediction(tmp_path):
     record("lone client: 1 from 16 clients, error % without", (bare1["tps"] - measured1) / measured1 * 100, "")
     record("lone client: 1 from 16 clients, error % with the pair's own factor (in sample)",
            (with1["tps"] - measured1) / measured1 * 100, "")
+
+    # every prediction of the sweep from its first run (1 client: 4 and 16 are "more clients") is a check of the
+    # model: its miss is kept under its question (analysis.prediction_misses), and from MIN_CHECKS of them the next
+    # prediction of that question gets the band those misses call for, not the run's own spread
+    from pathprof.analysis import prediction_misses as PM
+    from pathprof.analysis.predict_inputs import LEARN_MAX_FOREIGN_CPUS
+    preds = [(p["predicted_from_first"], b) for p, b in zip(doc["sweep"]["points"][1:], (b4, b16))]
+    want = [("more clients", "direct", p["error_pct"]) for p, b in preds
+            if max(b1.foreign_cpus, b.foreign_cpus) < LEARN_MAX_FOREIGN_CPUS]
+    checks = json.loads(taught_file.read_text()).get(PM.KEY) or {"samples": []}
+    assert [(x["question"], x["hop"], x["value"]) for x in checks["samples"]] == want, (checks, preds)
+    assert want, "neither check was kept: another load beside the 1-client run"
+    checked = tmp_path / "checked.json"
+    samples = (checks["samples"] * PM.MIN_CHECKS)[:PM.MIN_CHECKS]
+    checked.write_text(json.dumps({PM.KEY: {**checks, "samples": samples}}))
+    cp = run_pathprof("predict", str(one.path), "--clients", "16", "--json",
+                      env={**os.environ, "PATHPROF_MACHINE_COSTS": str(checked)}, check=True)
+    (row,) = json.loads(cp.stdout)["scenarios"]
+    assert row["question"] == "more clients" and "checked predictions" in row["band_from"], row
+    assert row["band_pct"] == round(max(PM.conformal_half([x["value"] for x in samples]), PM.FLOOR_PCT), 1), row
+    assert row["tps_high"] - row["tps_low"] == pytest.approx(2 * row["tps"] * row["band_pct"] / 100, rel=1e-2)
