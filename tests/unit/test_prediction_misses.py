@@ -94,3 +94,17 @@ def test_a_compare_of_a_real_pair_teaches_its_miss_and_the_next_band_covers_the_
     b = P.base_of(base, base.summary(), machine={PM.KEY: entry})
     (row,) = P.predict(b, [1])
     assert row["band_pct"] == round(max(abs(x) for x in checks), 1)
+
+
+def test_the_table_says_where_a_checked_band_comes_from():
+    from pathprof.agent.cli.predict_cmd import render
+    base, _ = rounds()[0]
+    entry = None
+    for v in (3.0, -6.0, 1.5):
+        entry = PM.remembered(entry, v, "fewer clients", [], "p", "t")
+    b = P.base_of(base, base.summary(), machine={PM.KEY: entry})
+    rows = P.predict(b, [1, b.clients])
+    text = render({"topology": "nic", "run_clients": b.clients, "measured_tps": b.measured_tps,
+                   "band_pct": b.band_pct, "band_parts": b.band_parts, "scenarios": rows})
+    assert f"{rows[0]['tps_low']:,.0f}..{rows[0]['tps_high']:,.0f}" in text
+    assert "band from this machine's last 3 checked predictions of fewer clients on direct paths" in text
