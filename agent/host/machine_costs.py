@@ -91,6 +91,13 @@ def learn_from_run(rd, summary: dict) -> dict:
     return learned
 
 
+def _same_workload(a, b) -> bool:
+    """Two runs of one workload (another one moves the path's costs, and the model's misses, too)."""
+    from pathprof.analysis.run_model import Summary
+    wa, wb = (Summary.of(x).workload for x in (a, b))
+    return (wa.mode, wa.script, wa.scale, wa.rate, wa.threads) == (wb.mode, wb.script, wb.scale, wb.rate, wb.threads)
+
+
 def learn_from_pair(base_rd, base_summary, target_rd, target_summary, path: Path = PATH) -> float | None:
     """After a comparison or a sweep: when the second run is the first's path without one of its hops, the ratio
     the rest of the path ran at (analysis.hop_removal); when it is the same path at another client count, both
@@ -105,8 +112,7 @@ def learn_from_pair(base_rd, base_summary, target_rd, target_summary, path: Path
         gone = hop_removal.hops_gone(base.cpu, target.cpu)
         if set(target.hops) - set(base.hops) or base_rd.run.topology.name != target_rd.run.topology.name:
             return None
-        wa, wb = (Summary.of(x).workload for x in (base_summary, target_summary))
-        if (wa.mode, wa.script, wa.scale, wa.rate, wa.threads) != (wb.mode, wb.script, wb.scale, wb.rate, wb.threads):
+        if not _same_workload(base_summary, target_summary):
             return None               # another workload moves the rest's cost too
         # the machine's own drift between the two runs (their speed samples) is not the hop's: taken out
         drift = sampled_ratio(*(Summary.of(x).doc.get("host") for x in (base_summary, target_summary)))
@@ -141,13 +147,11 @@ def learn_from_check(base_rd, base_summary, target_rd, target_summary, row: dict
     from pathprof.analysis import prediction_misses
     from pathprof.analysis.predict import base_of
     from pathprof.analysis.predict_inputs import LEARN_MAX_FOREIGN_CPUS
-    from pathprof.analysis.run_model import Summary
     try:
         miss, asked = (row or {}).get("error_pct"), (row or {}).get("question")
         if miss is None or asked not in prediction_misses.QUESTIONS:
             return None
-        wa, wb = (Summary.of(x).workload for x in (base_summary, target_summary))
-        if (wa.mode, wa.script, wa.scale, wa.rate, wa.threads) != (wb.mode, wb.script, wb.scale, wb.rate, wb.threads):
+        if not _same_workload(base_summary, target_summary):
             return None
         base, target = base_of(base_rd, base_summary), base_of(target_rd, target_summary)
         if max(base.foreign_cpus, target.foreign_cpus) >= LEARN_MAX_FOREIGN_CPUS:

@@ -41,21 +41,21 @@ def main() -> int:
         sys.exit(__doc__)
     table, own = rows(sys.argv[1]), own_bands(sys.argv[1])
     errors: dict[tuple, list[tuple[int, float]]] = {}     # (question, shape) -> [(round, error)]
-    for (target, _sc, clients), rs in table.items():
+    for (target, scenario, clients), rs in table.items():
         for rnd, (_p, _m, err, _d) in enumerate(rs):
             errors.setdefault(question_of(target, clients), []).append((rnd, err))
     print("| target | clients | rounds | own band (median) | rounds in it | checked band (median) | rounds in it |"
           " checks per band |")
     print("|---|---|---|---|---|---|---|---|")
     held = {"own": [0, 0], "checked": [0, 0]}
-    for (target, _sc, clients), rs in table.items():
+    for (target, scenario, clients), rs in table.items():
         q = question_of(target, clients)
         checked, n_checks = [], []
         for rnd, (_p, _m, err, _d) in enumerate(rs):
             others = [e for r, e in errors[q] if r != rnd]
             n_checks.append(len(others))
             checked.append(conformal_half(others) if len(others) >= MIN_CHECKS else None)
-        mine = own[(target, _sc, clients)]
+        mine = own[(target, scenario, clients)]
         in_own = sum(abs(e) <= b for (_p, _m, e, _d), b in zip(rs, mine))
         judged = [(abs(e) <= b) for (_p, _m, e, _d), b in zip(rs, checked) if b is not None]
         held["own"][0] += in_own

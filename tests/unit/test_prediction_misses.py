@@ -18,6 +18,20 @@ def rounds():
     return [tuple(RunDir.open(DATA / "runs" / n) for n in line.split("\t")) for line in lines if line.strip()]
 
 
+def checks(values, question="fewer clients", hops=()) -> dict:
+    """A machine's prediction_miss_pct entry holding these misses."""
+    entry = None
+    for v in values:
+        entry = PM.remembered(entry, v, question, list(hops), "p", "t")
+    return entry
+
+
+def base_with(entry):
+    """The first nic round's 16-client run as the model's base, on a machine that checked `entry`."""
+    base, _ = rounds()[0]
+    return P.base_of(base, base.summary(), machine={PM.KEY: entry})
+
+
 def test_the_conformal_half_width_covers_nine_in_ten_and_the_largest_while_few():
     assert PM.conformal_half([-2.0, 5.0, 1.0]) == 5.0                 # rank ceil(4 * 0.9) = 4 > 3: the largest
     misses = [float(x) for x in range(1, 21)]                         # 1 ... 20 %
@@ -38,9 +52,7 @@ def test_questions_and_what_is_kept():
 
 
 def test_a_band_comes_from_checks_of_the_same_question_and_shape_only():
-    entry = None
-    for v in (-4.0, 2.5):
-        entry = PM.remembered(entry, v, "fewer clients", [], "p", "t")
+    entry = checks((-4.0, 2.5))
     machine = {PM.KEY: entry}
     assert PM.band(machine, "fewer clients")[0] is None                       # two checks: too few
     entry = PM.remembered(entry, 12.0, "fewer clients", ["pgbouncer"], "p", "t")   # another shape
@@ -49,18 +61,12 @@ def test_a_band_comes_from_checks_of_the_same_question_and_shape_only():
     entry = PM.remembered(entry, 1.0, "fewer clients", [], "p", "t")
     half, n, text = PM.band({PM.KEY: entry}, "fewer clients")
     assert (half, n) == (4.0, 3) and "fewer clients on direct paths" in text and "1.0-4.0 %" in text
-    tiny = None
-    for v in (0.1, -0.2, 0.0):
-        tiny = PM.remembered(tiny, v, "more clients", [], "p", "t")
-    assert PM.band({PM.KEY: tiny}, "more clients")[0] == PM.FLOOR_PCT      # never a band of nothing
+    tiny = {PM.KEY: checks((0.1, -0.2, 0.0), "more clients")}
+    assert PM.band(tiny, "more clients")[0] == PM.FLOOR_PCT      # never a band of nothing
 
 
 def test_a_prediction_takes_the_checked_band_for_its_question_only():
-    base, _ = rounds()[0]
-    entry = None
-    for v in (3.0, -6.0, 1.5):
-        entry = PM.remembered(entry, v, "fewer clients", [], "p", "t")
-    b = P.base_of(base, base.summary(), machine={PM.KEY: entry})
+    b = base_with(checks((3.0, -6.0, 1.5)))
     assert b.band_pct > 6.5, "the run's own band is wider than the checks: else this test shows nothing"
     one, same = P.predict(b, [1, b.clients])
     assert one["band_pct"] == 6.0 and one["tps_low"] == pytest.approx(one["tps"] * 0.94, rel=1e-3)
@@ -72,10 +78,9 @@ def test_a_prediction_takes_the_checked_band_for_its_question_only():
 
 def test_a_compare_of_a_real_pair_teaches_its_miss_and_the_next_band_covers_the_rounds(tmp_path):
     """Each round's one-client prediction from its 16-client run, with the band the other rounds' checks give: the
-    bench's leave-one-out. The band must be what those checks missed by, and narrower than the run's own."""
-    rs = rounds()
-    checks = []
-    for base, one in rs:
+    bench's leave-one-out. The band must be what those checks missed by."""
+    misses = []
+    for base, one in rounds():
         row = P.predict_for(base.summary(), one.summary())
         assert row["question"] == "fewer clients"
         costs = tmp_path / f"{base.path.name}.json"
@@ -86,23 +91,14 @@ def test_a_compare_of_a_real_pair_teaches_its_miss_and_the_next_band_covers_the_
         # a row that asks none of the questions (the run itself, another change) is not remembered
         assert mc.learn_from_check(base, base.summary(), one, one.summary(), {**row, "question": None},
                                    path=costs) is None
-        checks.append(row["error_pct"])
-    entry = None
-    for v in checks[1:] + checks[:1]:        # three: enough for a band
-        entry = PM.remembered(entry, v, "fewer clients", [], "p", "t")
-    base, _ = rs[0]
-    b = P.base_of(base, base.summary(), machine={PM.KEY: entry})
-    (row,) = P.predict(b, [1])
-    assert row["band_pct"] == round(max(abs(x) for x in checks), 1)
+        misses.append(row["error_pct"])
+    (row,) = P.predict(base_with(checks(misses)), [1])     # three: enough for a band
+    assert row["band_pct"] == round(max(abs(x) for x in misses), 1)
 
 
 def test_the_table_says_where_a_checked_band_comes_from():
     from pathprof.agent.cli.predict_cmd import render
-    base, _ = rounds()[0]
-    entry = None
-    for v in (3.0, -6.0, 1.5):
-        entry = PM.remembered(entry, v, "fewer clients", [], "p", "t")
-    b = P.base_of(base, base.summary(), machine={PM.KEY: entry})
+    b = base_with(checks((3.0, -6.0, 1.5)))
     rows = P.predict(b, [1, b.clients])
     text = render({"topology": "nic", "run_clients": b.clients, "measured_tps": b.measured_tps,
                    "band_pct": b.band_pct, "band_parts": b.band_parts, "scenarios": rows})
