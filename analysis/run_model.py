@@ -185,6 +185,7 @@ class WindowFigures:
     busy_ns: float | None = None
     elapsed_ns: float | None = None
     client_s: float | None = None     # in windows: the clients' time, each to its own last transaction
+    opening_s: float | None = None    # ...less each one's transaction in flight at an opening (analysis.windows)
     busy_tick_ns: float | None = None     # /proc/stat's tick-sampled busy time (1.2; busy_ns is it before)
     asleep_ns: float | None = None        # the CPUs' no-HZ idle + iowait sleep (1.2, busy_source "nohz")
     steal_ns: float | None = None         # /proc/stat's steal: a hypervisor ran others on these CPUs (1.3)

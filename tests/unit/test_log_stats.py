@@ -59,6 +59,33 @@ def test_a_client_that_finished_early_is_not_counted_waiting_for_the_others():
     assert "client_s" not in split(ends, lat, w)["in_windows"]          # a log without client ids: as before
 
 
+def test_a_transaction_in_flight_at_a_window_opening_is_not_the_clients_time_in_it():
+    # two windows, [0.5, 4) and [5, 9) s; client 0's first transaction began at 0.3 s and ended at 0.7 s (a
+    # retransmission wait the probes dropped at the opening: no start inside the window), client 1's first began
+    # after the opening; in the second window client 1's first began at 4.9 s and ended at 5.1 s. Only those two
+    # stretches (0.2 + 0.1 s) leave the clients' time; streamed in chunks that split a client's windows, the same
+    t0 = 1_764_000_000 * 1_000_000
+    rows = [(0, 0.7, 0.4), (1, 0.8, 0.1), (0, 1.0, 0.001), (1, 2.0, 0.001), (0, 3.5, 0.001), (1, 3.9, 0.001),
+            (1, 5.1, 0.2), (0, 5.5, 0.001), (1, 6.0, 0.001), (0, 8.0, 0.001), (1, 8.5, 0.001)]
+    clients = np.array([c for c, _, _ in rows])
+    ends = t0 + np.array([e for _, e, _ in rows]) * 1e6
+    lat = np.array([d for _, _, d in rows]) * 1e6
+
+    def window(a, b):
+        return {f"{k}_realtime_ns": (t0 + off * 1e6) * 1000 for k, off in
+                (("attach", a - 0.1), ("start", a), ("end", b), ("detached", b + 0.1))}
+    w = [window(0.5, 4.0), window(5.0, 9.0)]
+    whole = split(ends, lat, w, clients)["in_windows"]
+    assert whole["opening_s"] == pytest.approx(0.3)
+    uncut = (3.5 + 3.0) + (3.5 + 3.5)            # each client from the first opening to its last end, both windows
+    assert whole["client_s"] == pytest.approx(uncut - 0.3)
+    for cut in (1, 5, 7, 9):
+        s = LogStats(w)
+        s.add(ends[:cut], lat[:cut], clients[:cut])
+        s.add(ends[cut:], lat[cut:], clients[cut:])
+        assert s.split()["in_windows"] == whole, cut
+
+
 def test_streamed_percentiles_equal_the_whole_log_ones(logs):
     d, _, _, w = logs
     whole = pgbench.latency_percentiles(pgbench.read_logs(d))
