@@ -20,6 +20,11 @@ an always-on window opening a few ms after pgbench's first transactions left the
 (`compare ... docker-dnat:link=container:loss_pct=2 --duration 3`, 2026-11-29). Each client's time in a window
 therefore starts at the end of its first transaction there when that one began before the window opened
 (`in_windows.opening_s`: the time so left out); the parts of it the probes did time are ~µs.
+With a connection per transaction (-C) and several clients on a pgbench thread, a client that closed waits for its
+thread to connect it again, and that wait is a stage (connect.thread_wait) until the thread's last change, even
+when the run's end leaves it no transaction: its time then runs to its thread's last transaction end, not its
+own (8 clients on 2 threads over a 2 % lossy wire, a thread held 3.3 s by one client's SYN retransmissions while
+two of its clients had ended: +25.5 % before, +0.2 % so).
 pgbench logs each transaction's end time as epoch seconds + µs; a log in another clock (monotonic, small
 numbers) is matched against the windows' monotonic times instead.
 """
@@ -114,15 +119,38 @@ class OpeningCuts:
         np.maximum.at(self.seen, c, k)
 
 
+def _to_thread_ends(last_ends: np.ndarray, thread_of: np.ndarray) -> np.ndarray:
+    """Each client's last end raised to its thread's last transaction end (module docstring: -C)."""
+    out = last_ends.copy()
+    n = min(len(out), len(thread_of))
+    for t in np.unique(thread_of[:n][thread_of[:n] >= 0]):
+        m = np.zeros(len(out), dtype=bool)
+        m[:n] = thread_of[:n] == t
+        out[m] = out[m].max()
+    return out
+
+
+def _threads_of(clients: np.ndarray, threads: np.ndarray, into: np.ndarray | None = None) -> np.ndarray:
+    ids = np.asarray(clients, dtype="int64")
+    size = max(int(ids.max()) + 1 if len(ids) else 0, 0 if into is None else len(into))
+    out = np.full(size, -1, dtype="int64")
+    if into is not None:
+        out[:len(into)] = into
+    out[ids] = np.asarray(threads, dtype="int64")
+    return out
+
+
 def _add_client_s(part: dict, inside: list, lo: float, last_ends: np.ndarray, cuts: OpeningCuts) -> None:
     part["client_s"] = round(_client_s(inside, lo, last_ends) - cuts.us / 1e6, 4)
     part["opening_s"] = round(cuts.us / 1e6, 4)
 
 
-def split(ends_us: np.ndarray, lat_us: np.ndarray, windows: list[dict], clients: np.ndarray | None = None) -> dict:
+def split(ends_us: np.ndarray, lat_us: np.ndarray, windows: list[dict], clients: np.ndarray | None = None,
+          threads: np.ndarray | None = None) -> dict:
     """ends_us: each transaction's end time (µs); lat_us: its latency (µs); clients: its pgbench client id (adds
-    in_windows.client_s). Returns {in_windows, outside_windows, edges, probe_overhead_pct, probe_overhead_run_pct,
-    log_clock}."""
+    in_windows.client_s); threads: its client's pgbench thread, for a run with a connection per transaction
+    (a closed client's wait for its thread is a stage). Returns {in_windows, outside_windows, edges,
+    probe_overhead_pct, probe_overhead_run_pct, log_clock}."""
     ends = np.asarray(ends_us, dtype="float64")
     lat = np.asarray(lat_us, dtype="float64")
     out = {"in_windows": _part(0, 0.0, lat[:0]), "outside_windows": _part(0, 0.0, lat[:0]),
@@ -143,7 +171,10 @@ def split(ends_us: np.ndarray, lat_us: np.ndarray, windows: list[dict], clients:
     if clients is not None:
         cuts = OpeningCuts(inside)
         cuts.add(ends, lat, clients)
-        _add_client_s(out["in_windows"], inside, lo, _last_ends(clients, ends), cuts)
+        last = _last_ends(clients, ends)
+        if threads is not None:
+            last = _to_thread_ends(last, _threads_of(clients, threads))
+        _add_client_s(out["in_windows"], inside, lo, last, cuts)
     out["outside_windows"] = _part(int(m_out.sum()), d_out, lat[m_out])
     out["edges"] = {"txns": int(m_edge.sum()), "duration_s": round(d_edge / 1e6, 4)}
     tin, tout = out["in_windows"]["tps"], out["outside_windows"]["tps"]
@@ -163,8 +194,9 @@ class LogStats:
     windows split, with memory that does not grow with the run's length (counts per µs of latency up to 100 ms,
     per ms above, and a few sums), where a whole-log DataFrame took ~16 bytes per transaction."""
 
-    def __init__(self, windows: list[dict]):
+    def __init__(self, windows: list[dict], thread_waits: bool = False):
         self.windows = windows
+        self.thread_of = np.full(0, -1, dtype="int64") if thread_waits else None   # -C: each client's thread
         self.exact = np.zeros(EXACT_US, dtype=np.int64)
         self.coarse = np.zeros(1, dtype=np.int64)
         self.n = 0
@@ -176,12 +208,16 @@ class LogStats:
         self.last_ends = None     # each client's last transaction end, when the log names the clients
         self._cuts: OpeningCuts | None = None
 
-    def add(self, ends_us: np.ndarray, lat_us: np.ndarray, clients: np.ndarray | None = None) -> None:
+    def add(self, ends_us: np.ndarray, lat_us: np.ndarray, clients: np.ndarray | None = None,
+            thread: int | None = None) -> None:
+        """A chunk of the log; `thread`: the pgbench thread its clients belong to (its file)."""
         ends, lat = np.asarray(ends_us, dtype="float64"), np.asarray(lat_us, dtype="float64")
         if not len(ends):
             return
         if clients is not None:
             self.last_ends = _last_ends(clients, ends, self.last_ends)
+            if self.thread_of is not None and thread is not None:
+                self.thread_of = _threads_of(clients, np.full(len(clients), thread), self.thread_of)
         ok = lat[lat >= 0].astype(np.int64)
         self.n += len(ok)
         self.lat_sum += float(ok.sum())
@@ -250,7 +286,8 @@ class LogStats:
                     "latency_ms_mean": round(s / k / 1e3, 6) if k else None}
         out["in_windows"], out["outside_windows"] = part("in", d_in), part("out", d_out)
         if self.last_ends is not None:
-            _add_client_s(out["in_windows"], inside, lo, self.last_ends, self._cuts or OpeningCuts(inside))
+            last = self.last_ends if self.thread_of is None else _to_thread_ends(self.last_ends, self.thread_of)
+            _add_client_s(out["in_windows"], inside, lo, last, self._cuts or OpeningCuts(inside))
         out["edges"] = {"txns": self.parts["edge"][0], "duration_s": round(d_edge / 1e6, 4)}
         tin, tout, n_out = out["in_windows"]["tps"], out["outside_windows"]["tps"], self.parts["out"][0]
         total = sum(p[0] for p in self.parts.values())

@@ -211,7 +211,7 @@ def read_logs(log_dir: Path):
     import numpy as np
     import pandas as pd
     frames = []
-    for path in sorted(glob.glob(str(log_dir / "pgbench_log.*"))):
+    for number, path in enumerate(sorted(glob.glob(str(log_dir / "pgbench_log.*")))):
         opener = gzip.open if path.endswith(".gz") else open
         # A 7th column (schedule lag) appears with --rate; only latency and end time matter here. Read in chunks
         # into narrow columns: a 30-minute run logs tens of millions of transactions, and parsing them whole took
@@ -232,15 +232,16 @@ def read_logs(log_dir: Path):
     return pd.concat(frames, ignore_index=True)
 
 
-def iter_log_chunks(log_dir: Path, rows: int = 1 << 20):
+def iter_log_chunks(log_dir: Path, rows: int = 1 << 20, files: bool = False):
     """pgbench's -l files as DataFrames of at most `rows` transactions (client, latency_us, epoch_s, epoch_us), one
     after the other: memory bounded by a chunk, not by the run's length. A file with words in the latency column
     (failed or skipped transactions) is parsed untyped from the chunk where the words start; a file that cannot
-    be parsed at all is skipped (nothing of another file is repeated for it)."""
+    be parsed at all is skipped (nothing of another file is repeated for it). files=True: (file number, chunk)
+    pairs -- pgbench writes one file per thread, so the number names the clients' thread."""
     import numpy as np
     import pandas as pd
     typed = {"client": np.int32, "latency_us": np.int32, "epoch_s": np.int64, "epoch_us": np.int32}
-    for path in sorted(glob.glob(str(log_dir / "pgbench_log.*"))):
+    for number, path in enumerate(sorted(glob.glob(str(log_dir / "pgbench_log.*")))):
         opener = gzip.open if path.endswith(".gz") else open
         done = 0
         for dtype in (typed, None):
@@ -257,20 +258,22 @@ def iter_log_chunks(log_dir: Path, rows: int = 1 << 20):
                                 chunk = chunk.dropna(subset=["client", "epoch_s", "epoch_us"]).astype(
                                     {"client": "int64", "epoch_s": "int64", "epoch_us": "int64"})
                                 chunk["latency_us"] = pd.to_numeric(chunk["latency_us"], errors="coerce").fillna(-1)
-                            yield chunk
+                            yield (number, chunk) if files else chunk
                             done = i + 1
                 break
             except (ValueError, pd.errors.ParserError):
                 continue
 
 
-def log_stats(log_dir: Path, windows: list[dict]):
-    """One streaming pass: the latency percentiles and the windows split (analysis.windows.LogStats)."""
+def log_stats(log_dir: Path, windows: list[dict], connect: bool = False):
+    """One streaming pass: the latency percentiles and the windows split (analysis.windows.LogStats); connect: the
+    run opened a connection per transaction (-C), where a closed client waits for its thread."""
     from pathprof.analysis.windows import LogStats
-    stats = LogStats(windows)
-    for chunk in iter_log_chunks(log_dir):
+    stats = LogStats(windows, thread_waits=connect)
+    for thread, chunk in iter_log_chunks(log_dir, files=True):
         ends = chunk["epoch_s"].to_numpy(dtype="int64") * 1_000_000 + chunk["epoch_us"].to_numpy(dtype="int64")
-        stats.add(ends, chunk["latency_us"].to_numpy(dtype="float64"), chunk["client"].to_numpy(dtype="int64"))
+        stats.add(ends, chunk["latency_us"].to_numpy(dtype="float64"), chunk["client"].to_numpy(dtype="int64"),
+                  thread=thread)
     return stats
 
 

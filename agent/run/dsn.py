@@ -189,7 +189,7 @@ def _measure(opts: RunOptions, rd: RunDir, argv: list[str], probing: tuple, sour
         rd.update(scope={**rd.meta["scope"], "leaving_connections": watch.conns or []})
     cpu = m.cpu()
     presult = m.read()
-    logs = pgbench_logs(result, log_dir, presult)
+    logs = pgbench_logs(result, log_dir, presult, connect=bool(opts.workload.connect))
     meta_probes: dict = {"level": "off" if probes is None else opts.probes}
     pgbench_results(rd, log_dir, presult, logs, meta_probes, capabilities, (opts.probe_window_s, opts.probe_period_s))
     if presult is not None:

@@ -189,7 +189,7 @@ def _results(opts, topo, ctx, pg, services, m: Measurement, driven: dict, before
         rd.update(host={**rd.meta.get("host", {}), "cpu_speed": {"during": driven["speed_during"]}})
     log_dir = rd.file("pgbench") / "log"
     result = driven["result"]
-    logs = pgbench_logs(result, log_dir, presult)
+    logs = pgbench_logs(result, log_dir, presult, connect=bool(opts.workload.connect))
     if pg is not None and pg.wal_device and pg.wal_device.cgroup:
         from pathprof.agent.host.io_limit import serviced
         pg.wal_device.throttled = serviced(pg.wal_device.cgroup, pg.wal_device.device)

@@ -163,12 +163,12 @@ def drive_pgbench(netns: str | None, argv: list[str], rd: RunDir, workload, ui, 
     return pgbench.run(netns, argv, rd.file("pgbench"), on_progress=on_progress, on_start=on_start, **hooks)
 
 
-def pgbench_logs(result, log_dir, presult):
+def pgbench_logs(result, log_dir, presult, connect: bool = False):
     """One streaming pass over pgbench's per-transaction logs (memory flat in the run's length): the windows
     split (analysis.windows.LogStats, returned) and the percentiles filled into `result`. The logs are left
     uncompressed for `pgbench_results`, which gzips them while the probes' tables are saved."""
     from pathprof.agent.postgres import pgbench
-    logs = pgbench.log_stats(log_dir, presult.windows if presult is not None else [])
+    logs = pgbench.log_stats(log_dir, presult.windows if presult is not None else [], connect=connect)
     pgbench.finish(result, log_dir, percentiles=logs.percentiles(), compress=False)
     return logs
 

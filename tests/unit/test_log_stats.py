@@ -86,6 +86,29 @@ def test_a_transaction_in_flight_at_a_window_opening_is_not_the_clients_time_in_
         assert s.split()["in_windows"] == whole, cut
 
 
+def test_with_a_connection_per_transaction_a_closed_client_waits_until_its_thread_ends(tmp_path):
+    # -C, clients 0 and 1 on thread 0, client 2 alone on thread 1 (pgbench writes a file per thread): client 1's
+    # last transaction ended at 2 s while client 0 held their thread to 9 s (a lost SYN's retransmissions); the
+    # probe counts client 1 closed and waiting for its thread until then (connect.thread_wait), so its time runs
+    # to 9 s. Client 2 ended at 3 s with nothing after it on its thread: to 3 s. Without -C, each to its own end
+    t0 = 1_764_000_000 * 1_000_000
+    files = {"pgbench_log.7.gz": [(0, 1.0), (1, 1.5), (1, 2.0), (0, 9.0)], "pgbench_log.7.1.gz": [(2, 1.0), (2, 3.0)]}
+    for name, rows in files.items():
+        _write_log(tmp_path / name, [(c, 1000, int(t0 // 1_000_000 + e), int(t0 % 1_000_000)) for c, e in rows])
+    w = [{f"{k}_realtime_ns": (t0 + off * 1e6) * 1000 for k, off in
+          (("attach", 0.0), ("start", 0.1), ("end", 10.0), ("detached", 10.1))}]
+    lo = 1.0 - 0.001
+    assert pgbench.log_stats(tmp_path, w, connect=True).split()["in_windows"]["client_s"] == pytest.approx(
+        (9.0 - lo) * 2 + (3.0 - lo))
+    assert pgbench.log_stats(tmp_path, w).split()["in_windows"]["client_s"] == pytest.approx(
+        (9.0 - lo) + (2.0 - lo) + (3.0 - lo))
+    rows = [(c, e, t) for t, name in enumerate(sorted(files)) for c, e in files[name]]
+    ends = t0 + np.array([e for _, e, _ in rows]) * 1e6
+    whole = split(ends, np.full(len(rows), 1000.0), w, np.array([c for c, _, _ in rows]),
+                  threads=np.array([t for _, _, t in rows]))["in_windows"]
+    assert whole["client_s"] == pytest.approx((9.0 - lo) * 2 + (3.0 - lo))
+
+
 def test_streamed_percentiles_equal_the_whole_log_ones(logs):
     d, _, _, w = logs
     whole = pgbench.latency_percentiles(pgbench.read_logs(d))
