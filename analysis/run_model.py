@@ -121,6 +121,8 @@ class LoadResult:
     scripts: list | None = None
     duration_s: float | None = None
     source: str | None = None
+    active_connections: int | None = None   # attach: the client connections that sent a request in the interval
+    client_s: float | None = None           # attach: their time, first request to last (agent.run.observed)
     doc: dict = _doc_field()
 
 

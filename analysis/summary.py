@@ -134,6 +134,8 @@ def _basis(run: RunMeta, out: dict) -> dict:
         if win.busy_ns:
             b.update(busy_source=win.busy_source or "tick", busy_tick=win.busy_tick_ns or win.busy_ns,
                      steal=win.steal_ns)
+    if res.client_s:     # attach: the connections' own time, idle ones left out (agent.run.observed.clients_time)
+        b["client_s"] = res.client_s
     return b
 
 

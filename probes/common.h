@@ -112,7 +112,9 @@ enum pp_stat {              /* per-CPU counters of everything not aggregated, so
 				     * in the receiver's chain, relay.bpf.h), neither paired nor unpaired */
 	PP_STAT_THROTTLED_WAITING = 44, /* run-queue waits begun in an unthrottled group that its quota ran out during
 					 * (a sibling used it up: sched.bpf.h throttled_since), timed as throttled */
-	PP_NSTATS = 45,   /* 24-27 pooler waits, 28-33 TCP loss and stalls, 34-39 connection setup (reserved) */
+	PP_STAT_CLIENT_CONNS = 45,  /* client connections that sent a request inside a window (once per window) */
+	PP_STAT_CLIENT_CYCLE_NS = 46, /* their time from the first such request to the last, summed (msg.bpf.h) */
+	PP_NSTATS = 47,   /* 24-27 pooler waits, 28-33 TCP loss and stalls, 34-39 connection setup (reserved) */
 };
 
 struct pp_own_key {         /* key of `own_conns`: pathprof's own connection, its client end as the server side

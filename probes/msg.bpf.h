@@ -9,6 +9,24 @@
  * request's first byte on the client's connection (the client's write_seq at its send start, the receiver's
  * copied_seq at its delivery), which every host on the path reads alike: agents on different hosts number a
  * transaction alike and sample the same ones. AF_UNIX: the connection's last + 1. Only runs with traces on. */
+/* A client's request after its reply (a new transaction on the connection): between two of them on one
+ * connection lies exactly one transaction, its legs and the client's own work, so the time from a connection's
+ * first request in a window to its last, summed over the connections, over the transactions between (those
+ * counted less one per connection), is the cycle the stages tile -- whatever the connections idle outside it.
+ * attach has no pgbench log: an idle pooled connection counted as a client halved its cycle (-50 %). */
+static __always_inline void client_cycle(struct pp_sock *s, __u64 at, __u64 ws)
+{
+	if (!at || at < ws)
+		return;
+	if (s->cycle_ws != ws) {
+		s->cycle_ws = ws;
+		stat_inc(PP_STAT_CLIENT_CONNS);
+	} else if (at > s->cycle_last) {
+		stat_add(PP_STAT_CLIENT_CYCLE_NS, at - s->cycle_last);
+	}
+	s->cycle_last = at;
+}
+
 static __always_inline __u32 send_number(struct sock *sk, struct pp_task *t)
 {
 	if (is_hop_role(t->role)) {
@@ -794,6 +812,8 @@ static __always_inline int send_over(struct sock *sk, struct pp_task *t, __u64 w
 		start = pp_xchg(&s->consume_ts, 0);   /* 510 object: load then store, the sending thread's own socket */
 		seq = s->seq;
 		leg = t->role == PP_ROLE_PGBENCH ? PP_LEG_CLIENT : PP_LEG_SERVER;
+		if (start && leg == PP_LEG_CLIENT)
+			client_cycle(s, t->send_ts, ws);
 		if (start)
 			t->answer_ts = t->send_ts;   /* its measured work ends here; a relayed reply's chain after (relay.bpf.h) */
 		if (start && start < ws) {

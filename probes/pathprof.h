@@ -94,6 +94,10 @@ struct pp_sock {            /* socket-local storage of a socket a tracked thread
 	__u64 reply_ts;         /* the hop's first consume of it, 0 = none since the hop last sent on it */
 	__u64 up_send;          /* the sender's send start that delivered the part pending now (0 = not seen) */
 	__u64 up_from;          /* ... the first send of the sender's answer (pp_task.answer_ts), last seen */
+	/* a client's socket: the window its requests were last seen in, and the last request's send (msg.bpf.h
+	 * client_cycle: each client connection's time from its first request to its last, for attach's cycle) */
+	__u64 cycle_ws;
+	__u64 cycle_last;
 };
 
 /* A retransmitted message, from the sender's tcp_retransmit_skb to the receiver's sk_data_ready (`retx`, a

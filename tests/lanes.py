@@ -68,7 +68,8 @@ LATE = {
 }
 # a name -> (modules one worker takes whole, one after the other, why they must not run beside each other)
 SAME_LANE = {
-    "foreign_path": (("test_attach.py", "test_attach_client_name.py", "test_attach_twin.py", "test_status_feed.py"),
+    "foreign_path": (("test_attach.py", "test_attach_client_name.py", "test_attach_idle.py", "test_attach_twin.py",
+                      "test_status_feed.py"),
                      "each builds foreign_path.py's hand-made path, the same addresses in each lane: two attaches on "
                      "two copies at once (ci52a) opened and closed their windows in lockstep, each detach took 54 s, "
                      "until the application ended, and both counted 1.4x the exchanges (closure -49.74 %); stop 51: "

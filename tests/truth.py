@@ -37,6 +37,7 @@ STATISTICAL = {
     "tests/integration/test_backend_io.py": "beside",
     "tests/integration/test_attach.py": "beside",
     "tests/integration/test_attach_client_name.py": "beside",
+    "tests/integration/test_attach_idle.py": "beside",
     "tests/integration/test_attach_twin.py": "beside",
     "tests/integration/test_dsn_netns.py": "beside",
     "tests/integration/test_merge_hosts.py": "beside",

@@ -215,6 +215,10 @@ def _record_observed(opts: AttachOptions, rd: RunDir, presult, capabilities, sou
         "interval, so these figures include their cost"] + source.notes()
     meta["notes"] += notes + [n for n in (clients_left_note(opts, source.path), leaving.note()) if n]
     observed, cpu = observed_result(presult, source.path)
+    active, seen = observed.get("active_connections"), source.path.client_connections
+    if active is not None and active < seen:
+        meta["notes"].append(f"{seen - active} of the {seen} client connections sent no request in the interval "
+                             f"(idle, as in an application's pool): the cycle is the time of the {active} that did")
     rd.update(observed=observed, cpu=cpu, probes=meta)
 
 

@@ -39,9 +39,23 @@ def observed_result(presult, path) -> tuple[dict, dict]:
     mean_us = leg_mean_us(presult.stages, n, path.client_connections, tps)
     observed = {"source": "probes", "tps": round(tps, 2), "transactions": n, "failed": None,
                 "latency_ms": {"mean": round(mean_us / 1e3, 6) if mean_us else None},
-                "duration_s": round(elapsed / 1e9, 3)}
+                "duration_s": round(elapsed / 1e9, 3), **clients_time(getattr(presult, "counters", None) or {}, n)}
     cpu.pop("windows")
     return observed, {**cpu, "elapsed_ns": elapsed, "ncpu": os.cpu_count()}
+
+
+def clients_time(counters: dict, n: int) -> dict:
+    """run.json observed {active_connections, client_s}: the client connections that sent a request in the
+    interval, and their time from each one's first request to its last (probes/msg.bpf.h client_cycle), scaled
+    from the transactions between those requests (one fewer than its requests per connection) to the n counted:
+    the latency view's cycle is client_s / n, as a driven run's (analysis.summary). A connection that sent
+    nothing -- an idle one in an application's pool -- is no client's time; counted as one, with two idle beside
+    two busy pgbench clients the view closed at -50 %. {} when the probes did not count them (a server whose
+    clients are on another host, an older object)."""
+    conns, cycle_ns = int(counters.get("client_conns") or 0), float(counters.get("client_cycle_ns") or 0)
+    if not conns or n <= conns or cycle_ns <= 0:
+        return {"active_connections": conns} if conns else {}
+    return {"active_connections": conns, "client_s": round(cycle_ns / 1e9 * n / (n - conns), 6)}
 
 
 def leg_mean_us(stages, n: int, connections: int, tps: float) -> float | None:

@@ -128,15 +128,17 @@ def foreign_path():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def pgbench(port: int, clients: int, seconds: int, tmp: str, log_dir: str | None = None) -> subprocess.Popen:
+def pgbench(port: int, clients: int, seconds: int, tmp: str, log_dir: str | None = None,
+            rate: int | None = None) -> subprocess.Popen:
     """A pgbench the test starts itself (select 1, prepared), logging progress every second (and every
-    transaction into log_dir, when given)."""
+    transaction into log_dir, when given); `rate`: transactions per second in all (-R), each client idle between."""
     script = os.path.join(tmp, "select1.sql")
     with open(script, "w") as f:
         f.write("select 1;\n")
     logging = ["-l", "--log-prefix", os.path.join(log_dir, "pgbench_log")] if log_dir else []
     return subprocess.Popen([f"{PG_BIN}/pgbench", "-n", "-M", "prepared", "-f", script, "-c", str(clients),
-                             "-j", str(min(clients, 2)), "-T", str(seconds), "-P", "1", *logging, "-h", "127.0.0.1",
+                             "-j", str(min(clients, 2)), "-T", str(seconds), "-P", "1", *logging,
+                             *(["-R", str(rate)] if rate else []), "-h", "127.0.0.1",
                              "-p", str(port), "-U", "postgres", "postgres"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
 

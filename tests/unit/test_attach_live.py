@@ -4,8 +4,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
+import pytest
 from pathprof.agent.discovery.chain import DiscoveredPath
 from pathprof.agent.run import attach
+from pathprof.agent.run.observed import clients_time
 from pathprof.agent.run.options import Reporter
 
 RUN = Path(__file__).parent / "data" / "runs" / "pgbouncer-traces"
@@ -81,3 +83,12 @@ def test_run_start_at_goes_with_dsn_and_a_near_time():
     assert opts.start_at == pytest.approx(a.start_at)
     with pytest.raises(UserError, match="--start-at .* within the next hour"):
         execute_dsn(opts, SimpleNamespace(phase=lambda s: None, note=lambda s: None))
+
+
+def test_the_clients_time_is_each_connections_first_request_to_its_last():
+    # two connections sent requests: 1,002 transactions counted, 1,000 of them between a connection's first
+    # request and its last (one fewer per connection), over 2 s of the connections' own time in all
+    got = clients_time({"client_conns": 2, "client_cycle_ns": 2_000_000_000}, 1002)
+    assert got == {"active_connections": 2, "client_s": pytest.approx(2.0 * 1002 / 1000)}
+    assert clients_time({}, 1002) == {}                       # not counted (a server whose clients are away)
+    assert clients_time({"client_conns": 3, "client_cycle_ns": 5}, 3) == {"active_connections": 3}
