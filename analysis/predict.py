@@ -111,10 +111,10 @@ def _path_work(summary: Summary, client_cpu: float | None = None) -> float:
 
 
 def measured_tps(summary: dict | Summary) -> float:
-    """The run's TPS without probes attached (outside the windows) when it has one, else pgbench's."""
+    """The run's TPS without probes attached (outside the windows) when it has one, else pgbench's: the headline's
+    (analysis.summary.headline_tps), which takes the outside rate only when enough of the run was outside."""
     summary = Summary.of(summary)
-    out = summary.windows.tps_out if summary.windows else None
-    return float(out or summary.tps or 0.0)
+    return float(summary.tps or 0.0)
 
 
 def base_from_run(summary: dict | Summary, progress_tps: list[float] | None = None, spec: dict | None = None,
@@ -225,7 +225,8 @@ def _band(b: Base, summary: Summary, progress_tps: list[float] | None) -> None:
     clo = summary.closure
     closure = max(abs(clo.latency_error_pct or 0.0), abs(clo.cpu_error_pct or 0.0))
     w = summary.windows
-    inout = abs(w.tps_in / w.tps_out * 100.0 - 100.0) if w and w.tps_out and w.tps_in else 0.0
+    out = w.tps_out if w and (summary.tps_basis or "").startswith("outside") else None   # a reference rate only
+    inout = abs(w.tps_in / out * 100.0 - 100.0) if out and w.tps_in else 0.0
     b.band_parts = {"tps_spread_pct": round(cv, 1), "closure_pct": round(closure, 1),
                     "probes_in_out_pct": round(inout, 1)}
     b.band_pct = round(math.sqrt(cv ** 2 + closure ** 2 + inout ** 2), 1)

@@ -34,6 +34,7 @@ import numpy as np
 
 MIN_OUTSIDE_S = 1.0      # less than this outside the windows: no reference rate, no overhead figure
 MIN_OUTSIDE_TXNS = 100
+MIN_REFERENCE_S = 0.25   # ...and for the headline's unprobed TPS at least this (and those transactions) outside
 
 
 def _intervals(windows: list[dict], clock: str) -> tuple[list, list]:

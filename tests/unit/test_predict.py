@@ -113,7 +113,7 @@ def test_the_band_comes_from_the_runs_own_spread():
 def test_compare_rows_predict_a_hop_removed_and_skip_other_paths():
     dnat = summarize(RunDir.open(RUNS / "docker-dnat"))
     no_proxy = {**dnat, "cpu": [c for c in dnat["cpu"] if not c["component"].startswith("hop.")],
-                "windows": {"tps_out": 40000.0}}
+                "windows": {"tps_out": 40000.0}, "tps": 40000.0}
     row = P.predict_for(dnat, no_proxy)
     assert row["scenario"] == "without docker-proxy" and row["measured_tps"] == 40000.0
     assert row["error_pct"] == pytest.approx((row["tps"] - 40000.0) / 400.0, abs=0.1)
@@ -158,7 +158,7 @@ def test_compare_prints_a_prediction_for_each_run_after_the_first():
     from pathprof.agent.cli.multi import predictions_from_first
     from pathprof.analysis.report.render import predictions_view, render_to_string
     dnat = summarize(RunDir.open(RUNS / "docker-dnat"))
-    no_proxy = {**dnat, "label": "docker-dnat:userland-proxy=off", "windows": {"tps_out": 40000.0},
+    no_proxy = {**dnat, "label": "docker-dnat:userland-proxy=off", "windows": {"tps_out": 40000.0}, "tps": 40000.0,
                 "cpu": [c for c in dnat["cpu"] if not c["component"].startswith("hop.")]}
     unix = summarize(RunDir.open(RUNS / "unix"))
     rows = predictions_from_first([dnat, no_proxy, unix])

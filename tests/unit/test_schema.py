@@ -59,3 +59,7 @@ def test_headline_tps_is_the_unprobed_one():
     h = headline_tps(80.0, always)
     assert h["tps"] == 80.0 and "always" in h["tps_basis"]
     assert headline_tps(50.0, {"level": "off"})["tps_basis"].startswith("whole run, no probes")
+    # 26 transactions in 14 ms outside (a window's programs slow to attach): no reference rate, the whole run's
+    sliver = {**windowed, "outside_windows": {"tps": 1839.96, "txns": 26, "duration_s": 0.0141}}
+    h = headline_tps(52162.2, sliver)
+    assert h["tps"] == 52162.2 and "no reference rate" in h["tps_basis"], h
