@@ -311,7 +311,8 @@ def _a_reference(outside) -> bool:
     loaded machine (the stretch counts neither in nor out) left a 3-s run 14 ms and 26 transactions outside, the
     tail of pgbench's start-up, and its headline 1,840 TPS against 52,162 (CI round ci53b-2)."""
     from pathprof.analysis.windows import MIN_OUTSIDE_TXNS, MIN_REFERENCE_S
-    return outside.txns >= MIN_OUTSIDE_TXNS and (outside.duration_s is None or outside.duration_s >= MIN_REFERENCE_S)
+    long_enough = outside.duration_s is None or outside.duration_s >= MIN_REFERENCE_S
+    return (outside.txns or 0) >= MIN_OUTSIDE_TXNS and long_enough
 
 
 def _probes(probes: dict | Probes) -> Probes:
@@ -321,7 +322,7 @@ def _probes(probes: dict | Probes) -> Probes:
 def _prediction(unprobed_tps: float | None, probes: Probes) -> dict:
     """The run's truth check on itself: the model's TPS without probes next to the TPS measured outside the
     measurement windows, where nothing was attached (None when the probes were always on)."""
-    outside = probes.outside_windows.tps if probes.outside_windows else None
+    outside = probes.outside_windows.tps if probes.outside_windows and _a_reference(probes.outside_windows) else None
     always_on = probes.schedule.always_on if probes.schedule else None
     measured = None if always_on or not outside else outside
     err = round((unprobed_tps - measured) / measured * 100.0, 1) if unprobed_tps and measured else None
