@@ -3,12 +3,6 @@
 #ifndef PATHPROF_MSG_BPF_H
 #define PATHPROF_MSG_BPF_H
 
-/* --trace-sample: the number a message carries, so every message of one transaction has the same one and the
- * sample (trace_sampled(number), pp_state.bpf.h) takes all of them: a client's request opens a new number, a backend
- * answers with the request's, a hop forwards the one it consumed. On TCP the number is the sequence number of the
- * request's first byte on the client's connection (the client's write_seq at its send start, the receiver's
- * copied_seq at its delivery), which every host on the path reads alike: agents on different hosts number a
- * transaction alike and sample the same ones. AF_UNIX: the connection's last + 1. Only runs with traces on. */
 /* A client's request after its reply (a new transaction on the connection): between two of them on one
  * connection lies exactly one transaction, its legs and the client's own work, so the time from a connection's
  * first request in a window to its last, summed over the connections, over the transactions between (those
@@ -27,6 +21,12 @@ static __always_inline void client_cycle(struct pp_sock *s, __u64 at, __u64 ws)
 	s->cycle_last = at;
 }
 
+/* --trace-sample: the number a message carries, so every message of one transaction has the same one and the
+ * sample (trace_sampled(number), pp_state.bpf.h) takes all of them: a client's request opens a new number, a backend
+ * answers with the request's, a hop forwards the one it consumed. On TCP the number is the sequence number of the
+ * request's first byte on the client's connection (the client's write_seq at its send start, the receiver's
+ * copied_seq at its delivery), which every host on the path reads alike: agents on different hosts number a
+ * transaction alike and sample the same ones. AF_UNIX: the connection's last + 1. Only runs with traces on. */
 static __always_inline __u32 send_number(struct sock *sk, struct pp_task *t)
 {
 	if (is_hop_role(t->role)) {
