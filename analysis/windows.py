@@ -71,13 +71,19 @@ def _part(n: int, dur_us: float, lat: np.ndarray) -> dict:
             "latency_ms_mean": round(float(lat.mean()) / 1e3, 6) if len(lat) else None}
 
 
+def _per_client(ids: np.ndarray, into: np.ndarray | None, fill, dtype="float64") -> np.ndarray:
+    """A per-client array (index = pgbench's client id) holding `into`, grown to cover `ids` with `fill`."""
+    size = max(int(ids.max()) + 1 if len(ids) else 0, 0 if into is None else len(into))
+    out = np.full(size, fill, dtype=dtype)
+    if into is not None:
+        out[:len(into)] = into
+    return out
+
+
 def _last_ends(clients: np.ndarray, ends: np.ndarray, into: np.ndarray | None = None) -> np.ndarray:
     """Each client's last transaction end (index = pgbench's client id, -inf for a client with none)."""
     ids = np.asarray(clients, dtype="int64")
-    size = max(int(ids.max()) + 1 if len(ids) else 0, 0 if into is None else len(into))
-    out = np.full(size, -np.inf)
-    if into is not None:
-        out[:len(into)] = into
+    out = _per_client(ids, into, -np.inf)
     np.maximum.at(out, ids, ends)
     return out
 
@@ -103,8 +109,7 @@ class OpeningCuts:
         if not n_w or not len(ends):
             return
         ids = np.asarray(clients, dtype="int64")
-        if len(ids) and int(ids.max()) >= len(self.seen):
-            self.seen = np.concatenate([self.seen, np.full(int(ids.max()) + 1 - len(self.seen), -1, "int64")])
+        self.seen = _per_client(ids, self.seen, -1, "int64")
         w = np.searchsorted(self.opens, ends, side="right") - 1
         ok = (w >= 0) & (lat >= 0)
         ok[ok] &= ends[ok] < self.closes[w[ok]]
@@ -133,10 +138,7 @@ def _to_thread_ends(last_ends: np.ndarray, thread_of: np.ndarray) -> np.ndarray:
 
 def _threads_of(clients: np.ndarray, threads: np.ndarray, into: np.ndarray | None = None) -> np.ndarray:
     ids = np.asarray(clients, dtype="int64")
-    size = max(int(ids.max()) + 1 if len(ids) else 0, 0 if into is None else len(into))
-    out = np.full(size, -1, dtype="int64")
-    if into is not None:
-        out[:len(into)] = into
+    out = _per_client(ids, into, -1, "int64")
     out[ids] = np.asarray(threads, dtype="int64")
     return out
 

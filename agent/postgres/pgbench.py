@@ -211,7 +211,7 @@ def read_logs(log_dir: Path):
     import numpy as np
     import pandas as pd
     frames = []
-    for number, path in enumerate(sorted(glob.glob(str(log_dir / "pgbench_log.*")))):
+    for path in sorted(glob.glob(str(log_dir / "pgbench_log.*"))):
         opener = gzip.open if path.endswith(".gz") else open
         # A 7th column (schedule lag) appears with --rate; only latency and end time matter here. Read in chunks
         # into narrow columns: a 30-minute run logs tens of millions of transactions, and parsing them whole took
