@@ -44,6 +44,8 @@ EXCLUSIVE = {
                      "moved p50 by 726 µs for a 400-µs round trip (CI 2026-11-27)",
     "test_predict_clients.py": "a machine cost is learned only from runs without another load beside them: beside "
                                 "a 16-client run one pair's exponent ranged -0.30 ... 0.38 (2026-11-28)",
+    "test_predict_hops.py": "a machine cost is learned only from runs without another load beside them: beside the "
+                            "other lane the base run had 0.33 CPUs of it and the pair taught nothing (CI on aad2faf)",
     "test_three_hosts.py": "three agents load their probes before one moment: beside a 16-client run they were "
                            "ready 1.4-3.0 s after a moment 6 s ahead (2026-11-26)",
 }

@@ -85,7 +85,7 @@ def compare(a) -> int:
     spreads = {lb: spread(runs[lb]) for lb in labels} if a.repeat > 1 else None
     predictions = predictions_from_first(chosen)
     _learn_from_checks(chosen, predictions)
-    _learn_from_pairs([(b, o) for lb in labels[1:] for b, o in zip(runs[labels[0]], runs[lb])])   # one per repeat
+    lessons = _learn_from_pairs([(b, o) for lb in labels[1:] for b, o in zip(runs[labels[0]], runs[lb])])  # per repeat
     if a.html:
         from pathprof.analysis.report.html import write_html
         write_html(chosen, Path(a.html), explanations=explanations,
@@ -94,11 +94,12 @@ def compare(a) -> int:
     if a.json:
         _out_json({"runs": chosen, "baseline": labels[0], "explanations": explanations,
                    "spread": spreads, "all_runs": {lb: [Summary.of(r).run_dir for r in rs] for lb, rs in runs.items()},
-                   "predictions": predictions})
+                   "predictions": predictions, "lessons": lessons})
     else:
-        from pathprof.analysis.report.render import compare_view, predictions_view
+        from pathprof.analysis.report.render import compare_view, lessons_view, predictions_view
         _print(compare_view(chosen, explanations, spreads))
         _print(predictions_view(predictions))
+        _print(lessons_view(lessons))
     return 0
 
 
@@ -133,20 +134,22 @@ def _learn_from_checks(summaries: list[dict], predictions: list[dict]) -> None:
         learn_from_check(rb, summaries[0], ro, s, row)
 
 
-def _learn_from_pairs(pairs: list[tuple[dict, dict]]) -> None:
+def _learn_from_pairs(pairs: list[tuple[dict, dict]]) -> list[dict]:
     """Every pair of runs (baseline, other) of one path teaches the machine what it measures
     (agent.host.machine_costs.learn_from_pair): the rest of a path without one of its hops, or the CPU per
     transaction at another client count; after the predictions, which were made with what the machine knew when
-    the runs began."""
+    the runs began. What each pair taught, or why nothing (a user who expected the next prediction to know)."""
     from pathprof.agent.host.machine_costs import learn_from_pair
     from pathprof.analysis.run_model import Summary
     from pathprof.analysis.rundir import RunDir
+    lessons: list = []
     for b, o in pairs:
         try:
             rb, ro = RunDir.open(Summary.of(b).run_dir), RunDir.open(Summary.of(o).run_dir)
         except (UserError, OSError, TypeError):
             continue
-        learn_from_pair(rb, b, ro, o)
+        learn_from_pair(rb, b, ro, o, lessons=lessons)
+    return [x.as_dict() for x in lessons]
 
 
 def parse_clients(text: str) -> list[int]:
@@ -178,7 +181,7 @@ def sweep(a) -> int:
     for p, pred in zip(analysis["points"][1:], predictions):
         p["predicted_from_first"] = pred
     _learn_from_checks(summaries, predictions)
-    _learn_from_pairs([(b, o) for c0, c1 in zip(counts, counts[1:]) for b, o in zip(runs[c0], runs[c1])])
+    lessons = _learn_from_pairs([(b, o) for c0, c1 in zip(counts, counts[1:]) for b, o in zip(runs[c0], runs[c1])])
     if repeat > 1:
         for p in analysis["points"]:
             tps = [Summary.of(r).tps or 0.0 for r in runs.get(p["clients"], [])]
@@ -187,10 +190,11 @@ def sweep(a) -> int:
         from pathprof.analysis.report.html import write_html
         write_html(summaries, Path(a.html), sweep=analysis)
     if a.json:
-        _out_json({"runs": summaries, "sweep": analysis})
+        _out_json({"runs": summaries, "sweep": analysis, "lessons": lessons})
     else:
-        from pathprof.analysis.report.render import sweep_view
+        from pathprof.analysis.report.render import lessons_view, sweep_view
         _print(sweep_view(analysis))
+        _print(lessons_view(lessons))
     return 0
 
 

@@ -33,6 +33,7 @@ import json
 import os
 import statistics
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # PATHPROF_MACHINE_COSTS: another file (a test that teaches the machine without touching what it knows)
@@ -98,45 +99,99 @@ def _same_workload(a, b) -> bool:
     return (wa.mode, wa.script, wa.scale, wa.rate, wa.threads) == (wb.mode, wb.script, wb.scale, wb.rate, wb.threads)
 
 
-def learn_from_pair(base_rd, base_summary, target_rd, target_summary, path: Path = PATH) -> float | None:
-    """After a comparison or a sweep: when the second run is the first's path without one of its hops, the ratio
-    the rest of the path ran at (analysis.hop_removal); when it is the same path at another client count, both
-    saturating the CPUs, how its CPU per transaction grew with the processes interleaved (analysis.interleave).
-    Remembered; never fails the comparison. What was learned (the ratio, the exponent), or None."""
+@dataclass
+class PairLesson:
+    """What one pair of runs (a `compare` or `sweep`: base, other) measured of the machine, or why nothing."""
+    pair: str                        # "BASE_DIR -> OTHER_DIR"
+    key: str | None = None           # the machine cost the pair asks about (hop_removal_rest_factor, ...)
+    value: float | None = None       # what it measured; None when it teaches nothing
+    tag: str = ""                    # the hop removed, or the path's shape the value is kept under
+    why: str = ""                    # what was learned, or why not, in a line a user reads
+    drift: float | None = field(default=None, repr=False)
+
+    def as_dict(self) -> dict:
+        return {"pair": self.pair, "cost": self.key, "value": self.value, "kept_under": self.tag or None,
+                "why": self.why}
+
+
+def _foreign(base, target) -> str:
+    """Which run had another load beside it (a machine cost is learned on a machine to itself), or ""."""
+    from pathprof.analysis.predict_inputs import LEARN_MAX_FOREIGN_CPUS
+    for name, b in (("the base", base), ("the other", target)):
+        if b.foreign_cpus >= LEARN_MAX_FOREIGN_CPUS:
+            return (f"another load used {b.foreign_cpus:.2f} CPUs beside {name} run (a machine cost is learned "
+                    f"from runs with the machine to themselves, below {LEARN_MAX_FOREIGN_CPUS:.2f})")
+    return ""
+
+
+def _busy(b) -> str:
+    return f"{b.clients} clients, {b.regime}, its own processes on {b.own_cpus:.2f} of {b.ncpu:.2f} CPUs"
+
+
+def pair_lesson(base_rd, base_summary, target_rd, target_summary) -> PairLesson:
+    """What a pair of runs says of the machine, without remembering it: when the second run is the first's path
+    without one of its hops, the ratio the rest of the path ran at (analysis.hop_removal); when it is the same
+    path at another client count, both saturating the CPUs, how its CPU per transaction grew with the processes
+    interleaved (analysis.interleave); with fewer clients than CPUs, a lone client's work (analysis.lone_client)."""
     from pathprof.analysis import hop_removal, interleave, lone_client
     from pathprof.analysis.predict import base_of
     from pathprof.analysis.run_model import Summary
     from pathprof.analysis.speed import sampled_ratio
+    lesson = PairLesson(f"{base_rd.path} -> {target_rd.path}")
+    base, target = base_of(base_rd, base_summary), base_of(target_rd, target_summary)
+    gone = hop_removal.hops_gone(base.cpu, target.cpu)
+    if set(target.hops) - set(base.hops) or base_rd.run.topology.name != target_rd.run.topology.name:
+        lesson.why = "not one path (another topology, or a hop added)"
+        return lesson
+    if not _same_workload(base_summary, target_summary):
+        lesson.why = "another workload (it moves the rest's cost too)"
+        return lesson
+    # the machine's own drift between the two runs (their speed samples) is not the hop's: taken out
+    drift = lesson.drift = sampled_ratio(*(Summary.of(x).doc.get("host") for x in (base_summary, target_summary)))
+    if gone:
+        lesson.key, lesson.tag = hop_removal.KEY, "+".join(gone)
+        lesson.value = hop_removal.measured_ratio(base, target, gone, drift)
+        asked = (f"both runs at one client count, the other saturating the CPUs and the base too or held back by "
+                 f"the hop (base: {_busy(base)}; other: {_busy(target)})")
+    elif min(base.clients, target.clients) < min(base.ncpu, target.ncpu):
+        # one run with fewer clients than CPUs: a lone client's path work against the loaded run's
+        lo, hi = sorted((base, target), key=lambda b: b.clients)
+        lone_drift = drift if lo is target or not drift else 1 / drift     # the lone run's slowdown
+        lesson.key, lesson.tag = lone_client.KEY, interleave.shape(base.hops)
+        lesson.value = lone_client.measured_factor(hi, lo, lone_drift)
+        asked = f"one run loading the CPUs, the other idling them (the loaded: {_busy(hi)}; the lone: {_busy(lo)})"
+    else:
+        lesson.key, lesson.tag = interleave.KEY, interleave.pair_shape(base, target)
+        lesson.value = interleave.measured_exponent(base, target, drift)
+        asked = (f"both runs saturating the CPUs, their client counts apart (base: {_busy(base)}; "
+                 f"other: {_busy(target)})")
+    if lesson.value is not None:
+        lesson.why = f"{lesson.key} {lesson.value:.4g} ({lesson.tag})"
+    else:
+        lesson.why = _foreign(base, target) or f"the pair does not measure {lesson.key}: it needs {asked}"
+    return lesson
+
+
+def learn_from_pair(base_rd, base_summary, target_rd, target_summary, path: Path = PATH,
+                    lessons: list | None = None) -> float | None:
+    """After a comparison or a sweep: what the pair measures of the machine (pair_lesson), remembered with the
+    last pairs of its kind; never fails the comparison. What was learned (the ratio, the exponent), or None;
+    `lessons` gets the PairLesson (what was learned or why not), for the comparison to say."""
+    from pathprof.analysis import hop_removal
     try:
-        base, target = base_of(base_rd, base_summary), base_of(target_rd, target_summary)
-        gone = hop_removal.hops_gone(base.cpu, target.cpu)
-        if set(target.hops) - set(base.hops) or base_rd.run.topology.name != target_rd.run.topology.name:
-            return None
-        if not _same_workload(base_summary, target_summary):
-            return None               # another workload moves the rest's cost too
-        # the machine's own drift between the two runs (their speed samples) is not the hop's: taken out
-        drift = sampled_ratio(*(Summary.of(x).doc.get("host") for x in (base_summary, target_summary)))
-        if gone:
-            key, ratio, tag = hop_removal.KEY, hop_removal.measured_ratio(base, target, gone, drift), "+".join(gone)
-        elif min(base.clients, target.clients) < min(base.ncpu, target.ncpu):
-            # one run with fewer clients than CPUs: a lone client's path work against the loaded run's
-            lo, hi = sorted((base, target), key=lambda b: b.clients)
-            lone_drift = drift if lo is target or not drift else 1 / drift     # the lone run's slowdown
-            key, ratio, tag = lone_client.KEY, lone_client.measured_factor(hi, lo, lone_drift), \
-                interleave.shape(base.hops)
-        else:
-            key, ratio, tag = interleave.KEY, interleave.measured_exponent(base, target, drift), \
-                interleave.pair_shape(base, target)
-        if ratio is None:
-            return None
-        doc = current(path)
-        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        # each kept with its pair, the machine's drift it was cleared of, and its hop (or the path's hops)
-        doc[key] = hop_removal.remembered(doc.get(key), ratio, f"{base_rd.path} -> {target_rd.path}", at, tag, drift)
-        _write(doc, path)
-    except Exception:  # noqa: BLE001 - a pair that cannot be read costs the next prediction, not this comparison
-        return None
-    return ratio
+        lesson = pair_lesson(base_rd, base_summary, target_rd, target_summary)
+        if lesson.value is not None:
+            doc = current(path)
+            at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            # each kept with its pair, the machine's drift it was cleared of, and its hop (or the path's hops)
+            doc[lesson.key] = hop_removal.remembered(doc.get(lesson.key), lesson.value, lesson.pair, at, lesson.tag,
+                                                     lesson.drift)
+            _write(doc, path)
+    except Exception as e:  # noqa: BLE001 - a pair that cannot be read costs the next prediction, not this comparison
+        lesson = PairLesson(f"{base_rd.path} -> {target_rd.path}", why=f"the pair could not be read or kept: {e}")
+    if lessons is not None:
+        lessons.append(lesson)
+    return lesson.value
 
 
 def learn_from_check(base_rd, base_summary, target_rd, target_summary, row: dict, path: Path = PATH) -> float | None:

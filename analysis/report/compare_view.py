@@ -143,6 +143,21 @@ def predictions_view(predictions: list[dict]):
     return t
 
 
+def lessons_view(lessons: list[dict]):
+    """What each pair of runs taught this machine for later predictions (agent.host.machine_costs.pair_lesson), or
+    why it taught nothing: a user who made a pair to teach `predict` learns here whether it did."""
+    if not lessons:
+        return Text("")
+    lines = [Text("What the pairs taught this machine (for the next predictions)", style="bold")]
+    for x in lessons:
+        taught = x.get("value") is not None
+        pair = " → ".join(Path(d).name for d in str(x.get("pair")).split(" -> "))
+        lines.append(Text(f"  {'✓' if taught else '·'} {pair}: "
+                          f"{x.get('why') if taught else 'nothing, ' + str(x.get('why'))}",
+                          style="green" if taught else "yellow"))
+    return Group(*lines)
+
+
 def sweep_view(analysis: dict):
     pts = analysis.get("points") or []
     best = max((p["tps"] for p in pts), default=0.0)

@@ -10,6 +10,7 @@ from pathprof.analysis.report.compare_view import (
     compare_view,
     diff_view,
     explanation_view,
+    lessons_view,
     predictions_view,
     sweep_view,
 )
@@ -28,5 +29,6 @@ from pathprof.analysis.report.run_view import (
 from pathprof.analysis.report.text import CLOSURE_WARN_PCT, LEG_ORDER, bar, render_to_string
 
 __all__ = ["CLOSURE_WARN_PCT", "LEG_ORDER", "bar", "compare_view", "connection_table", "cpu_table", "diff_view",
-           "disk_table", "explanation_view", "header", "latency_table", "predictions_view", "render_to_string",
-           "report_view", "retransmit_line", "script_label", "setup_text", "statements_table", "sweep_view"]
+           "disk_table", "explanation_view", "header", "latency_table", "lessons_view", "predictions_view",
+           "render_to_string", "report_view", "retransmit_line", "script_label", "setup_text", "statements_table",
+           "sweep_view"]

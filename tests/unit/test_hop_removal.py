@@ -81,6 +81,11 @@ def test_a_base_held_back_by_the_removed_hop_teaches_when_its_cpus_were_busy():
     assert H.measured_ratio(replace(held, own_cpus=0.6 * b.ncpu), target, ("docker-proxy",)) is None   # CPUs idled
     assert H.measured_ratio(replace(held, hop_us={}), target, ("docker-proxy",)) is None     # not the hop's limit
     assert H.measured_ratio(held, replace(target, regime="latency-bound"), ("docker-proxy",)) is None
+    # another load beside either run: its own share of each CPU per transaction (CI on aad2faf: 0.33 CPUs beside
+    # a base held back at 1.50 of 2) is not the hop's
+    assert H.measured_ratio(replace(held, foreign_cpus=0.33), target, ("docker-proxy",)) is None
+    assert H.measured_ratio(held, replace(target, foreign_cpus=0.1), ("docker-proxy",)) is None
+    assert H.measured_ratio(held, replace(target, foreign_cpus=0.09), ("docker-proxy",)) == pytest.approx(want)
     assert b.own_cpus >= P.SATURATED * b.ncpu           # a cpu-bound run's own CPUs, as base_from_run judged them
 
 
@@ -104,3 +109,23 @@ def test_learn_from_pair_writes_the_machine_file_and_refuses_another_path(tmp_pa
     other = RunDir.open(RUNS / "unix")
     assert mc.learn_from_pair(rd, s, other, summarize(other), path=path) is None
     assert not path.exists()
+
+
+def test_a_pair_says_what_it_taught_or_why_not(tmp_path):
+    """compare and sweep print each pair's lesson (agent.host.machine_costs.pair_lesson): what the file learned, or
+    why nothing, in a line the user reads."""
+    from pathprof.analysis.report.render import lessons_view, render_to_string
+    rd = RunDir.open(RUNS / "docker-dnat")
+    s = summarize(rd)
+    lessons = []
+    assert mc.learn_from_pair(rd, s, RunDir.open(RUNS / "unix"), summarize(RunDir.open(RUNS / "unix")),
+                              path=tmp_path / "m.json", lessons=lessons) is None
+    (lesson,) = lessons
+    assert lesson.value is None and "not one path" in lesson.why and lesson.pair.endswith("unix")
+    text = render_to_string(lessons_view([lesson.as_dict(),
+                                          {"pair": "/r/a -> /r/b", "cost": H.KEY, "value": 0.74,
+                                           "kept_under": "docker-proxy", "why": f"{H.KEY} 0.74 (docker-proxy)"}]),
+                            width=200)
+    assert "docker-dnat → unix: nothing, not one path" in text
+    assert "a → b: hop_removal_rest_factor 0.74 (docker-proxy)" in text and "/r/" not in text
+    assert render_to_string(lessons_view([])).strip() == ""
