@@ -10,6 +10,12 @@ tracked socket, so it follows the transactions, not the clock):
     run_time_ns = slice run time * (messages in all windows / messages in the slices)
 
 Per program, run_cnt and run_time_ns are scaled the same way and ns/run is the slice's own figure.
+
+A slice's two readings (the programs' counters, the messages) are taken back to back at each end and its time
+around them; a slice whose readings were not close together (its thread kept from the CPU between them) or whose
+programs ran longer than its CPUs had time is not a measurement and is dropped (`rejected`): a slice begun after
+its planned end lasted 1 ms by its clock, its counters held 5.3 M program runs (seconds of them) against 634
+messages, it scaled 871x, and its "probe" time took every process's CPU (CI of dd23880, test_pgpool).
 """
 from __future__ import annotations
 
@@ -18,45 +24,73 @@ import time
 
 from pathprof.agent.probing import frames as F
 
+SKEW_SHARE = 0.05      # a slice's readings at each end may take this share of it, together, at most
+MIN_SLICE_S = 0.02     # a slice shorter than this is the time to read it, not a measurement
+OVERRUN = 1.1          # a slice's programs may run this much more than its CPUs' time (clocks, rounding)
+
 
 class CostCalibration:
     def __init__(self):
         self.reset()
 
     def reset(self) -> None:
+        self.abort()
         self.progs: dict = {}          # summed over slices: {name: {run_time_ns, run_cnt, recursion_misses}}
         self.messages = 0              # messages counted inside the slices
         self.slices = 0
         self.slice_ns = 0
-        self._open = None              # (stats fd, progs at start, messages at start, monotonic start)
+        self.rejected: list[str] = []  # slices dropped, and why
+        self._open = None              # (stats fd, progs at start, messages at start, monotonic before, after)
+
+    def _read(self, obj) -> tuple[dict, int, int, int]:
+        """(programs' counters, messages, monotonic ns before, after): read back to back."""
+        t0 = time.monotonic_ns()
+        msgs = F.read_stats(obj).get("messages", 0)
+        progs = F.prog_stats((obj,))
+        return progs, msgs, t0, time.monotonic_ns()
 
     def begin(self, obj) -> None:
         from pathprof.agent.probing.bpf.libbpf import enable_stats
-        if self._open is not None:
+        if getattr(self, "_open", None) is not None:
             return
         try:
             fd = enable_stats()
         except OSError:
             return                     # no bpf_stats here: the cost stays unmeasured (reported as such)
-        self._open = (fd, F.prog_stats((obj,)), F.read_stats(obj).get("messages", 0), time.monotonic_ns())
+        self._open = (fd, *self._read(obj))
 
-    def end(self, obj) -> None:
+    def end(self, obj) -> bool:
+        """Close the open slice; False when it was dropped (see the module's note), True otherwise."""
         if self._open is None:
-            return
-        fd, progs0, msgs0, t0 = self._open
-        progs1, msgs1 = F.prog_stats((obj,)), F.read_stats(obj).get("messages", 0)
+            return True
+        fd, progs0, msgs0, a0, b0 = self._open
+        progs1, msgs1, a1, b1 = self._read(obj)
         os.close(fd)
         self._open = None
-        for name, d in F.sub_prog(progs1, progs0).items():
+        delta = F.sub_prog(progs1, progs0)
+        span, skew = b1 - a0, (b0 - a0) + (b1 - a1)
+        ran = sum(d.get("run_time_ns", 0) for d in delta.values())
+        why = None
+        if span < MIN_SLICE_S * 1e9:
+            why = f"{span / 1e6:.1f} ms long"
+        elif skew > SKEW_SHARE * span:
+            why = f"its readings took {skew / 1e6:.1f} ms of its {span / 1e6:.1f} ms"
+        elif ran > OVERRUN * span * (os.cpu_count() or 1):
+            why = f"its programs ran {ran / 1e6:.1f} ms in {span / 1e6:.1f} ms on {os.cpu_count()} CPUs"
+        if why:
+            self.rejected.append(why)
+            return False
+        for name, d in delta.items():
             acc = self.progs.setdefault(name, {"run_time_ns": 0, "run_cnt": 0, "recursion_misses": 0})
             for k in acc:
                 acc[k] += d.get(k, 0)
         self.messages += msgs1 - msgs0
         self.slices += 1
-        self.slice_ns += time.monotonic_ns() - t0
+        self.slice_ns += span
+        return True
 
     def abort(self) -> None:
-        if self._open is not None:
+        if getattr(self, "_open", None) is not None:
             os.close(self._open[0])
             self._open = None
 
@@ -83,4 +117,5 @@ class CostCalibration:
                 "calibration": {"method": "bpf_stats in calibration slices, scaled by messages",
                                 "slices": self.slices, "slice_s": round(self.slice_ns / 1e9, 3),
                                 "slice_messages": self.messages, "messages": messages_total,
-                                "scale": round(scale, 3), "window_s": round(window_ns / 1e9, 3) if window_ns else None}}
+                                "scale": round(scale, 3), "window_s": round(window_ns / 1e9, 3) if window_ns else None,
+                                **({"rejected": self.rejected} if self.rejected else {})}}

@@ -364,10 +364,12 @@ class ProbeSession:
             if self._window is not None:
                 self.calibration.begin(self.main)
 
-    def end_calibration(self) -> None:
+    def end_calibration(self) -> bool | None:
+        """The slice closed: False when the cost module dropped it (agent.probing.cost), None without a window."""
         with self._lock:
             if self._window is not None:
-                self.calibration.end(self.main)
+                return self.calibration.end(self.main)
+        return None
 
     def close_window(self) -> None:
         with self._lock:

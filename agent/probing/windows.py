@@ -26,6 +26,7 @@ READY_POLL_S = 0.01    # how often the load's start is looked for (`ready`)
 READY_MAX_S, READY_MAX_SHARE = 30.0, 0.75   # and at most this long (or this share of the run): then the plan goes on
 CALIBRATION_MAX_S = 0.5  # bpf_stats on at the start of each window for this long at most (agent.probing.cost)...
 CALIBRATION_SHARE = 0.2  # ...and at most this share of the window
+CALIBRATION_TRIES = 2    # slices a window begins when the cost module drops one (agent.probing.cost)
 
 
 def calibration_s(window_s: float, duration_s: float | None) -> float:
@@ -164,10 +165,8 @@ class WindowRunner:
                 e = self._end(s, e, time.monotonic() - self.t0)
                 if not self._wait_until(self.t0 + s + self.cal_at, poll=True):
                     return
-                self.session.begin_calibration()
-                if not self._wait_until(self.t0 + s + self.cal_at + self.cal_s, poll=True):
+                if not self._calibrate(self.t0 + e):
                     return
-                self.session.end_calibration()
                 if not self._wait_until(self.t0 + e, poll=True):
                     return                    # stop() closes the open window
                 self.session.close_window()
@@ -177,6 +176,18 @@ class WindowRunner:
         finally:
             if first is not None:             # stopped before the window: its attach is over before the run is
                 first.wait()
+
+    def _calibrate(self, window_end: float) -> bool:
+        """A calibration slice of cal_s from when it begins (a window opened late had begun its slice after the
+        slice's planned end: 1 ms long, CI of dd23880), another if the cost module dropped it and the window has
+        room; False if stopped first."""
+        for _ in range(CALIBRATION_TRIES):
+            self.session.begin_calibration()
+            if not self._wait_until(min(time.monotonic() + self.cal_s, window_end), poll=True):
+                return False
+            if self.session.end_calibration() is not False or time.monotonic() + self.cal_s > window_end:
+                return True
+        return True
 
     def _end(self, start: float, end: float, opened: float) -> float:
         """A window that opened late (its programs slow to attach) keeps its planned length as far as the run
