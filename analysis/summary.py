@@ -28,6 +28,10 @@ def summarize(rd: RunDir) -> dict:
             _add_latency_view(out, rd, stages, basis, cycle_us)
         if probes.cost and probes.cost.run_time_ns is not None:
             out["probe_cost_ns_per_txn"] = probes.cost.run_time_ns / basis["txns"]
+        elif probes.cost and (probes.cost.doc.get("calibration") or {}).get("rejected"):
+            out["notes"].append("the probes' own cost was not measured: every calibration slice was dropped ("
+                                + "; ".join((probes.cost.doc["calibration"])["rejected"]) + "), so the processes' CPU "
+                                "includes the probes' runs on their behalf")
         if cpu is not None and basis["busy"]:
             _add_cpu_view(out, cpu, basis, clients, probes, client_of(run))
     busy, elapsed, ncpu = basis["busy"], basis["elapsed"], basis["ncpu"]

@@ -111,3 +111,23 @@ def test_a_dropped_slice_is_taken_again_while_the_window_has_room(monkeypatch):
     runner.start()
     runner._thread.join(5)
     assert len(session.slices) == pw.CALIBRATION_TRIES        # bounded: the cost then stays unmeasured, and says so
+
+
+def test_a_run_whose_slices_were_all_dropped_says_its_probe_cost_is_unmeasured(tmp_path):
+    import json
+    import shutil
+    from pathlib import Path
+
+    from pathprof.analysis.rundir import RunDir
+    from pathprof.analysis.summary import summarize
+    run = tmp_path / "loopback"
+    shutil.copytree(Path(__file__).parent / "data" / "runs" / "loopback", run)
+    doc = json.loads((run / "run.json").read_text())
+    measured = summarize(RunDir.open(run))["probe_cost_ns_per_txn"]
+    doc["probes"]["cost"].update(run_time_ns=None, run_cnt=None,
+                                 calibration={"slices": 0, "rejected": ["1.0 ms long", "1.2 ms long"]})
+    (run / "run.json").write_text(json.dumps(doc))
+    s = summarize(RunDir.open(run))
+    assert measured is not None and s["probe_cost_ns_per_txn"] is None
+    (note,) = [n for n in s["notes"] if "own cost was not measured" in n]
+    assert "1.0 ms long; 1.2 ms long" in note
