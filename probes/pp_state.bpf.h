@@ -214,7 +214,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 4 << 20);      /* ~130k spans: drained every 100 ms during windows */
+	__uint(max_entries, 4 << 20);      /* sized by user space before load (layout.trace_ring_bytes) */
 } traces SEC(".maps");
 
 struct {

@@ -218,6 +218,7 @@ class ProbeSession:
             self.main.maps["lat"].set_max_entries(L.lat_entries(hop_slots))
             self.main.maps["nfagg"].set_max_entries((len(self.netns_names) + 1) * L.NF_PER_NETNS)
             self.main.maps["cpu_idle"].set_max_entries(num_possible_cpus())
+            self.main.maps["traces"].set_max_entries(L.trace_ring_bytes(self.config.trace_sample))
             self.hop_slots = hop_slots
             self._select_programs(deep)
             self.main.load()

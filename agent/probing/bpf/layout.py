@@ -104,6 +104,18 @@ def lat_entries(hop_slots: int) -> int:
     return LAT_STAGES * NROLES * NLEGS * hop_slots
 
 
+# The sampled spans' ring (`traces`): drained every 100 ms inside windows (agent.probing.session.poll), it must hold
+# what the probes write while its reader is kept from the CPU. --trace-sample 20 on 2-client loopback wrote 91.6k
+# spans in a 1-s window; 4 MB (75k of them, 56 bytes each with the header) overflowed by 2 when the reader stalled
+# (CI of 333d64f): 16 MB is 3 s of that. Without sampling nothing is written: one page.
+TRACE_RING_SAMPLED_BYTES = 16 << 20
+
+
+def trace_ring_bytes(trace_sample: int | None) -> int:
+    import mmap
+    return TRACE_RING_SAMPLED_BYTES if trace_sample and trace_sample > 0 else mmap.PAGESIZE
+
+
 def lat_key(idx: int, hop_slots: int = MAX_HOPS) -> tuple[int, int, int, int]:
     """(stage, role, leg, hop) of a `lat` array index (inverse of span() in pathprof.bpf.c)."""
     hop, idx = idx % hop_slots, idx // hop_slots
