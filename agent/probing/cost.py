@@ -11,11 +11,12 @@ tracked socket, so it follows the transactions, not the clock):
 
 Per program, run_cnt and run_time_ns are scaled the same way and ns/run is the slice's own figure.
 
-A slice's two readings (the programs' counters, the messages) are taken back to back at each end and its time
-around them; a slice whose readings were not close together (its thread kept from the CPU between them) or whose
-programs ran longer than its CPUs had time is not a measurement and is dropped (`rejected`): a slice begun after
-its planned end lasted 1 ms by its clock, its counters held 5.3 M program runs (seconds of them) against 634
-messages, it scaled 871x, and its "probe" time took every process's CPU (CI of dd23880, test_pgpool).
+A slice's two readings (the messages, then the programs' counters) are taken in the same order at each end, each
+timed; a slice whose two spans differ (a reading held up at one end: its thread kept from the CPU), shorter than
+the time to read it, or whose programs ran longer than its CPUs had time is not a measurement and is dropped
+(`rejected`): a slice begun after its planned end lasted 1 ms by its clock, its counters held 5.3 M program runs
+(seconds of them) against 634 messages, it scaled 871x, and its "probe" time took every process's CPU (CI of
+dd23880, test_pgpool). Readings slow at both ends alike are kept (a TCG guest's take ~50 ms each).
 """
 from __future__ import annotations
 
@@ -24,13 +25,18 @@ import time
 
 from pathprof.agent.probing import frames as F
 
-SKEW_SHARE = 0.05      # a slice's readings at each end may take this share of it, together, at most
+SKEW_SHARE = 0.1       # the programs' counters and the messages may span lengths this far apart, at most
 MIN_SLICE_S = 0.02     # a slice shorter than this is the time to read it, not a measurement
 OVERRUN = 1.1          # a slice's programs may run this much more than its CPUs' time (clocks, rounding)
 
 
+def _mid(a: int, b: int) -> int:
+    return (a + b) // 2
+
+
 class CostCalibration:
     def __init__(self):
+        self._open = None
         self.reset()
 
     def reset(self) -> None:
@@ -40,18 +46,21 @@ class CostCalibration:
         self.slices = 0
         self.slice_ns = 0
         self.rejected: list[str] = []  # slices dropped, and why
-        self._open = None              # (stats fd, progs at start, messages at start, monotonic before, after)
+        self._open = None              # (stats fd, messages, programs' counters, when each was read)
 
-    def _read(self, obj) -> tuple[dict, int, int, int]:
-        """(programs' counters, messages, monotonic ns before, after): read back to back."""
+    @staticmethod
+    def _read(obj) -> tuple[int, dict, int, int]:
+        """(messages, programs' counters, when each was read: the middle of its reading), in that order at both
+        ends of a slice, so a reading as slow at both ends moves both spans alike (a TCG guest: ~50 ms each)."""
         t0 = time.monotonic_ns()
-        msgs = F.read_stats(obj).get("messages", 0)
+        msgs = F.read_stats(obj, only=("messages",)).get("messages", 0)
+        t1 = time.monotonic_ns()
         progs = F.prog_stats((obj,))
-        return progs, msgs, t0, time.monotonic_ns()
+        return msgs, progs, _mid(t0, t1), _mid(t1, time.monotonic_ns())
 
     def begin(self, obj) -> None:
         from pathprof.agent.probing.bpf.libbpf import enable_stats
-        if getattr(self, "_open", None) is not None:
+        if self._open is not None:
             return
         try:
             fd = enable_stats()
@@ -63,20 +72,21 @@ class CostCalibration:
         """Close the open slice; False when it was dropped (see the module's note), True otherwise."""
         if self._open is None:
             return True
-        fd, progs0, msgs0, a0, b0 = self._open
-        progs1, msgs1, a1, b1 = self._read(obj)
+        fd, msgs0, progs0, tm0, tp0 = self._open
+        msgs1, progs1, tm1, tp1 = self._read(obj)
         os.close(fd)
         self._open = None
         delta = F.sub_prog(progs1, progs0)
-        span, skew = b1 - a0, (b0 - a0) + (b1 - a1)
+        span_m, span_p = tm1 - tm0, tp1 - tp0
         ran = sum(d.get("run_time_ns", 0) for d in delta.values())
         why = None
-        if span < MIN_SLICE_S * 1e9:
-            why = f"{span / 1e6:.1f} ms long"
-        elif skew > SKEW_SHARE * span:
-            why = f"its readings took {skew / 1e6:.1f} ms of its {span / 1e6:.1f} ms"
-        elif ran > OVERRUN * span * (os.cpu_count() or 1):
-            why = f"its programs ran {ran / 1e6:.1f} ms in {span / 1e6:.1f} ms on {os.cpu_count()} CPUs"
+        if span_m < MIN_SLICE_S * 1e9:
+            why = f"{span_m / 1e6:.1f} ms long"
+        elif abs(span_p - span_m) > SKEW_SHARE * span_m:
+            why = (f"its programs' counters spanned {span_p / 1e6:.1f} ms and its messages {span_m / 1e6:.1f} ms "
+                   f"(a reading held up)")
+        elif ran > OVERRUN * span_p * (os.cpu_count() or 1):
+            why = f"its programs ran {ran / 1e6:.1f} ms in {span_p / 1e6:.1f} ms on {os.cpu_count()} CPUs"
         if why:
             self.rejected.append(why)
             return False
@@ -86,11 +96,11 @@ class CostCalibration:
                 acc[k] += d.get(k, 0)
         self.messages += msgs1 - msgs0
         self.slices += 1
-        self.slice_ns += span
+        self.slice_ns += span_m
         return True
 
     def abort(self) -> None:
-        if getattr(self, "_open", None) is not None:
+        if self._open is not None:
             os.close(self._open[0])
             self._open = None
 
