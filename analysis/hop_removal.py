@@ -19,7 +19,7 @@ import statistics
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from pathprof.analysis.predict_inputs import LEARN_MAX_FOREIGN_CPUS
+from pathprof.analysis.predict_inputs import beside_another_load
 
 if TYPE_CHECKING:
     from pathprof.analysis.predict import Base
@@ -88,13 +88,13 @@ def measured_ratio(base: Base, target: Base, hops: tuple[str, ...], drift: float
     (its CPU view brought to the path's work, then anchored), so its ratio is taken against that same demand.
     `drift`: how much slower the machine itself ran at the target's run than at the base's (their speed samples,
     analysis.speed.sampled_ratio), taken out: a pair made while the machine slowed down would teach the slowdown
-    as the hop's. No other load beside either run (LEARN_MAX_FOREIGN_CPUS), as for every learned cost."""
+    as the hop's. No other load beside either run (predict_inputs.beside_another_load), as for every learned cost."""
     if not hops or set(hops) - set(base.hops) or base.clients != target.clients:
         return None
     held = bool(set(base.hop_us) & set(hops)) and kept_busy(base)
     if target.regime != "cpu-bound" or not (base.regime == "cpu-bound" or held):
         return None
-    if max(base.foreign_cpus, target.foreign_cpus) >= LEARN_MAX_FOREIGN_CPUS:
+    if beside_another_load(base, target):
         # another load beside either run moves its CPU per transaction by its own amount and, on 2 CPUs, holds a
         # base back below HELD_BUSY (ci on aad2faf: a lane beside the base, 0.33 CPUs): learned on a machine alone
         return None

@@ -27,7 +27,7 @@ import statistics
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from pathprof.analysis.predict_inputs import LEARN_MAX_FOREIGN_CPUS
+from pathprof.analysis.predict_inputs import beside_another_load
 
 if TYPE_CHECKING:
     from pathprof.analysis.predict import Base
@@ -148,7 +148,7 @@ def measured_exponent(base: Base, target: Base, drift: float | None = None) -> f
         if hop is None:
             return None
         demand = functools.partial(_hold_us, hop=hop)
-    if max(base.foreign_cpus, target.foreign_cpus) >= LEARN_MAX_FOREIGN_CPUS:
+    if beside_another_load(base, target):
         # another load beside either run moved its CPU per transaction by its own amount (beside a 16-client run,
         # ten pairs on this VM ranged -0.30 ... 0.38): a machine cost is learned on a machine to itself
         return None

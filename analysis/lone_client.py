@@ -15,7 +15,7 @@ import statistics
 from dataclasses import replace
 
 from pathprof.analysis.interleave import shape
-from pathprof.analysis.predict_inputs import LEARN_MAX_FOREIGN_CPUS
+from pathprof.analysis.predict_inputs import beside_another_load
 
 KEY = "lone_client_path_factor"
 SANE = (0.5, 2.0)       # a factor outside it is not the path's batching (another load, a broken run): not learned
@@ -29,7 +29,7 @@ def measured_factor(base, target, drift: float | None = None) -> float | None:
         return None
     if base.regime != "cpu-bound" or base.clients < base.ncpu or target.clients >= target.ncpu:
         return None
-    if target.regime == "cpu-bound" or max(base.foreign_cpus, target.foreign_cpus) >= LEARN_MAX_FOREIGN_CPUS:
+    if target.regime == "cpu-bound" or beside_another_load(base, target):
         return None
     on_path = sum(base.cpu.values()) * base.path_share
     lone = sum(target.cpu.values()) / (drift if drift and drift > 0 else 1.0)

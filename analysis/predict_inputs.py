@@ -36,6 +36,12 @@ LEARN_IDLE_EVENTS_PER_TXN = 0.3   # a run that woke a process onto an idle CPU t
 # pgbouncer run beside the other lane's 16 clients taught this machine 172.6 µs of run queue per woken process
 # where a lone client here waits 1.5-9: every later one-client prediction was short by an order of magnitude)
 LEARN_MAX_FOREIGN_CPUS = 0.1
+
+
+def beside_another_load(*bases) -> bool:
+    """Another load used LEARN_MAX_FOREIGN_CPUS or more beside one of these runs (analysis.predict.Base): a machine
+    cost is learned from runs with the machine to themselves (every learned cost, every pair)."""
+    return max(b.foreign_cpus for b in bases) >= LEARN_MAX_FOREIGN_CPUS
 MIN_DELAYLINE_PACKETS = 1000
 MAX_SMALL_MESSAGE_PACKETS = 4.0    # a request and its reply, each a packet or two, with their ACKs
 

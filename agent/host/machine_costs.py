@@ -116,9 +116,9 @@ class PairLesson:
 
 def _foreign(base, target) -> str:
     """Which run had another load beside it (a machine cost is learned on a machine to itself), or ""."""
-    from pathprof.analysis.predict_inputs import LEARN_MAX_FOREIGN_CPUS
+    from pathprof.analysis.predict_inputs import LEARN_MAX_FOREIGN_CPUS, beside_another_load
     for name, b in (("the base", base), ("the other", target)):
-        if b.foreign_cpus >= LEARN_MAX_FOREIGN_CPUS:
+        if beside_another_load(b):
             return (f"another load used {b.foreign_cpus:.2f} CPUs beside {name} run (a machine cost is learned "
                     f"from runs with the machine to themselves, below {LEARN_MAX_FOREIGN_CPUS:.2f})")
     return ""
@@ -201,7 +201,7 @@ def learn_from_check(base_rd, base_summary, target_rd, target_summary, row: dict
     None when not remembered; never fails the comparison."""
     from pathprof.analysis import prediction_misses
     from pathprof.analysis.predict import base_of
-    from pathprof.analysis.predict_inputs import LEARN_MAX_FOREIGN_CPUS
+    from pathprof.analysis.predict_inputs import beside_another_load
     try:
         miss, asked = (row or {}).get("error_pct"), (row or {}).get("question")
         if miss is None or asked not in prediction_misses.QUESTIONS:
@@ -209,7 +209,7 @@ def learn_from_check(base_rd, base_summary, target_rd, target_summary, row: dict
         if not _same_workload(base_summary, target_summary):
             return None
         base, target = base_of(base_rd, base_summary), base_of(target_rd, target_summary)
-        if max(base.foreign_cpus, target.foreign_cpus) >= LEARN_MAX_FOREIGN_CPUS:
+        if beside_another_load(base, target):
             return None               # another load's effect, not the model's miss
         doc = current(path)
         at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
