@@ -7,11 +7,18 @@ Path discovery needs it where one path exists twice: two pods' sidecar poolers, 
 test lanes -- each copy's server in a namespace of its own with the same addresses. A connection then has the
 same four addresses in both copies (the kernel's ephemeral ports do not depend on the namespace), and only the
 links say which server answers which pooler: a connection's two ends are in namespaces a chain of links joins.
+
+Each namespace is held open by a file descriptor for the whole read and asked about by it (NETNSA_FD), not by a
+pid: on a busy machine the process first seen in some namespace exits before it is asked about, and an answer
+by pid then fails (ESRCH) -- once for one namespace, which must not lose the links of all the others (CI, stop
+55: attach followed the other copy's server because one short-lived process of another namespace had gone).
 """
 from __future__ import annotations
 
+import os
 import socket
 import struct
+from contextlib import ExitStack
 
 from pathprof.agent.host.netns import in_netns
 
@@ -21,7 +28,7 @@ NLMSG_ERROR, NLMSG_DONE = 2, 3
 RTM_NEWLINK, RTM_GETLINK = 16, 18
 RTM_NEWNSID, RTM_GETNSID = 88, 90
 IFLA_LINK_NETNSID = 37
-NETNSA_NSID, NETNSA_PID = 1, 2
+NETNSA_NSID, NETNSA_PID, NETNSA_FD = 1, 2, 3
 NLA_TYPE_MASK = 0x3FFF
 _HDR = struct.Struct("=IHHII")       # nlmsghdr: length, type, flags, sequence, port
 
@@ -76,9 +83,9 @@ def link_nsids(sock: socket.socket, seq: int = 1) -> set[int]:
     return out
 
 
-def nsid_of_pid(sock: socket.socket, pid: int, seq: int) -> int | None:
-    """The id this namespace gives the namespace of process pid (None: none given)."""
-    body = struct.pack("=Bxxx", socket.AF_UNSPEC) + struct.pack("=HHI", 8, NETNSA_PID, pid)
+def nsid_of(sock: socket.socket, ns_fd: int, seq: int) -> int | None:
+    """The id this namespace gives the namespace open at file descriptor ns_fd (None: none given)."""
+    body = struct.pack("=Bxxx", socket.AF_UNSPEC) + struct.pack("=HHI", 8, NETNSA_FD, ns_fd)
     sock.send(_HDR.pack(_HDR.size + len(body), RTM_GETNSID, NLM_F_REQUEST, seq, 0) + body)
     for kind, msg in _messages(sock, seq):
         if kind == RTM_NEWNSID:
@@ -89,8 +96,9 @@ def nsid_of_pid(sock: socket.socket, pid: int, seq: int) -> int | None:
     return None
 
 
-def _ask(ns_pid: dict[int, int], me: int) -> set[int]:
-    """Inside namespace `me`: the namespaces (inodes) its links lead into."""
+def _ask(ns_fd: dict[int, int], me: int) -> set[int]:
+    """Inside namespace `me`: the namespaces (inodes) its links lead into; one that cannot be asked about is
+    left out, alone."""
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE) as s:
         s.settimeout(2.0)
         s.bind((0, 0))
@@ -98,10 +106,30 @@ def _ask(ns_pid: dict[int, int], me: int) -> set[int]:
         if not ids:
             return set()
         out = set()
-        for seq, (ino, pid) in enumerate(ns_pid.items(), start=2):
-            if ino != me and nsid_of_pid(s, pid, seq) in ids:
-                out.add(ino)
+        for seq, (ino, fd) in enumerate(ns_fd.items(), start=2):
+            try:
+                if ino != me and nsid_of(s, fd, seq) in ids:
+                    out.add(ino)
+            except OSError:
+                continue
         return out
+
+
+def open_namespaces(stack: ExitStack, ns_pids: dict[int, list[int]]) -> dict[int, int]:
+    """A file descriptor on each namespace (inode -> fd), opened through the first of its processes still there
+    and still in it; closed with the stack. A namespace none of whose processes is left is not opened."""
+    out = {}
+    for ino, pids in ns_pids.items():
+        for pid in pids:
+            try:
+                fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            stack.callback(os.close, fd)
+            if os.fstat(fd).st_ino == ino:      # not a new process that took a gone one's pid
+                out[ino] = fd
+                break
+    return out
 
 
 class NamespaceLinks:
@@ -121,14 +149,16 @@ class NamespaceLinks:
         return a == b or self._root(a) == self._root(b)
 
     @classmethod
-    def read(cls, ns_pid: dict[int, int]) -> "NamespaceLinks":
-        """Every namespace asked in turn (through a pid inside it); one that cannot be asked (gone, not root) has
-        no links known."""
+    def read(cls, ns_pids: dict[int, list[int]]) -> "NamespaceLinks":
+        """Every namespace asked in turn (ns_pids: inode -> processes inside it, any of which will do); one that
+        cannot be asked (gone, not root) has no links known, and the others keep theirs."""
         pairs = []
-        for ino, pid in ns_pid.items():
-            try:
-                pairs += [(ino, other) for other in in_netns(f"/proc/{pid}/ns/net", lambda i=ino: _ask(ns_pid, i),
-                                                              timeout_s=5)]
-            except (OSError, TimeoutError):
-                continue
+        with ExitStack() as stack:
+            ns_fd = open_namespaces(stack, ns_pids)
+            for ino, fd in ns_fd.items():
+                try:
+                    pairs += [(ino, other) for other in in_netns(f"/proc/self/fd/{fd}",
+                                                                  lambda i=ino: _ask(ns_fd, i), timeout_s=5)]
+                except (OSError, TimeoutError):
+                    continue
         return cls(pairs)

@@ -192,10 +192,21 @@ class SocketTable:
                     continue
                 if link.startswith("socket:["):
                     t.owners.setdefault(int(link[8:-1]), []).append(pid)
-        for ns, pid in t.ns_pid.items():
-            for f in ("tcp", "tcp6"):
-                t.socks += parse_proc_tcp(_read(f"/proc/{pid}/net/{f}"), ns)
+        for ns in list(t.ns_pid):
+            # through a process still in the namespace: the first one seen may have exited since (a busy machine)
+            for pid in t.pids_in(ns):
+                tables = [_read(f"/proc/{pid}/net/{f}") for f in ("tcp", "tcp6")]
+                if tables[0] and _ns_ino(pid) == ns:
+                    t.ns_pid[ns] = pid
+                    t.socks += [x for text in tables for x in parse_proc_tcp(text, ns)]
+                    break
         return t
+
+    def pids_in(self, ns: int) -> list[int]:
+        """The processes seen in a namespace, the one ns_pid names first."""
+        first = self.ns_pid.get(ns)
+        return ([first] if first is not None else []) + [p for p, x in self.procs.items() if x.netns == ns
+                                                          and p != first]
 
     # ---- lookups ----
     def ns_ref(self, ns: int) -> str | None:
@@ -272,7 +283,10 @@ class SocketTable:
     @property
     def links(self) -> NamespaceLinks:
         if self._links is None:
-            self._links = NamespaceLinks.read(self.ns_pid) if self.scope is None else NamespaceLinks()
+            if self.scope is not None:
+                self._links = NamespaceLinks()
+            else:
+                self._links = NamespaceLinks.read({ns: self.pids_in(ns) for ns in self.ns_pid})
         return self._links
 
     def _nearest(self, s: Sock, cands: list[Sock]) -> list[Sock]:

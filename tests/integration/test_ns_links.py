@@ -1,0 +1,83 @@
+"""Which namespaces links join (agent/discovery/ns_links.py), read from real namespaces while processes come and go.
+
+Found in CI (stop 55): attach followed the other copy's server of a path that exists twice, because the process
+first seen in one namespace of the other lane had exited before its namespace was asked about; the answer by pid
+failed and took every namespace's links with it. Ground truth built here: two namespaces joined by a veth, a third
+one alone, and processes that have exited by the time the links are read."""
+from __future__ import annotations
+
+import os
+import subprocess
+from contextlib import contextmanager
+
+import pytest
+from pathprof.agent.discovery.ns_links import NamespaceLinks
+
+pytestmark = pytest.mark.integration
+
+
+def _ip(*argv: str) -> None:
+    subprocess.run(["ip", *argv], check=True, capture_output=True, timeout=30)
+
+
+@contextmanager
+def _namespaces():
+    """Three namespaces (a, b joined by a veth; c alone), each with a process inside: {name: (inode, pid)}."""
+    tag = f"pp-nl{os.getpid() % 100000}"
+    names = [f"{tag}-{x}" for x in "abc"]
+    procs = []
+    try:
+        for n in names:
+            _ip("netns", "add", n)
+        _ip("-n", names[0], "link", "add", f"{tag}a0", "type", "veth", "peer", "name", f"{tag}b0", "netns", names[1])
+        out = {}
+        for n in names:
+            p = subprocess.Popen(["ip", "netns", "exec", n, "sleep", "60"], stdin=subprocess.DEVNULL)
+            procs.append(p)
+            out[n] = (os.stat(f"/run/netns/{n}").st_ino, p.pid)
+        yield out
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        for n in names:
+            subprocess.run(["ip", "netns", "del", n], capture_output=True, timeout=30)
+
+
+def _gone_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def _wait_inside(pid: int, ino: int) -> None:
+    """Until `ip netns exec` has moved the process into its namespace (it starts in ours)."""
+    for _ in range(200):
+        if os.stat(f"/proc/{pid}/ns/net").st_ino == ino:
+            return
+        os.sched_yield()
+        subprocess.run(["sleep", "0.01"])
+    raise AssertionError(f"process {pid} never entered namespace {ino}")
+
+
+def test_links_are_read_when_processes_of_other_namespaces_have_gone():
+    if os.geteuid() != 0:
+        pytest.skip("needs root (namespaces)")
+    with _namespaces() as ns:
+        (a, pa), (b, pb), (c, pc) = ns.values()
+        for ino, pid in ns.values():
+            _wait_inside(pid, ino)
+        me = os.stat("/proc/self/ns/net").st_ino
+        gone = _gone_pid()
+        links = NamespaceLinks.read({
+            me: [os.getpid()],
+            a: [gone, pa],            # its first process has gone: the next one is asked
+            b: [pb],
+            c: [pc],
+            0xDEAD: [gone],           # a namespace whose every process has gone
+        })
+        assert links.joined(a, b) and links.joined(b, a)
+        assert not links.joined(a, c) and not links.joined(b, c) and not links.joined(a, me)
+        # a pid reused by a process of another namespace is not taken for the one it left
+        links = NamespaceLinks.read({me: [os.getpid()], a: [pc], b: [pb], c: [pc]})
+        assert links.joined(b, b) and not links.joined(a, b) and not links.joined(c, b)
