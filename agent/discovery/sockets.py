@@ -208,6 +208,14 @@ class SocketTable:
         return ([first] if first is not None else []) + [p for p, x in self.procs.items() if x.netns == ns
                                                           and p != first]
 
+    def anchor_namespaces(self, pids: list[int]) -> None:
+        """Refer to each namespace through the first of these processes in it (a path's server and hops
+        outlive the process first seen there, which may be a short-lived one: ns_ref's /proc/PID/ns/net)."""
+        for pid in reversed(pids):
+            p = self.procs.get(pid)
+            if p is not None and p.netns in self.ns_pid and os.path.exists(f"/proc/{pid}"):
+                self.ns_pid[p.netns] = pid
+
     # ---- lookups ----
     def ns_ref(self, ns: int) -> str | None:
         """A reference the rest of pathprof can enter: None (ours), a /run/netns name, or /proc/PID/ns/net."""

@@ -46,7 +46,15 @@ class AttachOptions:
 
 
 def resolve(opts: AttachOptions):
-    """(SocketTable, DiscoveredPath) of the target, or a UserError saying why it cannot be profiled."""
+    """(SocketTable, DiscoveredPath) of the target, or a UserError saying why it cannot be profiled. A namespace
+    without a name (a container's) is referred to through the path's own longest-lived process in it."""
+    table, path = _resolve(opts)
+    table.anchor_namespaces([*([path.postmaster] if path.postmaster else []), *[h.pid for h in path.hops],
+                             *path.clients])
+    return table, path
+
+
+def _resolve(opts: AttachOptions):
     from pathprof.agent.discovery import chain as discovery
     from pathprof.agent.discovery.sockets import SocketTable
     if opts.dsn and opts.netns:

@@ -1,6 +1,8 @@
 """Socket tables and path following on hand-made tables (the integration tests do it on the real machine)."""
 from __future__ import annotations
 
+import os
+
 from pathprof.agent.discovery import chain as discovery
 from pathprof.agent.discovery.sockets import (
     Addr,
@@ -188,3 +190,16 @@ def test_namespace_links_join_in_chains():
     links = NamespaceLinks([(1, 2), (2, 5), (3, 4)])
     assert links.joined(1, 5) and links.joined(5, 1) and links.joined(3, 4) and links.joined(7, 7)
     assert not links.joined(1, 3) and not links.joined(4, 5) and not links.joined(1, 9)
+
+
+def test_a_namespace_is_referred_to_through_the_paths_own_process_in_it():
+    """A container's namespace has no name: ns_ref is /proc/PID/ns/net of a process in it, and the one first seen
+    there may be short-lived; the path's server (then hops, clients) is taken instead, if it is still there."""
+    me = os.getpid()
+    t = SocketTable(root_ns=1)
+    t.procs = {4_000_000: Proc(4_000_000, "psql", 1, 7), me: Proc(me, "postgres", 1, 7),
+               4_000_001: Proc(4_000_001, "pgbouncer", 1, 8)}
+    t.ns_pid = {7: 4_000_000, 8: 4_000_001}
+    t.anchor_namespaces([me, 4_000_001, 123])      # 4_000_001 has gone (no such pid), 123 is not in the table
+    assert t.ns_pid == {7: me, 8: 4_000_001}
+    assert t.ns_ref(7) == f"/proc/{me}/ns/net"
