@@ -115,9 +115,23 @@ def _ask(ns_fd: dict[int, int], me: int) -> set[int]:
         return out
 
 
+def _room_for(n: int) -> None:
+    """Raise the soft limit on open files, if need be, to hold n more (a node with a thousand pods)."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = len(os.listdir("/proc/self/fd")) + n + 64
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        except (ValueError, OSError):
+            pass
+
+
 def open_namespaces(stack: ExitStack, ns_pids: dict[int, list[int]]) -> dict[int, int]:
     """A file descriptor on each namespace (inode -> fd), opened through the first of its processes still there
     and still in it; closed with the stack. A namespace none of whose processes is left is not opened."""
+    _room_for(len(ns_pids))
     out = {}
     for ino, pids in ns_pids.items():
         for pid in pids:

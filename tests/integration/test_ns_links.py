@@ -81,3 +81,23 @@ def test_links_are_read_when_processes_of_other_namespaces_have_gone():
         # a pid reused by a process of another namespace is not taken for the one it left
         links = NamespaceLinks.read({me: [os.getpid()], a: [pc], b: [pb], c: [pc]})
         assert links.joined(b, b) and not links.joined(a, b) and not links.joined(c, b)
+
+
+def test_links_are_read_with_fewer_free_file_descriptors_than_namespaces():
+    """Each namespace is held open while the links are read: with the soft limit on open files just above what the
+    process holds (a node with more pods than it), the limit is raised, not the namespaces left out."""
+    import resource
+    if os.geteuid() != 0:
+        pytest.skip("needs root (namespaces)")
+    with _namespaces() as ns:
+        (a, pa), (b, pb), (c, pc) = ns.values()
+        for ino, pid in ns.values():
+            _wait_inside(pid, ino)
+        me = os.stat("/proc/self/ns/net").st_ino
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 1, hard))
+        try:
+            links = NamespaceLinks.read({me: [os.getpid()], a: [pa], b: [pb], c: [pc]})
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        assert links.joined(a, b) and not links.joined(a, c)
