@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from contextlib import contextmanager
 
 import pytest
 from pathprof.agent.discovery.ns_links import NamespaceLinks
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces)")]
 
 
 def _ip(*argv: str) -> None:
@@ -35,6 +36,8 @@ def _namespaces():
             p = subprocess.Popen(["ip", "netns", "exec", n, "sleep", "60"], stdin=subprocess.DEVNULL)
             procs.append(p)
             out[n] = (os.stat(f"/run/netns/{n}").st_ino, p.pid)
+        for ino, pid in out.values():
+            _wait_inside(pid, ino)
         yield out
     finally:
         for p in procs:
@@ -52,21 +55,15 @@ def _gone_pid() -> int:
 
 def _wait_inside(pid: int, ino: int) -> None:
     """Until `ip netns exec` has moved the process into its namespace (it starts in ours)."""
-    for _ in range(200):
-        if os.stat(f"/proc/{pid}/ns/net").st_ino == ino:
-            return
-        os.sched_yield()
-        subprocess.run(["sleep", "0.01"])
-    raise AssertionError(f"process {pid} never entered namespace {ino}")
+    deadline = time.monotonic() + 5
+    while os.stat(f"/proc/{pid}/ns/net").st_ino != ino:
+        assert time.monotonic() < deadline, f"process {pid} never entered namespace {ino}"
+        time.sleep(0.01)
 
 
 def test_links_are_read_when_processes_of_other_namespaces_have_gone():
-    if os.geteuid() != 0:
-        pytest.skip("needs root (namespaces)")
     with _namespaces() as ns:
         (a, pa), (b, pb), (c, pc) = ns.values()
-        for ino, pid in ns.values():
-            _wait_inside(pid, ino)
         me = os.stat("/proc/self/ns/net").st_ino
         gone = _gone_pid()
         links = NamespaceLinks.read({
@@ -87,12 +84,8 @@ def test_links_are_read_with_fewer_free_file_descriptors_than_namespaces():
     """Each namespace is held open while the links are read: with the soft limit on open files just above what the
     process holds (a node with more pods than it), the limit is raised, not the namespaces left out."""
     import resource
-    if os.geteuid() != 0:
-        pytest.skip("needs root (namespaces)")
     with _namespaces() as ns:
         (a, pa), (b, pb), (c, pc) = ns.values()
-        for ino, pid in ns.values():
-            _wait_inside(pid, ino)
         me = os.stat("/proc/self/ns/net").st_ino
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 1, hard))
